@@ -1,0 +1,1 @@
+//! `cairn-actors`: the actix pipeline (watcher, parser, embedder, writer, query actor, event log).

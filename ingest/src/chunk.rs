@@ -1,0 +1,455 @@
+//! Heading-aware chunking: sections carry their heading path; a section over the token budget is
+//! split at block, then sentence, then word boundaries (code, tables and HTML only between
+//! lines), with a small overlap; tiny chunks merge with a neighbour.
+
+use crate::hash::hex_digest;
+use crate::markdown::{Block, BlockKind};
+use std::ops::Range;
+
+/// Chunking knobs. `CHUNKER_VERSION` changes whenever their meaning or the algorithm changes.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ChunkOptions {
+    /// Budget per chunk, by [`estimate_tokens`].
+    pub max_tokens: usize,
+    /// Trailing text of a split chunk repeated at the start of the next one.
+    pub overlap_tokens: usize,
+    /// Chunks smaller than this merge with a neighbour when the budget allows.
+    pub min_tokens: usize,
+}
+
+impl Default for ChunkOptions {
+    fn default() -> Self {
+        Self { max_tokens: 256, overlap_tokens: 32, min_tokens: 24 }
+    }
+}
+
+/// Bumped when chunk boundaries or embedded text can change for the same input.
+pub const CHUNKER_VERSION: u32 = 1;
+
+/// Separator of heading paths (`Page › Section › Subsection`).
+pub const PATH_SEPARATOR: &str = " › ";
+
+/// A piece of a page, the unit of embedding and of keyword search.
+#[derive(Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Chunk {
+    /// Stable id: hash of source, slug, ordinal and text hash.
+    pub id: String,
+    pub ordinal: u32,
+    pub heading_path: Vec<String>,
+    /// The markdown of the chunk as it stands in the file.
+    pub text: String,
+    /// 1-based, inclusive, in file lines (frontmatter counted).
+    pub line_start: u32,
+    pub line_end: u32,
+    /// Estimated tokens of [`Chunk::embed_text`].
+    pub tokens: u32,
+    /// Hash of the embedded text: equal hashes are never embedded twice.
+    pub text_hash: String,
+}
+
+impl std::fmt::Debug for Chunk {
+    // Counts and positions, not note bodies: chunks end up in logs.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Chunk")
+            .field("ordinal", &self.ordinal)
+            .field("heading_path", &self.heading_path)
+            .field("lines", &(self.line_start..=self.line_end))
+            .field("tokens", &self.tokens)
+            .field("text_bytes", &self.text.len())
+            .finish()
+    }
+}
+
+impl Chunk {
+    /// The text given to the embedding model: the heading path (which starts with the page
+    /// title), then the chunk's markdown, so every chunk carries the page's name.
+    pub fn embed_text(&self) -> String {
+        embed_text(&self.heading_path, &self.text)
+    }
+}
+
+fn embed_text(path: &[String], text: &str) -> String {
+    format!("{}\n\n{}", path.join(PATH_SEPARATOR), text)
+}
+
+/// A cheap, deliberately generous estimate of WordPiece tokens: a word costs one token per five
+/// letters or digits (at least one) plus one per punctuation character.
+pub fn estimate_tokens(s: &str) -> usize {
+    s.split_whitespace()
+        .map(|w| {
+            let (mut alnum, mut punct) = (0usize, 0usize);
+            for c in w.chars() {
+                if c.is_alphanumeric() { alnum += 1 } else { punct += 1 }
+            }
+            alnum.div_ceil(5) + punct
+        })
+        .sum()
+}
+
+struct Unit {
+    range: Range<usize>,
+    tokens: usize,
+}
+
+struct Draft {
+    path: Vec<String>,
+    range: Range<usize>,
+}
+
+/// Everything [`chunk_page`] needs to know about a page.
+#[derive(Debug, Clone, Copy)]
+pub struct PageText<'a> {
+    pub source_id: &'a str,
+    pub slug: &'a str,
+    pub title: &'a str,
+    pub aliases: &'a [String],
+    pub body: &'a str,
+    pub body_line_offset: usize,
+}
+
+/// Chunk a page body. A page without body text gets one chunk built from its title and aliases
+/// so that it is still findable.
+pub fn chunk_page(page: PageText<'_>, blocks: &[Block], opts: &ChunkOptions) -> Vec<Chunk> {
+    let max = opts.max_tokens.max(8);
+    let mut drafts = Vec::new();
+    for (path, units) in sections(page, blocks, max) {
+        pack(path, units, max, opts.overlap_tokens.min(max / 2), &mut drafts);
+    }
+    let drafts = merge_tiny(page.body, drafts, max, opts.min_tokens);
+    let lines = LineIndex::new(page.body, page.body_line_offset);
+    let mut chunks: Vec<Chunk> = drafts
+        .into_iter()
+        .filter_map(|d| {
+            let raw = &page.body[d.range.clone()];
+            let text = raw.trim();
+            if text.is_empty() {
+                return None;
+            }
+            let start = d.range.start + (raw.len() - raw.trim_start().len());
+            let end = start + text.len();
+            Some((d.path, text.to_string(), lines.line_of(start), lines.line_of(end - 1)))
+        })
+        .enumerate()
+        .map(|(i, (path, text, line_start, line_end))| {
+            make_chunk(page, i as u32, path, text, line_start, line_end)
+        })
+        .collect();
+    if chunks.is_empty() {
+        let mut text = page.title.to_string();
+        if !page.aliases.is_empty() {
+            text.push_str(&format!("\naliases: {}", page.aliases.join(", ")));
+        }
+        let last_line = (page.body_line_offset + page.body.lines().count()).max(1) as u32;
+        chunks.push(make_chunk(page, 0, vec![page.title.to_string()], text, 1, last_line));
+    }
+    chunks
+}
+
+fn make_chunk(
+    page: PageText<'_>,
+    ordinal: u32,
+    heading_path: Vec<String>,
+    text: String,
+    line_start: u32,
+    line_end: u32,
+) -> Chunk {
+    let embedded = embed_text(&heading_path, &text);
+    let text_hash = hex_digest(&[embedded.as_bytes()]);
+    let id = hex_digest(&[
+        page.source_id.as_bytes(),
+        page.slug.as_bytes(),
+        &ordinal.to_le_bytes(),
+        text_hash.as_bytes(),
+    ]);
+    Chunk {
+        id,
+        ordinal,
+        heading_path,
+        tokens: estimate_tokens(&embedded) as u32,
+        text,
+        line_start,
+        line_end,
+        text_hash,
+    }
+}
+
+/// Group blocks into sections by heading, each with its heading path and its units.
+fn sections(page: PageText<'_>, blocks: &[Block], max: usize) -> Vec<(Vec<String>, Vec<Unit>)> {
+    let mut out: Vec<(Vec<String>, Vec<Unit>)> = vec![(vec![page.title.to_string()], Vec::new())];
+    let mut stack: Vec<(u8, String)> = Vec::new();
+    let mut seen_heading = false;
+    for block in blocks {
+        if let BlockKind::Heading(level) = block.kind {
+            // A leading `# Title` that repeats the page title is not a path level of its own.
+            let repeats_title = !seen_heading && level == 1 && block.text == page.title;
+            seen_heading = true;
+            if !repeats_title {
+                stack.retain(|(l, _)| *l < level);
+                stack.push((level, block.text.clone()));
+            }
+            let mut path = vec![page.title.to_string()];
+            path.extend(stack.iter().map(|(_, t)| t.clone()));
+            out.push((path, Vec::new()));
+        }
+        let units = &mut out.last_mut().expect("at least the preamble").1;
+        split_block(page.body, block, max, units);
+    }
+    out.retain(|(_, units)| !units.is_empty());
+    out
+}
+
+/// One unit per block, or, for a block over the budget, its sentences (prose) or lines (code,
+/// tables, HTML); a sentence still over the budget is cut between words.
+fn split_block(body: &str, block: &Block, max: usize, out: &mut Vec<Unit>) {
+    let tokens = estimate_tokens(&body[block.range.clone()]);
+    if tokens <= max || matches!(block.kind, BlockKind::Heading(_)) {
+        out.push(Unit { range: block.range.clone(), tokens });
+        return;
+    }
+    let pieces = match block.kind {
+        BlockKind::Lines => boundaries(body, block.range.clone(), |text, i| text[..i].ends_with('\n')),
+        _ => boundaries(body, block.range.clone(), sentence_end),
+    };
+    for piece in pieces {
+        let tokens = estimate_tokens(&body[piece.clone()]);
+        if tokens > max && block.kind != BlockKind::Lines {
+            for words in word_windows(body, piece, max) {
+                out.push(Unit { tokens: estimate_tokens(&body[words.clone()]), range: words });
+            }
+        } else if tokens > 0 {
+            out.push(Unit { range: piece, tokens });
+        }
+    }
+}
+
+/// A sentence ends after `.`, `!`, `?` (or a line break) followed by white space.
+fn sentence_end(text: &str, i: usize) -> bool {
+    let before = &text[..i];
+    before.ends_with('\n')
+        || (text[i..].starts_with(char::is_whitespace) && before.ends_with(['.', '!', '?', '。', '！', '？']))
+}
+
+/// Split `range` of `body` at every char boundary `i` where `is_cut(body, i)`.
+fn boundaries(body: &str, range: Range<usize>, is_cut: impl Fn(&str, usize) -> bool) -> Vec<Range<usize>> {
+    let mut out = Vec::new();
+    let mut start = range.start;
+    for (offset, _) in body[range.clone()].char_indices().skip(1) {
+        let i = range.start + offset;
+        if is_cut(&body[..range.end], i) {
+            out.push(start..i);
+            start = i;
+        }
+    }
+    out.push(start..range.end);
+    out.retain(|r| !body[r.clone()].trim().is_empty());
+    out
+}
+
+fn word_windows(body: &str, range: Range<usize>, max: usize) -> Vec<Range<usize>> {
+    let mut out = Vec::new();
+    let (mut start, mut tokens) = (range.start, 0usize);
+    let text = &body[range.clone()];
+    let mut pos = 0;
+    for word in text.split_inclusive(char::is_whitespace) {
+        let cost = estimate_tokens(word);
+        if tokens + cost > max && tokens > 0 {
+            out.push(start..range.start + pos);
+            start = range.start + pos;
+            tokens = 0;
+        }
+        tokens += cost;
+        pos += word.len();
+    }
+    out.push(start..range.end);
+    out
+}
+
+/// Greedy packing of a section's units into chunks, carrying up to `overlap` tokens of trailing
+/// units into the next chunk when a section is split.
+fn pack(path: Vec<String>, units: Vec<Unit>, max: usize, overlap: usize, out: &mut Vec<Draft>) {
+    let mut current: Vec<&Unit> = Vec::new();
+    let mut tokens = 0usize;
+    for unit in &units {
+        if !current.is_empty() && tokens + unit.tokens > max {
+            out.push(Draft { path: path.clone(), range: span(&current) });
+            let mut carried = 0usize;
+            let mut keep = current.len();
+            while keep > 1 && carried + current[keep - 1].tokens <= overlap {
+                keep -= 1;
+                carried += current[keep].tokens;
+            }
+            current.drain(..keep);
+            if carried + unit.tokens > max {
+                current.clear();
+                carried = 0;
+            }
+            tokens = carried;
+        }
+        tokens += unit.tokens;
+        current.push(unit);
+    }
+    if !current.is_empty() {
+        out.push(Draft { path, range: span(&current) });
+    }
+}
+
+fn span(units: &[&Unit]) -> Range<usize> {
+    units[0].range.start..units[units.len() - 1].range.end
+}
+
+/// Merge a chunk under `min` tokens into the following chunk (keeping the first one's heading
+/// path, usually the parent), or else into the preceding one, when the budget allows.
+fn merge_tiny(body: &str, drafts: Vec<Draft>, max: usize, min: usize) -> Vec<Draft> {
+    let cost = |d: &Draft| estimate_tokens(&body[d.range.clone()]);
+    let mut out: Vec<Draft> = Vec::with_capacity(drafts.len());
+    let mut pending: Option<Draft> = None;
+    for draft in drafts {
+        let draft = match pending.take() {
+            Some(tiny) if tiny.range.end <= draft.range.start => {
+                let merged = Draft { path: tiny.path.clone(), range: tiny.range.start..draft.range.end };
+                if cost(&merged) <= max {
+                    merged
+                } else {
+                    out.push(tiny);
+                    draft
+                }
+            }
+            Some(tiny) => {
+                out.push(tiny);
+                draft
+            }
+            None => draft,
+        };
+        if cost(&draft) < min {
+            pending = Some(draft);
+        } else {
+            out.push(draft);
+        }
+    }
+    if let Some(tiny) = pending {
+        match out.last_mut() {
+            Some(prev)
+                if prev.range.end <= tiny.range.start
+                    && estimate_tokens(&body[prev.range.start..tiny.range.end]) <= max =>
+            {
+                prev.range.end = tiny.range.end;
+            }
+            _ => out.push(tiny),
+        }
+    }
+    out
+}
+
+/// Byte offset → 1-based file line.
+struct LineIndex {
+    newlines: Vec<usize>,
+    offset: usize,
+}
+
+impl LineIndex {
+    fn new(body: &str, offset: usize) -> Self {
+        Self { newlines: body.match_indices('\n').map(|(i, _)| i).collect(), offset }
+    }
+    fn line_of(&self, byte: usize) -> u32 {
+        (self.offset + 1 + self.newlines.partition_point(|&n| n < byte)) as u32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::markdown::analyze;
+
+    fn chunks(body: &str, opts: &ChunkOptions) -> Vec<Chunk> {
+        let page =
+            PageText { source_id: "s", slug: "p", title: "Page", aliases: &[], body, body_line_offset: 0 };
+        chunk_page(page, &analyze(body).blocks, opts)
+    }
+
+    #[test]
+    fn estimate_is_generous_but_sane() {
+        assert_eq!(estimate_tokens("hello, world"), 3);
+        assert_eq!(estimate_tokens(""), 0);
+        assert_eq!(estimate_tokens("internationalisation"), 4);
+    }
+
+    #[test]
+    fn sections_carry_heading_paths_and_lines() {
+        let body = "# Page\n\nIntro text that is long enough to stand on its own as a chunk here.\n\n\
+                    ## Design\n\nThe design section explains the hall's acoustic ceiling treatment in detail.\n\n\
+                    ### Ceiling\n\nPanels of slatted oak absorb the echo of two hundred voices at once, they say.\n";
+        let cs = chunks(body, &ChunkOptions { min_tokens: 5, ..ChunkOptions::default() });
+        let paths: Vec<String> = cs.iter().map(|c| c.heading_path.join(PATH_SEPARATOR)).collect();
+        assert_eq!(paths, ["Page", "Page › Design", "Page › Design › Ceiling"]);
+        assert_eq!((cs[0].line_start, cs[0].line_end), (1, 3));
+        assert_eq!((cs[2].line_start, cs[2].line_end), (9, 11));
+        assert!(cs[2].embed_text().starts_with("Page › Design › Ceiling\n\n### Ceiling\n\nPanels"));
+    }
+
+    #[test]
+    fn long_sections_split_at_sentences_with_overlap() {
+        let sentence = "The amphitheater hosts structured debates every single week of the year. ";
+        let body = format!("## Long\n\n{}\n", sentence.repeat(40));
+        let opts = ChunkOptions { max_tokens: 64, overlap_tokens: 16, min_tokens: 4 };
+        let cs = chunks(&body, &opts);
+        assert!(cs.len() > 5, "{}", cs.len());
+        for c in &cs {
+            assert!(estimate_tokens(&c.text) <= 64, "{c:?}");
+            assert!(c.text.ends_with('.'), "cut mid-sentence: {:?}", c.text);
+        }
+        // Overlap: each chunk after the first starts with the previous chunk's last sentence.
+        let last_sentence = cs[0].text.rsplit(". ").next().unwrap();
+        assert!(cs[1].text.starts_with(last_sentence.trim()), "{:?}", cs[1].text);
+    }
+
+    #[test]
+    fn code_blocks_and_tables_split_only_between_lines() {
+        let code: String = (0..200).map(|i| format!("let value_{i} = compute(input_{i}, {i});\n")).collect();
+        let body = format!("```rust\n{code}```\n");
+        let cs = chunks(&body, &ChunkOptions { max_tokens: 64, overlap_tokens: 0, min_tokens: 1 });
+        assert!(cs.len() > 3);
+        for c in &cs {
+            for line in c.text.lines() {
+                assert!(line.starts_with("let value_") || line.starts_with("```"), "line cut: {line:?}");
+                if line.starts_with("let") {
+                    assert!(line.ends_with(");"), "line cut: {line:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn tiny_sections_merge_with_their_neighbour() {
+        let body = "## A\n\nshort.\n\n## B\n\nThis section has enough words in it to stand alone as its own chunk of text.\n";
+        let cs = chunks(body, &ChunkOptions { min_tokens: 10, ..ChunkOptions::default() });
+        assert_eq!(cs.len(), 1);
+        assert_eq!(cs[0].heading_path, ["Page", "A"]);
+        assert!(cs[0].text.contains("short.") && cs[0].text.contains("stand alone"));
+    }
+
+    #[test]
+    fn empty_body_gets_a_title_chunk() {
+        let page = PageText {
+            source_id: "s",
+            slug: "p",
+            title: "Hall",
+            aliases: &["Hall of Light".to_string()],
+            body: "",
+            body_line_offset: 3,
+        };
+        let cs = chunk_page(page, &[], &ChunkOptions::default());
+        assert_eq!(cs.len(), 1);
+        assert_eq!(cs[0].text, "Hall\naliases: Hall of Light");
+        assert_eq!((cs[0].line_start, cs[0].line_end), (1, 3));
+    }
+
+    #[test]
+    fn ids_are_stable_and_depend_on_text() {
+        let a = chunks("Some text here that is a paragraph.\n", &ChunkOptions::default());
+        let b = chunks("Some text here that is a paragraph.\n", &ChunkOptions::default());
+        let c = chunks("Other text here that is a paragraph.\n", &ChunkOptions::default());
+        assert_eq!(a[0].id, b[0].id);
+        assert_ne!(a[0].id, c[0].id);
+        assert_ne!(a[0].text_hash, c[0].text_hash);
+    }
+}

@@ -1,0 +1,99 @@
+//! The one error type of `cairn-ingest`. Every variant names the file (vault-relative), says what
+//! is wrong and what to do, so a `PageFailed` event is useful to a person as it stands.
+
+use std::path::PathBuf;
+
+/// Result alias for this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Why a file could not become a page (or a scan could not read something).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Error {
+    #[error(
+        "{path}: invalid YAML frontmatter at line {line}, column {column}: {message}; fix the \
+         frontmatter block (between the `---` lines) — the body is indexed meanwhile"
+    )]
+    InvalidFrontmatter { path: PathBuf, line: usize, column: usize, message: String },
+
+    #[error(
+        "{path}: frontmatter starts with `---` but has no closing `---` line; add one, or remove \
+         the opening line if the file has no frontmatter — the body is indexed meanwhile"
+    )]
+    UnclosedFrontmatter { path: PathBuf },
+
+    #[error(
+        "{path}: not valid UTF-8 (first bad byte at offset {offset}); re-save the file as UTF-8, \
+         e.g. `iconv -f latin1 -t utf-8`"
+    )]
+    NotUtf8 { path: PathBuf, offset: usize },
+
+    #[error(
+        "{path}: looks like binary content, not markdown ({reason}); move it out of the notes \
+         folder or give it another extension"
+    )]
+    Binary { path: PathBuf, reason: String },
+
+    #[error(
+        "{path}: {size} bytes is larger than the {cap}-byte cap for one page; split the note, or \
+         raise `max_page_bytes` in cairn.toml"
+    )]
+    TooLarge { path: PathBuf, size: u64, cap: u64 },
+
+    #[error(
+        "{path}: has the same slug `{slug}` as {kept}, which is indexed instead; rename one of \
+         the two files"
+    )]
+    DuplicateSlug { path: PathBuf, slug: String, kept: PathBuf },
+
+    #[error("{path}: the file name has no letter or digit, so the page has no slug; rename the file")]
+    NoSlug { path: PathBuf },
+
+    #[error("{path}: symlink leads outside the source root ({target}); it is not followed")]
+    SymlinkOutsideRoot { path: PathBuf, target: PathBuf },
+
+    #[error("{path}: symlink loop back to {ancestor}; it is not followed")]
+    SymlinkLoop { path: PathBuf, ancestor: PathBuf },
+
+    #[error("{path}: cannot read: {message}; check the file's permissions")]
+    Io { path: PathBuf, message: String },
+
+    #[error("invalid glob `{glob}`: {message}; fix the include/exclude pattern in the source config")]
+    Glob { glob: String, message: String },
+}
+
+impl Error {
+    /// The vault-relative path this error is about, if it is about a file.
+    pub fn path(&self) -> Option<&std::path::Path> {
+        match self {
+            Error::InvalidFrontmatter { path, .. }
+            | Error::UnclosedFrontmatter { path }
+            | Error::NotUtf8 { path, .. }
+            | Error::Binary { path, .. }
+            | Error::TooLarge { path, .. }
+            | Error::DuplicateSlug { path, .. }
+            | Error::NoSlug { path }
+            | Error::SymlinkOutsideRoot { path, .. }
+            | Error::SymlinkLoop { path, .. }
+            | Error::Io { path, .. } => Some(path),
+            Error::Glob { .. } => None,
+        }
+    }
+
+    /// A short machine-readable kind, stable across releases (used in events and JSON output).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::InvalidFrontmatter { .. } => "invalid_frontmatter",
+            Error::UnclosedFrontmatter { .. } => "unclosed_frontmatter",
+            Error::NotUtf8 { .. } => "not_utf8",
+            Error::Binary { .. } => "binary",
+            Error::TooLarge { .. } => "too_large",
+            Error::DuplicateSlug { .. } => "duplicate_slug",
+            Error::NoSlug { .. } => "no_slug",
+            Error::SymlinkOutsideRoot { .. } => "symlink_outside_root",
+            Error::SymlinkLoop { .. } => "symlink_loop",
+            Error::Io { .. } => "io",
+            Error::Glob { .. } => "glob",
+        }
+    }
+}

@@ -1,0 +1,27 @@
+//! `cairn-ingest`: everything about turning a folder of markdown notes into pages and chunks,
+//! as pure, synchronous functions.
+//!
+//! It owns: paths → slugs ([`slugify_path`]), the one name normalisation ([`normalize_name`]),
+//! frontmatter → title/aliases/tags/type, markdown → heading-aware chunks with line ranges,
+//! wikilinks, content hashes, scanning a source root, and the fs-event debounce state machine
+//! (time injected). It does not own threads, async runtimes, storage or models: no actix,
+//! tokio, LanceDB or ort here. Bad files are values ([`Error`]), never panics.
+
+pub mod chunk;
+pub mod debounce;
+mod error;
+pub mod frontmatter;
+mod hash;
+pub mod markdown;
+pub mod page;
+pub mod scan;
+pub mod slug;
+
+pub use chunk::{CHUNKER_VERSION, Chunk, ChunkOptions, estimate_tokens};
+pub use debounce::{Debouncer, RawEvent, Settled};
+pub use error::{Error, Result};
+pub use hash::hex_digest;
+pub use markdown::Link;
+pub use page::{ParseOptions, ParsedPage, TitleSource, parse_page, read_page, rel_string};
+pub use scan::{PathFilter, ScanOptions, ScanReport, ScannedFile, scan};
+pub use slug::{is_markdown, normalize_name, slugify_id, slugify_path, tokens};

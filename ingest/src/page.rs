@@ -1,0 +1,262 @@
+//! A markdown file → a [`ParsedPage`]: decoding, frontmatter, title, links, hash and chunks.
+
+use crate::chunk::{Chunk, ChunkOptions, PageText, chunk_page};
+use crate::error::{Error, Result};
+use crate::frontmatter;
+use crate::hash::hex_digest;
+use crate::markdown::{Link, analyze};
+use crate::slug::{normalize_name, slugify_path};
+use serde_json::{Map, Value};
+use std::path::{Path, PathBuf};
+
+/// Parsing knobs.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ParseOptions {
+    /// Files larger than this are refused (default 10 MB).
+    pub max_page_bytes: u64,
+    pub chunking: ChunkOptions,
+}
+
+impl Default for ParseOptions {
+    fn default() -> Self {
+        Self { max_page_bytes: 10_000_000, chunking: ChunkOptions::default() }
+    }
+}
+
+/// Where a page's title came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TitleSource {
+    Frontmatter,
+    Heading,
+    FileName,
+}
+
+/// A page ready to embed and store.
+#[derive(Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ParsedPage {
+    pub source_id: String,
+    pub slug: String,
+    /// Vault-relative path with `/` separators.
+    pub path: String,
+    pub title: String,
+    pub title_source: TitleSource,
+    /// Aliases as written.
+    pub aliases: Vec<String>,
+    /// Aliases through [`normalize_name`], in the same order.
+    pub aliases_normalized: Vec<String>,
+    pub tags: Vec<String>,
+    pub page_type: Option<String>,
+    /// The whole frontmatter as JSON (an object; empty without frontmatter).
+    pub frontmatter: Value,
+    pub links: Vec<Link>,
+    /// Hash of the body and the non-volatile frontmatter: unchanged means nothing to do.
+    pub content_hash: String,
+    pub chunks: Vec<Chunk>,
+    /// Problems that did not stop the page from being indexed (e.g. broken frontmatter: the
+    /// body is indexed with the file name as title).
+    pub problems: Vec<Error>,
+    pub bytes: u64,
+}
+
+impl std::fmt::Debug for ParsedPage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ParsedPage")
+            .field("source_id", &self.source_id)
+            .field("slug", &self.slug)
+            .field("title", &self.title)
+            .field("aliases", &self.aliases.len())
+            .field("links", &self.links.len())
+            .field("chunks", &self.chunks.len())
+            .field("problems", &self.problems.len())
+            .finish()
+    }
+}
+
+/// Read and parse one file of a source. The size cap is checked before reading.
+pub fn read_page(source_id: &str, root: &Path, rel: &Path, opts: &ParseOptions) -> Result<ParsedPage> {
+    let abs = root.join(rel);
+    let io = |e: std::io::Error| Error::Io { path: rel.to_path_buf(), message: e.to_string() };
+    let meta = std::fs::metadata(&abs).map_err(io)?;
+    if meta.len() > opts.max_page_bytes {
+        return Err(Error::TooLarge { path: rel.into(), size: meta.len(), cap: opts.max_page_bytes });
+    }
+    let bytes = std::fs::read(&abs).map_err(io)?;
+    parse_page(source_id, rel, &bytes, opts)
+}
+
+/// Parse the bytes of a file at vault-relative path `rel`.
+pub fn parse_page(source_id: &str, rel: &Path, bytes: &[u8], opts: &ParseOptions) -> Result<ParsedPage> {
+    let path: PathBuf = rel.to_path_buf();
+    if bytes.len() as u64 > opts.max_page_bytes {
+        return Err(Error::TooLarge { path, size: bytes.len() as u64, cap: opts.max_page_bytes });
+    }
+    let slug = slugify_path(rel).ok_or_else(|| Error::NoSlug { path: path.clone() })?;
+    let text = decode(rel, bytes)?;
+    let mut problems = Vec::new();
+
+    let split = frontmatter::split(&text);
+    if split.unclosed {
+        problems.push(Error::UnclosedFrontmatter { path: path.clone() });
+    }
+    let map: Map<String, Value> = match split.yaml.map(frontmatter::parse_yaml) {
+        None => Map::new(),
+        Some(Ok(map)) => map,
+        Some(Err(p)) => {
+            problems.push(Error::InvalidFrontmatter {
+                path: path.clone(),
+                line: p.line,
+                column: p.column,
+                message: p.message,
+            });
+            Map::new()
+        }
+    };
+    let fields = frontmatter::fields(&map);
+    let analysis = analyze(split.body);
+    let file_name = file_stem(rel);
+    let (title, title_source) = match (fields.title, analysis.first_h1.clone()) {
+        (Some(t), _) => (t, TitleSource::Frontmatter),
+        (None, Some(h)) => (h, TitleSource::Heading),
+        (None, None) => (file_name, TitleSource::FileName),
+    };
+    let content_hash = hex_digest(&[
+        frontmatter::stable_json(&map).as_bytes(),
+        split.body.as_bytes(),
+        // A frontmatter that fails to parse still changes the page when its text changes.
+        split.yaml.filter(|_| !problems.is_empty()).unwrap_or("").as_bytes(),
+    ]);
+    let page_text = PageText {
+        source_id,
+        slug: &slug,
+        title: &title,
+        aliases: &fields.aliases,
+        body: split.body,
+        body_line_offset: split.body_line_offset,
+    };
+    let chunks = chunk_page(page_text, &analysis.blocks, &opts.chunking);
+    Ok(ParsedPage {
+        source_id: source_id.to_string(),
+        path: rel_string(rel),
+        aliases_normalized: fields.aliases.iter().map(|a| normalize_name(a)).collect(),
+        aliases: fields.aliases,
+        tags: fields.tags,
+        page_type: fields.page_type,
+        frontmatter: Value::Object(map),
+        links: analysis.links,
+        content_hash,
+        chunks,
+        problems,
+        bytes: bytes.len() as u64,
+        slug,
+        title,
+        title_source,
+    })
+}
+
+/// The path with `/` separators, as stored and shown.
+pub fn rel_string(rel: &Path) -> String {
+    rel.components().map(|c| c.as_os_str().to_string_lossy()).collect::<Vec<_>>().join("/")
+}
+
+fn file_stem(rel: &Path) -> String {
+    rel.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+/// Bytes → text: binary refused, UTF-8 required, BOM dropped, CRLF → LF, NUL bytes dropped.
+fn decode(rel: &Path, bytes: &[u8]) -> Result<String> {
+    if let Some(reason) = binary_reason(bytes) {
+        return Err(Error::Binary { path: rel.into(), reason });
+    }
+    let text = std::str::from_utf8(bytes)
+        .map_err(|e| Error::NotUtf8 { path: rel.into(), offset: e.valid_up_to() })?;
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let mut out = text.replace("\r\n", "\n");
+    out.retain(|c| c != '\0');
+    Ok(out)
+}
+
+/// Known binary signatures, or many control bytes in the first 8 KiB. A stray NUL in a text
+/// file is not binary (it is dropped).
+fn binary_reason(bytes: &[u8]) -> Option<String> {
+    const SIGNATURES: [(&[u8], &str); 6] = [
+        (b"\x89PNG", "PNG image"),
+        (b"%PDF", "PDF document"),
+        (b"PK\x03\x04", "zip archive"),
+        (b"\xff\xd8\xff", "JPEG image"),
+        (b"GIF8", "GIF image"),
+        (b"\x7fELF", "executable"),
+    ];
+    if let Some((_, what)) = SIGNATURES.iter().find(|(sig, _)| bytes.starts_with(sig)) {
+        return Some(what.to_string());
+    }
+    let head = &bytes[..bytes.len().min(8192)];
+    let control = head.iter().filter(|&&b| b < 0x20 && !matches!(b, b'\n' | b'\r' | b'\t' | 0x0c)).count();
+    (head.len() >= 32 && control * 10 > head.len())
+        .then(|| format!("{control} control bytes in the first {} bytes", head.len()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(name: &str, text: &str) -> Result<ParsedPage> {
+        parse_page("notes", Path::new(name), text.as_bytes(), &ParseOptions::default())
+    }
+
+    #[test]
+    fn title_precedence() {
+        assert_eq!(parse("f.md", "---\ntitle: FM\n---\n# H1\n").unwrap().title, "FM");
+        let h = parse("f.md", "```\n# code\n```\n# H1 here\n").unwrap();
+        assert_eq!((h.title.as_str(), h.title_source), ("H1 here", TitleSource::Heading));
+        let f = parse("dir/My File.md", "just text\n").unwrap();
+        assert_eq!((f.title.as_str(), f.title_source), ("My File", TitleSource::FileName));
+        assert_eq!(f.slug, "dir/my-file");
+        assert_eq!(f.path, "dir/My File.md");
+    }
+
+    #[test]
+    fn broken_frontmatter_keeps_the_body() {
+        let p = parse("Broken.md", "---\ntitle: [oops\n---\n# Heading\n\nBody survives.\n").unwrap();
+        assert_eq!(p.problems.len(), 1);
+        assert_eq!(p.problems[0].kind(), "invalid_frontmatter");
+        let msg = p.problems[0].to_string();
+        assert!(msg.contains("Broken.md") && msg.contains("line"), "{msg}");
+        assert!(p.chunks.iter().any(|c| c.text.contains("Body survives.")));
+        // Title falls back past the frontmatter to the heading.
+        assert_eq!(p.title, "Heading");
+    }
+
+    #[test]
+    fn hash_ignores_volatile_keys_but_not_content() {
+        let a = parse("a.md", "---\ntitle: A\nupdated: 2024-01-01\n---\nbody\n").unwrap();
+        let b = parse("a.md", "---\nupdated: 2025-02-02\ntitle: A\n---\nbody\n").unwrap();
+        let c = parse("a.md", "---\ntitle: A\n---\nbody changed\n").unwrap();
+        assert_eq!(a.content_hash, b.content_hash);
+        assert_ne!(a.content_hash, c.content_hash);
+    }
+
+    #[test]
+    fn bom_crlf_and_nul_are_handled() {
+        let p = parse("w.md", "\u{feff}---\r\ntitle: Win\r\n---\r\nLine one.\r\nLine\0 two.\r\n").unwrap();
+        assert_eq!(p.title, "Win");
+        assert_eq!(p.chunks[0].text, "Line one.\nLine two.");
+        assert_eq!((p.chunks[0].line_start, p.chunks[0].line_end), (4, 5));
+        let unix = parse("w.md", "---\ntitle: Win\n---\nLine one.\nLine two.\n").unwrap();
+        assert_eq!(p.content_hash, unix.content_hash);
+    }
+
+    #[test]
+    fn failures_are_values_naming_the_file() {
+        let opts = ParseOptions { max_page_bytes: 10, ..ParseOptions::default() };
+        let big = parse_page("s", Path::new("big.md"), &[b'a'; 11], &opts).unwrap_err();
+        assert_eq!(big.kind(), "too_large");
+        let latin1 = parse_page("s", Path::new("l.md"), b"caf\xe9 au lait", &ParseOptions::default());
+        let e = latin1.unwrap_err();
+        assert!(matches!(e, Error::NotUtf8 { offset: 3, .. }), "{e:?}");
+        assert!(e.to_string().contains("l.md") && e.to_string().contains("iconv"));
+        let png = parse_page("s", Path::new("p.md"), b"\x89PNG\r\n\x1a\n....", &ParseOptions::default());
+        assert_eq!(png.unwrap_err().kind(), "binary");
+        assert_eq!(parse("(()).md", "x").unwrap_err().kind(), "no_slug");
+    }
+}

@@ -1,0 +1,260 @@
+//! Scanning a source root for markdown files, with the rules every source shares: hidden
+//! folders and `node_modules` skipped, include/exclude globs, no symlink followed out of the
+//! root, loops and unreadable folders reported instead of fatal, duplicate slugs refused.
+
+use crate::error::{Error, Result};
+use crate::slug::{is_markdown, slugify_path};
+use globset::{Glob, GlobSet, GlobSetBuilder};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use walkdir::WalkDir;
+
+/// Which files of a root belong to the source, beyond the fixed rules.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ScanOptions {
+    /// When non-empty, only files matching one of these (vault-relative, `/`-separated) count.
+    #[serde(default)]
+    pub include: Vec<String>,
+    /// Files and folders matching one of these are skipped.
+    #[serde(default)]
+    pub exclude: Vec<String>,
+}
+
+/// Compiled [`ScanOptions`] plus the fixed rules; also used by the watcher to filter events.
+#[derive(Debug, Clone)]
+pub struct PathFilter {
+    include: Option<GlobSet>,
+    exclude: GlobSet,
+}
+
+impl PathFilter {
+    pub fn new(opts: &ScanOptions) -> Result<Self> {
+        let build = |globs: &[String]| -> Result<GlobSet> {
+            let mut b = GlobSetBuilder::new();
+            for g in globs {
+                b.add(Glob::new(g).map_err(|e| Error::Glob { glob: g.clone(), message: e.to_string() })?);
+            }
+            b.build().map_err(|e| Error::Glob { glob: globs.join(", "), message: e.to_string() })
+        };
+        Ok(Self {
+            include: if opts.include.is_empty() { None } else { Some(build(&opts.include)?) },
+            exclude: build(&opts.exclude)?,
+        })
+    }
+
+    /// Whether a folder (vault-relative) is walked.
+    pub fn allows_dir(&self, rel: &Path) -> bool {
+        !rel.components().any(|c| is_ignored_name(&c.as_os_str().to_string_lossy()))
+            && !self.exclude.is_match(rel)
+    }
+
+    /// Whether a file (vault-relative) is part of the source.
+    pub fn allows_file(&self, rel: &Path) -> bool {
+        is_markdown(rel) && self.allows_dir(rel) && self.include.as_ref().is_none_or(|inc| inc.is_match(rel))
+    }
+}
+
+/// Hidden files and folders (`.obsidian`, `.git`, `.trash`, editor temp files) and
+/// `node_modules` are never part of a source.
+pub fn is_ignored_name(name: &str) -> bool {
+    (name.starts_with('.') && name != "." && name != "..") || name == "node_modules"
+}
+
+/// A markdown file found by a scan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScannedFile {
+    pub rel: PathBuf,
+    pub slug: String,
+    pub size: u64,
+    /// Modification time, milliseconds since the Unix epoch (0 when unknown).
+    pub mtime_ms: i64,
+}
+
+/// The files of a source and what could not be included.
+#[derive(Debug, Clone, Default)]
+pub struct ScanReport {
+    /// Sorted by path; slugs are unique.
+    pub files: Vec<ScannedFile>,
+    pub problems: Vec<Error>,
+}
+
+/// Scan `root`. Fails only when the root itself cannot be read.
+pub fn scan(root: &Path, filter: &PathFilter) -> Result<ScanReport> {
+    let canon_root =
+        root.canonicalize().map_err(|e| Error::Io { path: root.to_path_buf(), message: e.to_string() })?;
+    let problems = RefCell::new(Vec::new());
+    let mut found = Vec::new();
+    let rel_of = |p: &Path| p.strip_prefix(root).unwrap_or(p).to_path_buf();
+    let walker = WalkDir::new(root).follow_links(true).sort_by_file_name().into_iter();
+    let walker = walker.filter_entry(|e| {
+        if e.depth() == 0 {
+            return true;
+        }
+        let rel = rel_of(e.path());
+        if e.file_type().is_dir() && !filter.allows_dir(&rel) {
+            return false;
+        }
+        if e.path_is_symlink() {
+            match e.path().canonicalize() {
+                Ok(target) if !target.starts_with(&canon_root) => {
+                    problems.borrow_mut().push(Error::SymlinkOutsideRoot { path: rel, target });
+                    return false;
+                }
+                Err(_) => return false, // dangling: nothing to index
+                Ok(_) => {}
+            }
+        }
+        true
+    });
+    for entry in walker {
+        match entry {
+            Ok(e) if e.file_type().is_file() => {
+                let rel = rel_of(e.path());
+                if !filter.allows_file(&rel) {
+                    continue;
+                }
+                let Some(slug) = slugify_path(&rel) else {
+                    problems.borrow_mut().push(Error::NoSlug { path: rel });
+                    continue;
+                };
+                let meta = e.metadata().ok();
+                found.push(ScannedFile {
+                    rel,
+                    slug,
+                    size: meta.as_ref().map_or(0, |m| m.len()),
+                    mtime_ms: meta.and_then(|m| m.modified().ok()).map_or(0, mtime_ms),
+                });
+            }
+            Ok(_) => {}
+            Err(err) => {
+                let path = err.path().map(rel_of).unwrap_or_default();
+                let problem = match err.loop_ancestor() {
+                    Some(ancestor) => Error::SymlinkLoop { path, ancestor: rel_of(ancestor) },
+                    None => Error::Io { path, message: err.to_string() },
+                };
+                problems.borrow_mut().push(problem);
+            }
+        }
+    }
+    let mut problems = problems.into_inner();
+    let files = refuse_duplicate_slugs(found, &mut problems);
+    Ok(ScanReport { files, problems })
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn mtime_ms(t: std::time::SystemTime) -> i64 {
+    t.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Keep the first file (by path) of every slug; each later one becomes a `DuplicateSlug` error
+/// naming both files.
+fn refuse_duplicate_slugs(mut files: Vec<ScannedFile>, problems: &mut Vec<Error>) -> Vec<ScannedFile> {
+    files.sort_by(|a, b| a.rel.cmp(&b.rel));
+    let mut kept: HashMap<String, PathBuf> = HashMap::new();
+    files.retain(|f| match kept.get(&f.slug) {
+        Some(first) => {
+            problems.push(Error::DuplicateSlug {
+                path: f.rel.clone(),
+                slug: f.slug.clone(),
+                kept: first.clone(),
+            });
+            false
+        }
+        None => {
+            kept.insert(f.slug.clone(), f.rel.clone());
+            true
+        }
+    });
+    files
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(root: &Path, rel: &str, text: &str) {
+        let p = root.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+
+    #[test]
+    fn skips_hidden_node_modules_excluded_and_non_markdown() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for rel in [
+            "a.md",
+            "sub/b.markdown",
+            ".obsidian/c.md",
+            ".git/d.md",
+            ".trash/e.md",
+            "node_modules/f.md",
+            "drafts/g.md",
+            "h.txt",
+            ".hidden.md",
+        ] {
+            write(root, rel, "x");
+        }
+        let filter =
+            PathFilter::new(&ScanOptions { include: vec![], exclude: vec!["drafts/**".into()] }).unwrap();
+        let report = scan(root, &filter).unwrap();
+        let rels: Vec<_> = report.files.iter().map(|f| f.rel.to_string_lossy().into_owned()).collect();
+        assert_eq!(rels, ["a.md", "sub/b.markdown"]);
+        assert!(report.problems.is_empty());
+    }
+
+    #[test]
+    fn include_globs_restrict() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "notes/a.md", "x");
+        write(dir.path(), "other/b.md", "x");
+        let filter =
+            PathFilter::new(&ScanOptions { include: vec!["notes/**".into()], exclude: vec![] }).unwrap();
+        let report = scan(dir.path(), &filter).unwrap();
+        assert_eq!(report.files.len(), 1);
+        assert_eq!(report.files[0].slug, "notes/a");
+    }
+
+    #[test]
+    fn bad_glob_is_a_clear_error() {
+        let err = PathFilter::new(&ScanOptions { include: vec!["a/[".into()], exclude: vec![] }).unwrap_err();
+        assert_eq!(err.kind(), "glob");
+        assert!(err.to_string().contains("a/["));
+    }
+
+    #[test]
+    fn duplicate_slugs_keep_the_first_and_name_both() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "My Note.md", "x");
+        write(dir.path(), "my-note.md", "y");
+        let report = scan(dir.path(), &PathFilter::new(&ScanOptions::default()).unwrap()).unwrap();
+        assert_eq!(report.files.len(), 1);
+        assert_eq!(report.files[0].rel, Path::new("My Note.md"));
+        let msg = report.problems[0].to_string();
+        assert!(msg.contains("my-note.md") && msg.contains("My Note.md"), "{msg}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn symlinks_out_of_root_and_loops_are_reported_not_followed() {
+        let outside = tempfile::tempdir().unwrap();
+        write(outside.path(), "secret.md", "x");
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "in/a.md", "x");
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("out")).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("in"), dir.path().join("in/loop")).unwrap();
+        let report = scan(dir.path(), &PathFilter::new(&ScanOptions::default()).unwrap()).unwrap();
+        let slugs: Vec<_> = report.files.iter().map(|f| f.slug.as_str()).collect();
+        assert_eq!(slugs, ["in/a"]);
+        let kinds: Vec<_> = report.problems.iter().map(Error::kind).collect();
+        assert!(kinds.contains(&"symlink_outside_root"), "{kinds:?}");
+        assert!(kinds.contains(&"symlink_loop"), "{kinds:?}");
+    }
+
+    #[test]
+    fn missing_root_is_an_error() {
+        let err = scan(Path::new("/nonexistent/cairn"), &PathFilter::new(&ScanOptions::default()).unwrap());
+        assert_eq!(err.unwrap_err().kind(), "io");
+    }
+}

@@ -1,0 +1,132 @@
+//! Paths → slugs, and the one normalisation used wherever names are compared.
+
+use std::path::{Component, Path};
+use unicode_normalization::{UnicodeNormalization, char::is_combining_mark};
+
+/// Markdown file extensions cairn indexes (compared case-insensitively).
+pub const MARKDOWN_EXTENSIONS: [&str; 2] = ["md", "markdown"];
+
+/// Whether a path names a markdown file by its extension.
+pub fn is_markdown(path: &Path) -> bool {
+    path.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| MARKDOWN_EXTENSIONS.iter().any(|m| e.eq_ignore_ascii_case(m)))
+}
+
+/// Slug of one path segment: NFD, combining marks dropped, NFC, lowercase; letters, digits, `.`,
+/// `_` kept; every run of anything else (`-` included, so `a -- b` is `a-b`) becomes one `-`;
+/// `-` trimmed at both ends.
+pub fn slugify_segment(segment: &str) -> String {
+    let folded: String = segment.nfd().filter(|c| !is_combining_mark(*c)).nfc().collect();
+    let mut out = String::with_capacity(folded.len());
+    let mut pending_dash = false;
+    for c in folded.chars().flat_map(char::to_lowercase) {
+        if c.is_alphanumeric() || matches!(c, '.' | '_') {
+            if pending_dash && !out.is_empty() {
+                out.push('-');
+            }
+            pending_dash = false;
+            out.push(c);
+        } else {
+            pending_dash = true;
+        }
+    }
+    out.trim_matches('-').to_string()
+}
+
+/// Slug of a vault-relative path: the markdown extension dropped, each segment slugified, empty
+/// segments dropped, joined with `/`. `None` when nothing is left (a file named only with
+/// punctuation, e.g. `(()).md`): such a file cannot be addressed and is reported by the scanner.
+pub fn slugify_path(rel: &Path) -> Option<String> {
+    let without_ext = if is_markdown(rel) { rel.with_extension("") } else { rel.to_path_buf() };
+    let segments: Vec<String> = without_ext
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(s) => Some(slugify_segment(&s.to_string_lossy())),
+            _ => None,
+        })
+        .filter(|s| !s.is_empty())
+        .collect();
+    if segments.is_empty() { None } else { Some(segments.join("/")) }
+}
+
+/// Slug of a page id written as text (a wikilink target or an eval query's page id): the same
+/// rules as [`slugify_path`], with `/` as the separator.
+pub fn slugify_id(id: &str) -> Option<String> {
+    slugify_path(Path::new(id))
+}
+
+/// The one normalisation for comparing aliases, titles, slugs and queries: NFKC, lowercase,
+/// whitespace collapsed and trimmed, one layer of wrapping quotes or brackets (`"…"`, `'…'`,
+/// `“…”`, `[[…]]`, `(…)`) stripped.
+pub fn normalize_name(s: &str) -> String {
+    let lowered: String = s.nfkc().flat_map(char::to_lowercase).collect();
+    let collapsed = lowered.split_whitespace().collect::<Vec<_>>().join(" ");
+    const WRAPPERS: [(&str, &str); 6] =
+        [("[[", "]]"), ("\"", "\""), ("'", "'"), ("“", "”"), ("‘", "’"), ("(", ")")];
+    for (open, close) in WRAPPERS {
+        if let Some(inner) = collapsed.strip_prefix(open).and_then(|r| r.strip_suffix(close))
+            && !inner.is_empty()
+        {
+            return inner.trim().to_string();
+        }
+    }
+    collapsed
+}
+
+/// Lowercased alphanumeric tokens of a text after NFKC (used by title-phrase matching and the
+/// token estimate): splits on anything that is not a letter or digit.
+pub fn tokens(s: &str) -> Vec<String> {
+    let folded: String = s.nfkc().flat_map(char::to_lowercase).collect();
+    folded.split(|c: char| !c.is_alphanumeric()).filter(|t| !t.is_empty()).map(str::to_string).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slugs_from_the_issue() {
+        assert_eq!(
+            slugify_path(Path::new("Apple Notes/2017-05-03 ohmygreen.md")).as_deref(),
+            Some("apple-notes/2017-05-03-ohmygreen")
+        );
+        assert_eq!(slugify_path(Path::new("notes/v1.0.0.md")).as_deref(), Some("notes/v1.0.0"));
+        assert_eq!(slugify_path(Path::new("Café Ünïcode.md")).as_deref(), Some("cafe-unicode"));
+    }
+
+    #[test]
+    fn slug_edge_cases() {
+        assert_eq!(slugify_path(Path::new("A  B -- C.markdown")).as_deref(), Some("a-b-c"));
+        assert_eq!(slugify_path(Path::new("!!!Batch.md")).as_deref(), Some("batch"));
+        assert_eq!(slugify_path(Path::new("(()).md")), None);
+        assert_eq!(slugify_path(Path::new("x/(())/y.md")).as_deref(), Some("x/y"));
+        assert_eq!(slugify_path(Path::new("Straße/Ωmega.MD")).as_deref(), Some("straße/ωmega"));
+        assert_eq!(slugify_id("exclamation mark").as_deref(), Some("exclamation-mark"));
+        assert_eq!(slugify_path(Path::new("notes/file.txt")).as_deref(), Some("notes/file.txt"));
+    }
+
+    #[test]
+    fn normalisation_folds_forms_case_space_and_one_wrapper() {
+        assert_eq!(normalize_name("  Hall   of\tLight "), "hall of light");
+        assert_eq!(normalize_name("\"Hall of Light\""), "hall of light");
+        assert_eq!(normalize_name("[[Hall of Light]]"), "hall of light");
+        assert_eq!(normalize_name("((x))"), "(x)");
+        assert_eq!(normalize_name("ﬁle №1"), "file no1");
+        assert_eq!(normalize_name("'a'"), "a");
+        assert_eq!(normalize_name("\"\""), "\"\"");
+    }
+
+    #[test]
+    fn tokens_split_on_non_alphanumerics() {
+        assert_eq!(tokens("Indoor Greek-Amphitheater (v2)"), ["indoor", "greek", "amphitheater", "v2"]);
+        assert!(tokens("!!! 🎉").is_empty());
+    }
+
+    #[test]
+    fn markdown_extension_check() {
+        assert!(is_markdown(Path::new("a/b.MD")));
+        assert!(is_markdown(Path::new("a.markdown")));
+        assert!(!is_markdown(Path::new("a.md.tmp")));
+    }
+}

@@ -1,0 +1,31 @@
+use std::path::PathBuf;
+
+fn fixture(rel: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(rel)
+}
+
+#[test]
+fn scan_source_reports_pages_and_failures_with_reasons() {
+    let summary = cairn::scan_source("hostile", &fixture("vaults/hostile")).unwrap();
+    assert_eq!(summary.pages.len(), 12);
+    let failed: Vec<(&str, &str)> =
+        summary.failures.iter().map(|f| (f.path.as_str(), f.kind.as_str())).collect();
+    for expected in
+        [("image.md", "binary"), ("latin1.md", "not_utf8"), ("duplicate-name.md", "duplicate_slug")]
+    {
+        assert!(failed.contains(&expected), "{expected:?} missing from {failed:?}");
+    }
+    for f in &summary.failures {
+        assert!(f.reason.contains(&f.path), "reason must name the file: {}", f.reason);
+    }
+    let bad_yaml = summary.pages.iter().find(|p| p.slug == "bad-yaml").unwrap();
+    assert_eq!(bad_yaml.problems.len(), 1, "broken frontmatter is reported, the body kept");
+}
+
+#[test]
+fn source_ids_come_from_folder_names() {
+    assert_eq!(cairn::source_id_from_dir(&fixture("vaults/hostile")).unwrap(), "hostile");
+    assert!(cairn::validate_source_id("Bad_Id").is_err());
+    assert!(cairn::validate_source_id("-x").is_err());
+    assert!(cairn::validate_source_id("notes-2").is_ok());
+}
