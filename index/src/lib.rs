@@ -1,1 +1,20 @@
-//! `cairn-index`: the Embedder trait and its ONNX Runtime implementation, model provisioning, and per-source LanceDB storage.
+//! `cairn-index`: the embedding model and the storage of every source.
+//!
+//! It owns the [`Embedder`] trait and its ONNX Runtime implementation (tokenizer, batching,
+//! pooling), provisioning of the model and runtime files from the package registries, and
+//! per-source LanceDB tables (feature `storage`, on by default). It does not own threads or actors (`cairn-actors`) or
+//! ranking (`cairn-query`).
+
+pub mod embed;
+mod error;
+pub mod provision;
+#[cfg(feature = "storage")]
+pub mod schema;
+#[cfg(feature = "storage")]
+pub mod store;
+
+pub use embed::{Embedded, Embedder, OrtEmbedder, OrtOptions, QueryCache, RunTimes, cosine};
+pub use error::{Error, Result};
+pub use provision::{ModelFiles, provision};
+#[cfg(feature = "storage")]
+pub use store::{ChunkHit, Database, Manifest, PageRecord, PageState, PageWrite, SourceStore, WriteBatch};

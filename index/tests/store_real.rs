@@ -1,0 +1,144 @@
+//! Per-source LanceDB storage against a real on-disk database (temp dir), with the real model.
+
+use cairn_index::{Database, Embedder, Manifest, OrtEmbedder, OrtOptions, PageWrite, WriteBatch};
+use cairn_ingest::{ParseOptions, parse_page};
+use std::path::Path;
+use std::sync::OnceLock;
+
+fn embedder() -> &'static OrtEmbedder {
+    static E: OnceLock<OrtEmbedder> = OnceLock::new();
+    E.get_or_init(|| OrtEmbedder::open(OrtOptions::default()).expect("real model must load"))
+}
+
+fn manifest() -> Manifest {
+    Manifest::current(embedder().model_id(), embedder().dim())
+}
+
+fn page_write(source: &str, path: &str, text: &str) -> PageWrite {
+    let page = parse_page(source, Path::new(path), text.as_bytes(), &ParseOptions::default()).unwrap();
+    let texts: Vec<String> = page.chunks.iter().map(|c| c.embed_text()).collect();
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let vectors = embedder().embed_documents(&refs).unwrap().vectors;
+    PageWrite { page, vectors, mtime_ms: 0 }
+}
+
+const AMPHI: &str = "---\ntitle: Indoor Greek Amphitheater for Debate\naliases: [Hall of Light]\n---\n\
+    # Indoor Greek Amphitheater for Debate\n\nA round hall with tiered stone seats where citizens argue in public.\n\n\
+    ## Acoustics\n\nThe ceiling treatment uses slatted oak panels to absorb echo.\n";
+const SOURDOUGH: &str =
+    "# Sourdough\n\nFeed the starter, mix flour and water, proof overnight and bake in a hot oven.\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_read_and_search_one_source() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path().to_str().unwrap()).await.unwrap();
+    let store = db.open_source("notes", &manifest()).await.unwrap();
+    let batch = WriteBatch {
+        upserts: vec![
+            page_write("notes", "projects/amphi.md", AMPHI),
+            page_write("notes", "sourdough.md", SOURDOUGH),
+        ],
+        removals: vec![],
+    };
+    let chunks: usize = batch.upserts.iter().map(|w| w.page.chunks.len()).sum();
+    store.write(&batch).await.unwrap();
+    assert_eq!(store.counts().await.unwrap(), (2, chunks));
+
+    let kw = store.keyword("ceiling oak", 5).await.unwrap();
+    assert_eq!(kw[0].slug, "projects/amphi");
+    assert!(kw[0].text.contains("slatted oak"));
+    assert!(kw[0].line_start <= 9 && kw[0].line_end >= 9, "the oak line is line 9: {kw:?}");
+
+    let q = embedder().embed_query("how do I bake bread").unwrap();
+    let vec_hits = store.vector(&q, 5).await.unwrap();
+    assert_eq!(vec_hits[0].slug, "sourdough");
+    assert!(vec_hits[0].score > 0.3 && vec_hits[0].score <= 1.0, "cosine {}", vec_hits[0].score);
+
+    let titles = store.titles("greek amphitheater", 5).await.unwrap();
+    assert_eq!(titles[0].slug, "projects/amphi");
+    let alias = store.alias("hall of light").await.unwrap();
+    assert_eq!(alias.len(), 1);
+    assert_eq!(alias[0].title, "Indoor Greek Amphitheater for Debate");
+    assert_eq!(store.alias("sourdough").await.unwrap()[0].slug, "sourdough", "a title is an exact name too");
+    assert!(store.alias("nothing like this").await.unwrap().is_empty());
+
+    let page = store.page("projects/amphi").await.unwrap().unwrap();
+    assert_eq!(page.aliases, ["Hall of Light"]);
+    assert_eq!(page.chunk_count as usize, batch.upserts[0].page.chunks.len());
+    assert!(store.page("missing").await.unwrap().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replacing_a_page_drops_its_old_chunks_and_removal_removes_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path().to_str().unwrap()).await.unwrap();
+    let store = db.open_source("notes", &manifest()).await.unwrap();
+    let long =
+        format!("{AMPHI}\n## History\n\n{}\n", "The hall was rebuilt after the fire of 1871. ".repeat(30));
+    let first = page_write("notes", "a.md", &long);
+    assert!(first.page.chunks.len() >= 2);
+    store.write(&WriteBatch { upserts: vec![first.clone()], removals: vec![] }).await.unwrap();
+    let edited = long.replace("slatted oak panels", "woven wool banners");
+    let second = page_write("notes", "a.md", &edited);
+    store.write(&WriteBatch { upserts: vec![second.clone()], removals: vec![] }).await.unwrap();
+    assert_eq!(
+        store.counts().await.unwrap(),
+        (1, second.page.chunks.len()),
+        "old chunks replaced, not added to"
+    );
+    let chunks = store.page_chunks("a").await.unwrap();
+    assert!(chunks.iter().any(|c| c.text.contains("wool")));
+    assert!(!chunks.iter().any(|c| c.text.contains("oak")));
+    // Same text hash → the stored vector is found and can be reused.
+    let hashes: Vec<&str> = second.page.chunks.iter().map(|c| c.text_hash.as_str()).collect();
+    let stored = store.vectors_by_text_hash(&hashes).await.unwrap();
+    assert_eq!(stored.len(), hashes.len());
+    assert_eq!(stored[hashes[0]], second.vectors[0]);
+
+    store.write(&WriteBatch { upserts: vec![], removals: vec!["a".into()] }).await.unwrap();
+    assert_eq!(store.counts().await.unwrap(), (0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sources_are_separate_and_a_manifest_mismatch_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let uri = dir.path().to_str().unwrap();
+    let db = Database::open(uri).await.unwrap();
+    let a = db.open_source("alpha", &manifest()).await.unwrap();
+    let b = db.open_source("beta", &manifest()).await.unwrap();
+    a.write(&WriteBatch { upserts: vec![page_write("alpha", "same.md", AMPHI)], removals: vec![] })
+        .await
+        .unwrap();
+    b.write(&WriteBatch { upserts: vec![page_write("beta", "same.md", SOURDOUGH)], removals: vec![] })
+        .await
+        .unwrap();
+    assert_eq!(a.page("same").await.unwrap().unwrap().title, "Indoor Greek Amphitheater for Debate");
+    assert_eq!(b.page("same").await.unwrap().unwrap().title, "Sourdough");
+    assert_eq!(db.source_ids().await.unwrap(), ["alpha", "beta"]);
+
+    let other_model = Manifest { model_id: "some-other-model".into(), ..manifest() };
+    let err = db.open_source("alpha", &other_model).await.unwrap_err().to_string();
+    assert!(err.contains("alpha") && err.contains("reindex"), "{err}");
+    let rebuilt = db.rebuild_source("alpha", &other_model).await.unwrap();
+    assert_eq!(rebuilt.counts().await.unwrap(), (0, 0));
+    assert!(db.open_source("alpha", &other_model).await.is_ok());
+    assert_eq!(db.open_source("beta", &manifest()).await.unwrap().counts().await.unwrap(), (1, 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_source_names_itself_and_leaves_the_others_working() {
+    let dir = tempfile::tempdir().unwrap();
+    let uri = dir.path().to_str().unwrap();
+    let db = Database::open(uri).await.unwrap();
+    db.open_source("good", &manifest()).await.unwrap();
+    db.open_source("broken", &manifest()).await.unwrap();
+    // Damage: the chunks table's folder replaced by garbage.
+    let chunks_dir = dir.path().join("broken_chunks.lance");
+    std::fs::remove_dir_all(&chunks_dir).unwrap();
+    std::fs::write(&chunks_dir, b"not a lance table").unwrap();
+    let db = Database::open(uri).await.unwrap();
+    let err = db.open_source("broken", &manifest()).await.unwrap_err().to_string();
+    assert!(err.contains("broken"), "{err}");
+    assert!(err.contains("reindex --source broken"), "{err}");
+    assert!(db.open_source("good", &manifest()).await.is_ok());
+}
