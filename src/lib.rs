@@ -2,10 +2,15 @@
 //! answers queries with evidence. This crate is the embedded API and the CLI's wiring; the work
 //! happens in `cairn-ingest`, `cairn-index`, `cairn-query` and `cairn-actors`.
 
-use anyhow::{Result, bail};
-use cairn_ingest::{ParseOptions, PathFilter, ScanOptions, read_page, rel_string, scan};
+use anyhow::{Context, Result, bail};
+use cairn_index::{
+    Database, Embedder, Manifest, OrtEmbedder, OrtOptions, SyncOptions, SyncReport, sync_source,
+};
+use cairn_ingest::{ParseOptions, PathFilter, ScanOptions, read_page, scan};
 use serde::Serialize;
-use std::path::Path;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// A source id: `^[a-z0-9][a-z0-9-]{0,31}$`.
 pub fn validate_source_id(id: &str) -> Result<()> {
@@ -21,7 +26,7 @@ pub fn validate_source_id(id: &str) -> Result<()> {
 
 /// The id of a source given as a bare folder: its name, slugified and cut to 32 characters.
 pub fn source_id_from_dir(dir: &Path) -> Result<String> {
-    let canon = dir.canonicalize().map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?;
+    let canon = dir.canonicalize().with_context(|| format!("source folder {}", dir.display()))?;
     let name = canon.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let mut id: String = cairn_ingest::slug::slugify_segment(&name)
         .chars()
@@ -34,6 +39,159 @@ pub fn source_id_from_dir(dir: &Path) -> Result<String> {
     }
     validate_source_id(&id)?;
     Ok(id)
+}
+
+/// A source named on the command line or in the config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceSpec {
+    pub id: String,
+    pub root: PathBuf,
+}
+
+impl SourceSpec {
+    /// `id=dir` (from `--source`).
+    pub fn parse_assignment(s: &str) -> Result<Self> {
+        let Some((id, dir)) = s.split_once('=') else {
+            bail!("`--source {s}`: expected ID=DIR, e.g. --source notes=~/vault");
+        };
+        validate_source_id(id)?;
+        Ok(Self { id: id.into(), root: PathBuf::from(dir) })
+    }
+
+    /// A bare folder: id from its name.
+    pub fn from_dir(dir: &Path) -> Result<Self> {
+        Ok(Self { id: source_id_from_dir(dir)?, root: dir.to_path_buf() })
+    }
+}
+
+/// Positional folders and `--source id=dir`s, ids checked for duplicates.
+pub fn source_specs(dirs: &[PathBuf], assignments: &[String]) -> Result<Vec<SourceSpec>> {
+    let mut specs: Vec<SourceSpec> = dirs.iter().map(|d| SourceSpec::from_dir(d)).collect::<Result<_>>()?;
+    for a in assignments {
+        specs.push(SourceSpec::parse_assignment(a)?);
+    }
+    let mut seen = std::collections::HashSet::new();
+    for s in &specs {
+        if !seen.insert(&s.id) {
+            bail!("two sources are named `{}`; give one another id with --source ID=DIR", s.id);
+        }
+    }
+    Ok(specs)
+}
+
+/// The database URI: `--db`, else `$CAIRN_DB`, else the user's data directory + `cairn`.
+pub fn default_db_uri() -> String {
+    dirs::data_dir().unwrap_or_else(|| PathBuf::from(".")).join("cairn").display().to_string()
+}
+
+/// What `cairn index` reports: totals over every source, then each source.
+#[derive(Debug, Default, Serialize)]
+pub struct IndexSummary {
+    pub pages_indexed: usize,
+    pub pages_unchanged: usize,
+    pub pages_removed: usize,
+    pub pages_failed: usize,
+    pub failures: Vec<Failure>,
+    pub warnings: Vec<Failure>,
+    pub chunks_embedded: usize,
+    pub chunks_reused: usize,
+    pub embed_seconds: f64,
+    pub seconds: f64,
+    /// Sources that could not be indexed at all (unreadable root, damaged tables), with why.
+    pub sources_failed: Vec<Failure>,
+    pub sources: Vec<SyncReport>,
+}
+
+impl IndexSummary {
+    fn add(&mut self, r: SyncReport) {
+        self.pages_indexed += r.pages_indexed;
+        self.pages_unchanged += r.pages_unchanged;
+        self.pages_removed += r.pages_removed;
+        self.pages_failed += r.pages_failed;
+        self.failures.extend(r.failures.iter().cloned());
+        self.warnings.extend(r.warnings.iter().cloned());
+        self.chunks_embedded += r.chunks_embedded;
+        self.chunks_reused += r.chunks_reused;
+        self.embed_seconds += r.embed_seconds;
+        self.sources.push(r);
+    }
+
+    /// Whether anything is in the index for the sources named.
+    pub fn anything_indexed(&self) -> bool {
+        self.pages_indexed + self.pages_unchanged > 0
+    }
+}
+
+/// Index (incrementally) every source into the database at `db_uri`. A source that fails is
+/// reported and the others go on; `rebuild` drops each source's tables first.
+pub async fn index_sources(db_uri: &str, specs: &[SourceSpec], rebuild: bool) -> Result<IndexSummary> {
+    let started = std::time::Instant::now();
+    let db = Database::open(db_uri).await?;
+    let embedder: Arc<dyn Embedder> =
+        Arc::new(tokio::task::spawn_blocking(|| OrtEmbedder::open(OrtOptions::default())).await??);
+    let manifest = Manifest::current(embedder.model_id(), embedder.dim());
+    let mut summary = IndexSummary::default();
+    let show_progress = std::io::stderr().is_terminal();
+    for spec in specs {
+        let store = if rebuild {
+            db.rebuild_source(&spec.id, &manifest).await
+        } else {
+            match db.open_source(&spec.id, &manifest).await {
+                Err(cairn_index::Error::ManifestMismatch { .. }) => {
+                    eprintln!("source `{}` was built by another model or version; rebuilding it", spec.id);
+                    db.rebuild_source(&spec.id, &manifest).await
+                }
+                other => other,
+            }
+        };
+        let result = match store {
+            Ok(store) => {
+                let id = spec.id.clone();
+                sync_source(&store, &spec.root, embedder.clone(), &SyncOptions::default(), |p| {
+                    if show_progress {
+                        let rate = p.chunks_embedded as f64 / p.elapsed.as_secs_f64().max(1e-3);
+                        let left = p.pages_total.saturating_sub(p.pages_done);
+                        let eta = if p.pages_done > 0 {
+                            p.elapsed.as_secs_f64() / p.pages_done as f64 * left as f64
+                        } else {
+                            0.0
+                        };
+                        eprint!(
+                            "\r{id}: {}/{} pages, {rate:.1} chunks/s, ETA {eta:.0} s   ",
+                            p.pages_done, p.pages_total
+                        );
+                    }
+                })
+                .await
+            }
+            Err(e) => Err(e),
+        };
+        if show_progress {
+            eprintln!();
+        }
+        match result {
+            Ok(report) => summary.add(report),
+            Err(e) => summary.sources_failed.push(Failure {
+                source: spec.id.clone(),
+                path: spec.root.display().to_string(),
+                kind: "source".into(),
+                reason: e.to_string(),
+            }),
+        }
+    }
+    summary.seconds = started.elapsed().as_secs_f64();
+    Ok(summary)
+}
+
+/// A stored page, as `cairn get` prints it.
+pub async fn get_page(db_uri: &str, source: &str, slug: &str) -> Result<cairn_index::PageRecord> {
+    let db = Database::open(db_uri).await?;
+    let store = db.open_existing(source).await?;
+    store.page(slug).await?.with_context(|| {
+        format!(
+            "no page `{slug}` in source `{source}`; slugs are vault paths without .md, e.g. notes/my-page"
+        )
+    })
 }
 
 /// What `cairn scan` reports for one source.
@@ -58,14 +216,7 @@ pub struct PageSummary {
     pub problems: Vec<String>,
 }
 
-/// A file that could not be included, and why.
-#[derive(Debug, Serialize)]
-pub struct Failure {
-    pub source: String,
-    pub path: String,
-    pub kind: String,
-    pub reason: String,
-}
+pub use cairn_index::Failure;
 
 impl ScanSummary {
     pub fn print_table(&self) {
@@ -93,13 +244,7 @@ impl ScanSummary {
 /// Scan and parse one source without storing anything.
 pub fn scan_source(id: &str, root: &Path) -> Result<ScanSummary> {
     let report = scan(root, &PathFilter::new(&ScanOptions::default())?)?;
-    let failure = |e: &cairn_ingest::Error| Failure {
-        source: id.to_string(),
-        path: e.path().map(rel_string).unwrap_or_default(),
-        kind: e.kind().to_string(),
-        reason: e.to_string(),
-    };
-    let mut failures: Vec<Failure> = report.problems.iter().map(failure).collect();
+    let mut failures: Vec<Failure> = report.problems.iter().map(|e| Failure::of(id, e)).collect();
     let mut pages = Vec::new();
     for file in &report.files {
         match read_page(id, root, &file.rel, &ParseOptions::default()) {
@@ -113,7 +258,7 @@ pub fn scan_source(id: &str, root: &Path) -> Result<ScanSummary> {
                 links: p.links.len(),
                 chunks: p.chunks.len(),
             }),
-            Err(e) => failures.push(failure(&e)),
+            Err(e) => failures.push(Failure::of(id, &e)),
         }
     }
     Ok(ScanSummary { source: id.to_string(), root: root.display().to_string(), pages, failures })

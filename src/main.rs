@@ -1,8 +1,9 @@
 //! The `cairn` command line. Only wiring: each subcommand calls the library crates.
 
-use anyhow::{Context, Result};
-use clap::{Parser, Subcommand};
+use anyhow::Result;
+use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
 #[command(name = "cairn", version, about = "A live hybrid index of folders of markdown notes")]
@@ -11,53 +12,143 @@ struct Cli {
     command: Command,
 }
 
+/// Where the index lives.
+#[derive(Args, Debug)]
+struct DbArg {
+    /// Database URI: a folder, or an object-store URI (s3://…) passed to LanceDB unchanged.
+    #[arg(long, env = "CAIRN_DB", default_value_t = cairn::default_db_uri())]
+    db: String,
+}
+
+/// Which folders to index.
+#[derive(Args, Debug)]
+struct SourcesArg {
+    /// Folders to index; each is a source whose id is the folder's name.
+    dirs: Vec<PathBuf>,
+    /// A source with an explicit id: ID=DIR (repeatable).
+    #[arg(long = "source", value_name = "ID=DIR")]
+    sources: Vec<String>,
+}
+
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Scan and parse folders, and print what cairn extracts from each page (nothing is stored).
+    /// Index folders into the database (incrementally: unchanged pages cost nothing).
+    Index {
+        #[command(flatten)]
+        sources: SourcesArg,
+        #[command(flatten)]
+        db: DbArg,
+        /// One JSON summary on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Drop the sources' tables and index them again from scratch.
+    Reindex {
+        #[command(flatten)]
+        sources: SourcesArg,
+        #[command(flatten)]
+        db: DbArg,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a stored page: `cairn get SOURCE:SLUG`.
+    Get {
+        /// SOURCE:SLUG, e.g. notes:projects/amphitheater
+        target: String,
+        #[command(flatten)]
+        db: DbArg,
+    },
+    /// Scan and parse folders and print what cairn extracts from each page (nothing stored).
     Scan {
-        /// Folders to scan; each is a source named after the folder.
         #[arg(required = true)]
         dirs: Vec<PathBuf>,
-        /// One JSON document on stdout instead of a table.
         #[arg(long)]
         json: bool,
     },
 }
 
-fn main() -> std::process::ExitCode {
+fn main() -> ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
-    match run(cli) {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(run(cli)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
-            std::process::ExitCode::from(1)
+            ExitCode::from(1)
         }
     }
 }
 
-fn run(cli: Cli) -> Result<std::process::ExitCode> {
+async fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
+        Command::Index { sources, db, json } => index(sources, db, json, false).await,
+        Command::Reindex { sources, db, json } => index(sources, db, json, true).await,
+        Command::Get { target, db } => {
+            let Some((source, slug)) = target.split_once(':') else {
+                eprintln!("error: `{target}`: expected SOURCE:SLUG, e.g. notes:projects/amphitheater");
+                return Ok(ExitCode::from(2));
+            };
+            let page = cairn::get_page(&db.db, source, slug).await?;
+            println!("{}", serde_json::to_string_pretty(&page)?);
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Scan { dirs, json } => {
-            let mut sources = Vec::new();
+            let mut summaries = Vec::new();
             for dir in &dirs {
-                let id = cairn::source_id_from_dir(dir)?;
-                let summary = cairn::scan_source(&id, dir)
-                    .with_context(|| format!("scanning source `{id}` at {}", dir.display()))?;
-                sources.push(summary);
+                let spec = cairn::SourceSpec::from_dir(dir)?;
+                summaries.push(cairn::scan_source(&spec.id, &spec.root)?);
             }
             if json {
-                println!("{}", serde_json::to_string(&sources)?);
+                println!("{}", serde_json::to_string(&summaries)?);
             } else {
-                for s in &sources {
-                    s.print_table();
-                }
+                summaries.iter().for_each(cairn::ScanSummary::print_table);
             }
-            let any_page = sources.iter().any(|s| !s.pages.is_empty());
-            Ok(if any_page { std::process::ExitCode::SUCCESS } else { std::process::ExitCode::from(1) })
+            let any = summaries.iter().any(|s| !s.pages.is_empty());
+            Ok(if any { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
     }
+}
+
+async fn index(sources: SourcesArg, db: DbArg, json: bool, rebuild: bool) -> Result<ExitCode> {
+    let specs = cairn::source_specs(&sources.dirs, &sources.sources)?;
+    if specs.is_empty() {
+        eprintln!("error: name at least one folder to index, or --source ID=DIR");
+        return Ok(ExitCode::from(2));
+    }
+    let summary = cairn::index_sources(&db.db, &specs, rebuild).await?;
+    if json {
+        println!("{}", serde_json::to_string(&summary)?);
+    } else {
+        for f in summary.sources_failed.iter().chain(&summary.failures) {
+            eprintln!("failed: {}", f.reason);
+        }
+        for w in &summary.warnings {
+            eprintln!("warning: {}", w.reason);
+        }
+        println!(
+            "{} pages indexed, {} unchanged, {} removed, {} failed; {} chunks embedded, {} reused; {:.1} s (db: {})",
+            summary.pages_indexed,
+            summary.pages_unchanged,
+            summary.pages_removed,
+            summary.pages_failed,
+            summary.chunks_embedded,
+            summary.chunks_reused,
+            summary.seconds,
+            db.db
+        );
+    }
+    let nothing_failed = summary.failures.is_empty() && summary.sources_failed.is_empty();
+    Ok(if summary.anything_indexed() || nothing_failed { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

@@ -12,9 +12,13 @@ pub mod provision;
 pub mod schema;
 #[cfg(feature = "storage")]
 pub mod store;
+#[cfg(feature = "storage")]
+pub mod sync;
 
 pub use embed::{Embedded, Embedder, OrtEmbedder, OrtOptions, QueryCache, RunTimes, cosine};
 pub use error::{Error, Result};
 pub use provision::{ModelFiles, provision};
 #[cfg(feature = "storage")]
 pub use store::{ChunkHit, Database, Manifest, PageRecord, PageState, PageWrite, SourceStore, WriteBatch};
+#[cfg(feature = "storage")]
+pub use sync::{Failure, Progress, SyncOptions, SyncReport, sync_source};

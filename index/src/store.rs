@@ -119,6 +119,24 @@ impl Database {
         Ok(store)
     }
 
+    /// Open a source as it is, whatever built it (for reading pages back, not for writing
+    /// vectors). Unknown sources are an error that lists the known ones.
+    pub async fn open_existing(&self, id: &str) -> Result<SourceStore> {
+        let known = self.source_ids().await?;
+        if !known.iter().any(|k| k == id) {
+            return Err(self.err(
+                id,
+                format!(
+                    "no such source here; known sources: {}",
+                    if known.is_empty() { "none".to_string() } else { known.join(", ") }
+                ),
+            ));
+        }
+        let probe = self.open_tables(id, 0).await?;
+        let dim = probe.read_manifest().await?.map_or(0, |m| m.dim);
+        Ok(SourceStore { dim, ..probe })
+    }
+
     /// Drop and recreate a source's tables (empty). The manifest is written last, so a crash
     /// in between leaves a source that is rebuilt again on the next open.
     pub async fn rebuild_source(&self, id: &str, manifest: &Manifest) -> Result<SourceStore> {

@@ -85,7 +85,11 @@ pub fn scan(root: &Path, filter: &PathFilter) -> Result<ScanReport> {
         root.canonicalize().map_err(|e| Error::Io { path: root.to_path_buf(), message: e.to_string() })?;
     let problems = RefCell::new(Vec::new());
     let mut found = Vec::new();
-    let rel_of = |p: &Path| p.strip_prefix(root).unwrap_or(p).to_path_buf();
+    let rel_of = |p: &Path| match p.strip_prefix(root) {
+        Ok(r) if r.as_os_str().is_empty() => PathBuf::from("."),
+        Ok(r) => r.to_path_buf(),
+        Err(_) => p.to_path_buf(),
+    };
     let walker = WalkDir::new(root).follow_links(true).sort_by_file_name().into_iter();
     let walker = walker.filter_entry(|e| {
         if e.depth() == 0 {

@@ -1,0 +1,146 @@
+//! `cairn index` against a real on-disk LanceDB (temp dir) with the real model.
+
+use cairn::{IndexSummary, SourceSpec, index_sources};
+use cairn_index::{Database, Embedder, Manifest, OrtEmbedder, OrtOptions};
+use std::path::Path;
+
+fn write(root: &Path, rel: &str, text: &str) {
+    let p = root.join(rel);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, text).unwrap();
+}
+
+const LONG_PAGE: &str = "# Amphitheater\n\nAn indoor amphitheater in the Greek style, built for structured public debate.\n\n\
+## Acoustics\n\nSlatted oak panels on the ceiling absorb the echo of two hundred voices during a debate session.\n\n\
+## Seating\n\nTiered stone benches in a semicircle give every seat a clear line of sight to the speaker's floor.\n";
+
+fn spec(id: &str, root: &Path) -> SourceSpec {
+    SourceSpec { id: id.into(), root: root.to_path_buf() }
+}
+
+async fn index(db: &Path, specs: &[SourceSpec]) -> IndexSummary {
+    index_sources(db.to_str().unwrap(), specs, false).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reindexing_is_incremental_edit_rename_and_delete() {
+    let vault = tempfile::tempdir().unwrap();
+    let db = tempfile::tempdir().unwrap();
+    write(vault.path(), "amphitheater.md", LONG_PAGE);
+    write(vault.path(), "bread.md", "# Sourdough\n\nFeed the starter, proof overnight, bake hot.\n");
+    let specs = [spec("notes", vault.path())];
+
+    let first = index(db.path(), &specs).await;
+    assert_eq!((first.pages_indexed, first.pages_failed), (2, 0));
+    assert!(first.chunks_embedded >= 2);
+    let version = first.sources[0].table_version;
+
+    // Unchanged: nothing written, nothing embedded.
+    let again = index(db.path(), &specs).await;
+    assert_eq!((again.pages_indexed, again.pages_unchanged, again.chunks_embedded), (0, 2, 0));
+    assert_eq!(again.sources[0].table_version, version, "an unchanged vault writes nothing");
+
+    // Edit one section: only its chunk is embedded again.
+    write(
+        vault.path(),
+        "amphitheater.md",
+        &LONG_PAGE.replace("Tiered stone benches", "Tiered wooden benches"),
+    );
+    let edited = index(db.path(), &specs).await;
+    assert_eq!(edited.pages_indexed, 1);
+    assert_eq!(edited.chunks_embedded, 1, "only the edited section's chunk is new");
+    assert!(edited.chunks_reused >= 1);
+
+    // Rename: the page moves, nothing is embedded (its title comes from its heading).
+    std::fs::rename(vault.path().join("bread.md"), vault.path().join("baking.md")).unwrap();
+    let renamed = index(db.path(), &specs).await;
+    assert_eq!((renamed.pages_indexed, renamed.pages_removed, renamed.chunks_embedded), (1, 1, 0));
+    let store =
+        Database::open(db.path().to_str().unwrap()).await.unwrap().open_existing("notes").await.unwrap();
+    assert!(store.page("bread").await.unwrap().is_none());
+    assert_eq!(store.page("baking").await.unwrap().unwrap().title, "Sourdough");
+
+    // Delete.
+    std::fs::remove_file(vault.path().join("baking.md")).unwrap();
+    let deleted = index(db.path(), &specs).await;
+    assert_eq!(deleted.pages_removed, 1);
+    assert_eq!(store.counts().await.unwrap().0, 1);
+    assert!(store.keyword("sourdough starter", 5).await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_sources_with_one_slug_and_reads_that_find_the_page() {
+    let (a, b, db) =
+        (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    write(a.path(), "index.md", LONG_PAGE);
+    write(
+        b.path(),
+        "index.md",
+        "# Tax checklist\n\nQuarterly tax filing: gather receipts, file the VAT return.\n",
+    );
+    let summary = index(db.path(), &[spec("alpha", a.path()), spec("beta", b.path())]).await;
+    assert_eq!(summary.pages_indexed, 2);
+    let database = Database::open(db.path().to_str().unwrap()).await.unwrap();
+    let (sa, sb) =
+        (database.open_existing("alpha").await.unwrap(), database.open_existing("beta").await.unwrap());
+    assert_eq!(sa.page("index").await.unwrap().unwrap().title, "Amphitheater");
+    assert_eq!(sb.page("index").await.unwrap().unwrap().title, "Tax checklist");
+
+    // BM25 and vector reads return the expected page for a known query.
+    assert_eq!(sa.keyword("oak ceiling echo", 3).await.unwrap()[0].heading_path, "Amphitheater › Acoustics");
+    let e = OrtEmbedder::open(OrtOptions::default()).unwrap();
+    let q = e.embed_query("where can citizens argue in public").unwrap();
+    let best = sa.vector(&q, 3).await.unwrap();
+    assert_eq!(best[0].slug, "index");
+    assert!(sb.keyword("oak ceiling echo", 3).await.unwrap().is_empty(), "sources never mix");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_built_by_another_model_is_rebuilt_not_mixed() {
+    let (vault, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    write(vault.path(), "a.md", LONG_PAGE);
+    let uri = db.path().to_str().unwrap();
+    // Tables built by "another model" (a different id, same width) holding a stale page.
+    let database = Database::open(uri).await.unwrap();
+    let other = Manifest { model_id: "old-model".into(), ..Manifest::current("x", 384) };
+    let stale = database.rebuild_source("notes", &other).await.unwrap();
+    let page =
+        cairn_ingest::parse_page("notes", Path::new("stale.md"), b"# Stale\n\nold", &Default::default())
+            .unwrap();
+    let vectors = vec![vec![0.0; 384]; page.chunks.len()];
+    stale
+        .write(&cairn_index::WriteBatch {
+            upserts: vec![cairn_index::PageWrite { page, vectors, mtime_ms: 0 }],
+            removals: vec![],
+        })
+        .await
+        .unwrap();
+
+    let summary = index(db.path(), &[spec("notes", vault.path())]).await;
+    assert_eq!(summary.pages_indexed, 1);
+    let store = Database::open(uri).await.unwrap().open_existing("notes").await.unwrap();
+    assert!(store.page("stale").await.unwrap().is_none(), "the old model's rows are gone");
+    let e = OrtEmbedder::open(OrtOptions::default()).unwrap();
+    Database::open(uri)
+        .await
+        .unwrap()
+        .open_source("notes", &Manifest::current(e.model_id(), e.dim()))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_folder_fails_that_source_only() {
+    let (vault, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    write(vault.path(), "a.md", LONG_PAGE);
+    let summary =
+        index(db.path(), &[spec("gone", Path::new("/nonexistent/cairn-vault")), spec("notes", vault.path())])
+            .await;
+    assert_eq!(summary.pages_indexed, 1);
+    assert_eq!(summary.sources_failed.len(), 1);
+    assert!(
+        summary.sources_failed[0].reason.contains("/nonexistent/cairn-vault"),
+        "{:?}",
+        summary.sources_failed
+    );
+}
