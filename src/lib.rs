@@ -183,6 +183,35 @@ pub async fn index_sources(db_uri: &str, specs: &[SourceSpec], rebuild: bool) ->
     Ok(summary)
 }
 
+/// Answer a query over the sources stored in the database (all, or those the request names).
+/// `fast` mode never loads the model.
+pub async fn search_db(
+    db_uri: &str,
+    req: &cairn_query::SearchRequest,
+) -> Result<cairn_query::SearchResponse> {
+    let db = Database::open(db_uri).await?;
+    let ids = db.source_ids().await?;
+    let mut stores = Vec::new();
+    let mut broken = Vec::new();
+    for id in &ids {
+        match db.open_existing(id).await {
+            Ok(s) => stores.push(s),
+            Err(e) => broken.push(format!("{id}: {e}")),
+        }
+    }
+    let embedder = match req.mode {
+        cairn_query::Mode::Fast => None,
+        _ => Some(tokio::task::spawn_blocking(|| OrtEmbedder::open(OrtOptions::default())).await??),
+    };
+    let refs: Vec<&cairn_index::SourceStore> = stores.iter().collect();
+    let mut resp = cairn_query::search(&refs, embedder.as_ref().map(|e| e as &dyn Embedder), req).await?;
+    for b in broken {
+        resp.degraded.push(format!("source_failed:{}", b.split(':').next().unwrap_or_default()));
+        resp.notes.push(b);
+    }
+    Ok(resp)
+}
+
 /// A stored page, as `cairn get` prints it.
 pub async fn get_page(db_uri: &str, source: &str, slug: &str) -> Result<cairn_index::PageRecord> {
     let db = Database::open(db_uri).await?;

@@ -51,6 +51,25 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Search the index: results with evidence and create_safety.
+    Search {
+        query: String,
+        /// Only these sources (repeatable).
+        #[arg(long = "source")]
+        sources: Vec<String>,
+        /// fast (no embedding), balanced, thorough.
+        #[arg(long, default_value = "balanced")]
+        mode: String,
+        #[arg(long, default_value_t = 10)]
+        limit: usize,
+        #[arg(long)]
+        json: bool,
+        /// Per result: each arm's rank and score, the fusion, boosts and why the evidence is what it is.
+        #[arg(long)]
+        explain: bool,
+        #[command(flatten)]
+        db: DbArg,
+    },
     /// Print a stored page: `cairn get SOURCE:SLUG`.
     Get {
         /// SOURCE:SLUG, e.g. notes:projects/amphitheater
@@ -95,6 +114,23 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Index { sources, db, json } => index(sources, db, json, false).await,
         Command::Reindex { sources, db, json } => index(sources, db, json, true).await,
+        Command::Search { query, sources, mode, limit, json, explain, db } => {
+            let mode: cairn_query::Mode = match mode.parse() {
+                Ok(m) => m,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return Ok(ExitCode::from(2));
+                }
+            };
+            let req = cairn_query::SearchRequest { query, sources, mode, limit, explain };
+            let resp = cairn::search_db(&db.db, &req).await?;
+            if json {
+                println!("{}", serde_json::to_string(&resp)?);
+            } else {
+                print_results(&resp);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Get { target, db } => {
             let Some((source, slug)) = target.split_once(':') else {
                 eprintln!("error: `{target}`: expected SOURCE:SLUG, e.g. notes:projects/amphitheater");
@@ -151,4 +187,43 @@ async fn index(sources: SourcesArg, db: DbArg, json: bool, rebuild: bool) -> Res
     }
     let nothing_failed = summary.failures.is_empty() && summary.sources_failed.is_empty();
     Ok(if summary.anything_indexed() || nothing_failed { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+fn print_results(resp: &cairn_query::SearchResponse) {
+    for (i, r) in resp.results.iter().enumerate() {
+        let ev: Vec<String> = r.evidence.iter().map(|e| format!("{e:?}")).collect();
+        println!(
+            "{:>2}. {}:{}  {}  score={:.3} cosine={} [{}] create_safety={:?}",
+            i + 1,
+            r.source,
+            r.slug,
+            r.title,
+            r.score,
+            r.cosine.map_or("-".into(), |c| format!("{c:.3}")),
+            ev.join(","),
+            r.create_safety
+        );
+        if let Some(c) = &r.chunk {
+            let line = c.text.lines().next().unwrap_or_default();
+            println!(
+                "      {} (lines {}-{}): {}",
+                c.heading_path,
+                c.line_start,
+                c.line_end,
+                line.chars().take(100).collect::<String>()
+            );
+        }
+        if let Some(x) = &r.explain {
+            println!("      {}", x.why);
+        }
+    }
+    if resp.results.is_empty() {
+        println!("no results");
+    }
+    for d in &resp.degraded {
+        eprintln!("degraded: {d}");
+    }
+    for n in &resp.notes {
+        eprintln!("note: {n}");
+    }
 }

@@ -287,6 +287,12 @@ const PAGE_COLUMNS: [&str; 12] = [
 ];
 const CHUNK_COLUMNS: [&str; 7] = ["slug", "id", "ordinal", "heading_path", "text", "line_start", "line_end"];
 
+/// `columns` plus a scoring column (`_score`, `_distance`), named so Lance does not have to add
+/// it implicitly (which it warns is deprecated).
+fn with_score(columns: &[&str], score: &'static str) -> Select {
+    Select::columns(&columns.iter().copied().chain([score]).collect::<Vec<_>>())
+}
+
 /// A SQL string literal.
 fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))
@@ -555,7 +561,7 @@ impl SourceStore {
             .chunks
             .query()
             .full_text_search(FullTextSearchQuery::new(query.to_string()))
-            .select(Select::columns(&CHUNK_COLUMNS))
+            .select(with_score(&CHUNK_COLUMNS, "_score"))
             .limit(k);
         let batches = self.collect(q.execute().await).await?;
         chunk_hits(&batches, |b| Ok(column::<Float32Array>(b, "_score")?.values().to_vec()))
@@ -569,12 +575,42 @@ impl SourceStore {
             .nearest_to(query)
             .map_err(|e| self.err(e))?
             .distance_type(DistanceType::Cosine)
-            .select(Select::columns(&CHUNK_COLUMNS))
+            .select(with_score(&CHUNK_COLUMNS, "_distance"))
             .limit(k);
         let batches = self.collect(q.execute().await).await?;
         chunk_hits(&batches, |b| {
             Ok(column::<Float32Array>(b, "_distance")?.values().iter().map(|d| 1.0 - d).collect())
         })
+    }
+
+    /// The vector arm restricted to some pages: their chunks best first, so the first hit of
+    /// each page is its best chunk (exact max-pool for candidates another arm found).
+    pub async fn vector_within(&self, query: &[f32], slugs: &[&str], k: usize) -> Result<Vec<ChunkHit>> {
+        if slugs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let q = self
+            .chunks
+            .query()
+            .nearest_to(query)
+            .map_err(|e| self.err(e))?
+            .distance_type(DistanceType::Cosine)
+            .only_if(in_list("slug", slugs))
+            .select(with_score(&CHUNK_COLUMNS, "_distance"))
+            .limit(k);
+        let batches = self.collect(q.execute().await).await?;
+        chunk_hits(&batches, |b| {
+            Ok(column::<Float32Array>(b, "_distance")?.values().iter().map(|d| 1.0 - d).collect())
+        })
+    }
+
+    /// Several pages at once (missing slugs are skipped).
+    pub async fn pages(&self, slugs: &[&str]) -> Result<Vec<PageRecord>> {
+        if slugs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let q = self.pages.query().only_if(in_list("slug", slugs)).select(Select::columns(&PAGE_COLUMNS));
+        page_records(&self.collect(q.execute().await).await?)
     }
 
     /// Title arm: full-text search over titles and aliases.
@@ -586,7 +622,7 @@ impl SourceStore {
             .pages
             .query()
             .full_text_search(FullTextSearchQuery::new(query.to_string()))
-            .select(Select::columns(&PAGE_COLUMNS))
+            .select(with_score(&PAGE_COLUMNS, "_score"))
             .limit(k);
         let batches = self.collect(q.execute().await).await?;
         page_records(&batches)

@@ -1,1 +1,17 @@
-//! `cairn-query`: the retrieval layers as small, separately testable functions (gather, fusion, max-pool, title and alias layers, evidence).
+//! `cairn-query`: the retrieval layers, as small functions tested on hand-built candidates
+//! ([`layers`]), and the pipeline that runs them over sources ([`search()`]): per-source gather,
+//! fusion, max-pool, title-phrase boost, exact lookup and alias hop, evidence. It owns ranking;
+//! it does not own storage (`cairn-index`) or threads (`cairn-actors`).
+
+mod error;
+pub mod layers;
+pub mod reader;
+pub mod search;
+
+pub use error::{QueryError, Result};
+pub use layers::{CreateSafety, Evidence, ExactKind};
+pub use reader::SourceReader;
+pub use search::{Mode, SearchRequest, SearchResponse, SearchResult, SourceStatus, search};
+
+#[cfg(test)]
+mod tests;

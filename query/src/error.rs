@@ -1,0 +1,22 @@
+//! The one error type of `cairn-query`.
+
+/// Result alias for this crate.
+pub type Result<T, E = QueryError> = std::result::Result<T, E>;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QueryError {
+    #[error("empty query: give some words to search for")]
+    EmptyQuery,
+    #[error("query is {bytes} bytes; at most {max} are accepted: search for the key phrase instead")]
+    QueryTooLong { bytes: usize, max: usize },
+    #[error("limit must be at least 1")]
+    BadLimit,
+    #[error("unknown mode `{0}`: use fast, balanced or thorough")]
+    BadMode(String),
+    #[error("unknown source `{id}`; known sources: {known}")]
+    UnknownSource { id: String, known: String },
+    #[error("no sources to search: index a folder first (`cairn index DIR`)")]
+    NoSources,
+    #[error("every source failed, so there is no answer (not an empty one): {0}")]
+    AllSourcesFailed(String),
+}

@@ -1,0 +1,251 @@
+//! The retrieval layers as plain functions over plain data: max-pool, reciprocal-rank fusion,
+//! BM25 over the union, the title-phrase boost, and evidence. Tested without a runtime.
+
+use cairn_index::ChunkHit;
+use cairn_ingest::tokens;
+use std::collections::HashMap;
+
+/// Reciprocal-rank fusion constant (Cormack et al.; the usual starting point).
+pub const RRF_K: f32 = 60.0;
+/// Multiplier for a query that is the title or a contiguous phrase of it.
+pub const TITLE_PHRASE_BOOST: f32 = 1.25;
+/// Weight of the union-wide BM25 (normalised to 0..1) next to the raw cosine in the base score.
+pub const KEYWORD_WEIGHT: f32 = 0.3;
+/// Raw cosine (all-MiniLM-L6-v2) at or above which a page's best chunk counts as a
+/// `high_vector_match`: the page is about the query. Related sentence pairs of the embedder's
+/// test list score 0.5–0.8; unrelated ones below 0.2.
+pub const HIGH_VECTOR_FLOOR: f32 = 0.65;
+/// Bumped whenever scoring changes, so telemetry of different versions is never compared.
+pub const SCORING_VERSION: &str = "2026-11-30.1";
+
+/// Each page's best chunk, pages in order of their best chunk (hits must be sorted best first,
+/// as the store returns them). A page is its best chunk, never whichever chunk came first.
+pub fn max_pool(hits: &[ChunkHit]) -> Vec<ChunkHit> {
+    let mut best: HashMap<&str, usize> = HashMap::new();
+    let mut order: Vec<usize> = Vec::new();
+    for (i, h) in hits.iter().enumerate() {
+        match best.get(h.slug.as_str()) {
+            Some(&j) if hits[j].score >= h.score => {}
+            Some(&j) => {
+                let pos = order.iter().position(|&o| o == j).expect("pooled");
+                order[pos] = i;
+                best.insert(&h.slug, i);
+            }
+            None => {
+                best.insert(&h.slug, i);
+                order.push(i);
+            }
+        }
+    }
+    let mut pooled: Vec<ChunkHit> = order.into_iter().map(|i| hits[i].clone()).collect();
+    pooled.sort_by(|a, b| b.score.total_cmp(&a.score));
+    pooled
+}
+
+/// Fuse rankings (each a list of ids, best first) by reciprocal rank: Σ 1 / (k + rank).
+pub fn rrf<'a>(rankings: &[Vec<&'a str>]) -> HashMap<&'a str, f32> {
+    let mut fused: HashMap<&str, f32> = HashMap::new();
+    for ranking in rankings {
+        for (i, id) in ranking.iter().enumerate() {
+            *fused.entry(id).or_default() += 1.0 / (RRF_K + i as f32 + 1.0);
+        }
+    }
+    fused
+}
+
+/// BM25 of the query against each document, with term statistics taken over these documents:
+/// the candidates of every source together, so scores are comparable across sources (each
+/// source's own BM25 uses its own statistics and is not).
+pub fn union_bm25(query: &str, docs: &[String]) -> Vec<f32> {
+    const K1: f32 = 1.2;
+    const B: f32 = 0.75;
+    let q: Vec<String> = content_tokens(query);
+    let docs: Vec<Vec<String>> = docs.iter().map(|d| tokens(d)).collect();
+    let n = docs.len() as f32;
+    if docs.is_empty() || q.is_empty() {
+        return vec![0.0; docs.len()];
+    }
+    let avg = docs.iter().map(Vec::len).sum::<usize>() as f32 / n;
+    let df = |t: &str| docs.iter().filter(|d| d.iter().any(|w| w == t)).count() as f32;
+    let idf: Vec<f32> = q.iter().map(|t| (1.0 + (n - df(t) + 0.5) / (df(t) + 0.5)).ln()).collect();
+    docs.iter()
+        .map(|d| {
+            let len = d.len() as f32;
+            q.iter()
+                .zip(&idf)
+                .map(|(t, idf)| {
+                    let tf = d.iter().filter(|w| *w == t).count() as f32;
+                    idf * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * len / avg.max(1.0)))
+                })
+                .sum()
+        })
+        .collect()
+}
+
+const STOPWORDS: [&str; 40] = [
+    "a", "an", "and", "are", "as", "at", "be", "by", "do", "does", "for", "from", "how", "i", "in", "is",
+    "it", "of", "on", "or", "that", "the", "this", "to", "was", "what", "when", "where", "which", "who",
+    "why", "with", "about", "know", "me", "my", "we", "you", "can", "there",
+];
+
+/// Query tokens without stopwords.
+pub fn content_tokens(s: &str) -> Vec<String> {
+    tokens(s).into_iter().filter(|t| !STOPWORDS.contains(&t.as_str())).collect()
+}
+
+/// Whether the query is the title, or a contiguous run of the title's tokens holding at least
+/// two content words. Bags of words do not count.
+pub fn title_phrase_match(query: &str, title: &str) -> bool {
+    let (q, t) = (tokens(query), tokens(title));
+    if q.is_empty() || t.is_empty() {
+        return false;
+    }
+    if q == t {
+        return true;
+    }
+    let content = q.iter().filter(|w| !STOPWORDS.contains(&w.as_str())).count();
+    content >= 2 && t.windows(q.len()).any(|w| w == q.as_slice())
+}
+
+/// Why a result matched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Evidence {
+    AliasHit,
+    ExactTitleMatch,
+    HighVectorMatch,
+    KeywordExact,
+    WeakSemantic,
+}
+
+/// Whether a page on the query's subject certainly exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CreateSafety {
+    Exists,
+    Probable,
+    Unknown,
+}
+
+/// How an exact lookup matched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExactKind {
+    Title,
+    Slug,
+    Alias,
+}
+
+/// The facts evidence is derived from (raw signals, never a blended score).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Signals {
+    pub exact: Option<ExactKind>,
+    pub cosine: Option<f32>,
+    /// Rank of the page in its source's keyword arm (1 = best).
+    pub keyword_rank: Option<usize>,
+    /// Every content word of the query appears in the page's title or best keyword chunk.
+    pub all_terms_present: bool,
+}
+
+/// Evidence and create-safety from the signals.
+pub fn evidence(s: &Signals) -> (Vec<Evidence>, CreateSafety) {
+    let mut ev = Vec::new();
+    match s.exact {
+        Some(ExactKind::Alias) => ev.push(Evidence::AliasHit),
+        Some(ExactKind::Title | ExactKind::Slug) => ev.push(Evidence::ExactTitleMatch),
+        None => {}
+    }
+    if s.cosine.is_some_and(|c| c >= HIGH_VECTOR_FLOOR) {
+        ev.push(Evidence::HighVectorMatch);
+    }
+    if s.keyword_rank.is_some_and(|r| r <= 3) && s.all_terms_present {
+        ev.push(Evidence::KeywordExact);
+    }
+    let safety = if ev
+        .iter()
+        .any(|e| matches!(e, Evidence::AliasHit | Evidence::ExactTitleMatch | Evidence::HighVectorMatch))
+    {
+        CreateSafety::Exists
+    } else if ev.contains(&Evidence::KeywordExact) {
+        CreateSafety::Probable
+    } else {
+        ev.push(Evidence::WeakSemantic);
+        CreateSafety::Unknown
+    };
+    (ev, safety)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hit(slug: &str, ordinal: i32, score: f32) -> ChunkHit {
+        ChunkHit {
+            slug: slug.into(),
+            chunk_id: format!("{slug}#{ordinal}"),
+            ordinal,
+            heading_path: String::new(),
+            text: String::new(),
+            line_start: 1,
+            line_end: 1,
+            score,
+        }
+    }
+
+    #[test]
+    fn a_page_is_ranked_by_its_best_chunk() {
+        // The amphitheater's title chunk (0.9) beats its body chunks; another page has one 0.7.
+        let hits =
+            vec![hit("amphi", 0, 0.9), hit("other", 0, 0.7), hit("amphi", 3, 0.2), hit("amphi", 1, 0.1)];
+        let pooled = max_pool(&hits);
+        assert_eq!(pooled.len(), 2);
+        assert_eq!((pooled[0].slug.as_str(), pooled[0].ordinal, pooled[0].score), ("amphi", 0, 0.9));
+        // Even if the hits arrive unsorted, the best chunk represents the page.
+        let pooled = max_pool(&[hit("a", 1, 0.1), hit("b", 0, 0.5), hit("a", 0, 0.8)]);
+        assert_eq!((pooled[0].slug.as_str(), pooled[0].score), ("a", 0.8));
+    }
+
+    #[test]
+    fn rrf_rewards_agreement_between_arms() {
+        let fused = rrf(&[vec!["a", "b", "c"], vec!["b", "a"], vec!["b"]]);
+        assert!(fused["b"] > fused["a"] && fused["a"] > fused["c"]);
+        assert!((fused["c"] - 1.0 / 63.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn union_bm25_prefers_rare_matching_terms_and_ignores_stopwords() {
+        let docs = vec![
+            "data platform events no documented columns".to_string(),
+            "Maria leads the data platform team".to_string(),
+            "sourdough bread".to_string(),
+        ];
+        let s = union_bm25("who leads the data platform team", &docs);
+        assert!(s[1] > s[0] && s[0] > s[2], "{s:?}");
+        assert_eq!(s[2], 0.0);
+        assert_eq!(union_bm25("the of", &docs), vec![0.0; 3]);
+    }
+
+    #[test]
+    fn title_phrase_needs_a_contiguous_run_of_two_content_words() {
+        let title = "The Example Hall — Indoor Greek Amphitheater for Adversarial Debate";
+        assert!(title_phrase_match("greek amphitheater", title));
+        assert!(title_phrase_match("Indoor Greek Amphitheater", title));
+        assert!(!title_phrase_match("amphitheater greek", title), "order matters: no bag of words");
+        assert!(!title_phrase_match("amphitheater", title), "one content word is not a phrase");
+        assert!(!title_phrase_match("for the", title));
+        assert!(title_phrase_match("sourdough", "Sourdough"), "the whole title always counts");
+    }
+
+    #[test]
+    fn evidence_is_grounded_in_raw_signals() {
+        let (ev, safety) = evidence(&Signals { exact: Some(ExactKind::Alias), ..Signals::default() });
+        assert_eq!((ev, safety), (vec![Evidence::AliasHit], CreateSafety::Exists));
+        let (ev, safety) = evidence(&Signals { cosine: Some(0.8), ..Signals::default() });
+        assert_eq!((ev, safety), (vec![Evidence::HighVectorMatch], CreateSafety::Exists));
+        let kw = Signals { cosine: Some(0.3), keyword_rank: Some(1), all_terms_present: true, exact: None };
+        assert_eq!(evidence(&kw), (vec![Evidence::KeywordExact], CreateSafety::Probable));
+        let weak =
+            Signals { cosine: Some(0.4), keyword_rank: Some(1), all_terms_present: false, exact: None };
+        assert_eq!(evidence(&weak), (vec![Evidence::WeakSemantic], CreateSafety::Unknown));
+    }
+}

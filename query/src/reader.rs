@@ -1,0 +1,213 @@
+//! What the query engine reads from one source. [`cairn_index::SourceStore`] implements it over
+//! LanceDB; [`memory::MemoryReader`] is the test double for unit tests of the layers.
+
+use cairn_index::{ChunkHit, PageRecord, Result, SourceStore};
+use std::future::Future;
+
+/// The per-source read primitives the gather step fans out to.
+pub trait SourceReader: Sync {
+    fn id(&self) -> &str;
+    /// Keyword arm: chunks by BM25, best first.
+    fn keyword(&self, query: &str, k: usize) -> impl Future<Output = Result<Vec<ChunkHit>>> + Send;
+    /// Vector arm: chunks by cosine, best first.
+    fn vector(&self, query: &[f32], k: usize) -> impl Future<Output = Result<Vec<ChunkHit>>> + Send;
+    /// The vector arm over some pages only (to max-pool candidates found by other arms).
+    fn vector_within(
+        &self,
+        query: &[f32],
+        slugs: &[&str],
+        k: usize,
+    ) -> impl Future<Output = Result<Vec<ChunkHit>>> + Send;
+    /// Title arm: pages by full-text match on title and aliases.
+    fn titles(&self, query: &str, k: usize) -> impl Future<Output = Result<Vec<PageRecord>>> + Send;
+    /// Pages whose slug, title or alias equals the normalised name.
+    fn alias(&self, normalized: &str) -> impl Future<Output = Result<Vec<PageRecord>>> + Send;
+    fn pages(&self, slugs: &[&str]) -> impl Future<Output = Result<Vec<PageRecord>>> + Send;
+}
+
+impl SourceReader for SourceStore {
+    fn id(&self) -> &str {
+        SourceStore::id(self)
+    }
+    async fn keyword(&self, query: &str, k: usize) -> Result<Vec<ChunkHit>> {
+        SourceStore::keyword(self, query, k).await
+    }
+    async fn vector(&self, query: &[f32], k: usize) -> Result<Vec<ChunkHit>> {
+        SourceStore::vector(self, query, k).await
+    }
+    async fn vector_within(&self, query: &[f32], slugs: &[&str], k: usize) -> Result<Vec<ChunkHit>> {
+        SourceStore::vector_within(self, query, slugs, k).await
+    }
+    async fn titles(&self, query: &str, k: usize) -> Result<Vec<PageRecord>> {
+        SourceStore::titles(self, query, k).await
+    }
+    async fn alias(&self, normalized: &str) -> Result<Vec<PageRecord>> {
+        SourceStore::alias(self, normalized).await
+    }
+    async fn pages(&self, slugs: &[&str]) -> Result<Vec<PageRecord>> {
+        SourceStore::pages(self, slugs).await
+    }
+}
+
+#[cfg(test)]
+pub mod memory {
+    //! An in-memory source for unit tests: token-overlap "BM25", exact cosine over vectors from
+    //! the deterministic test embedder, exact names. Can be told to fail.
+
+    use super::*;
+    use cairn_index::embed::testing::HashEmbedder;
+    use cairn_index::{Embedder, Error, cosine};
+    use cairn_ingest::{normalize_name, tokens};
+
+    /// A page and its chunks, each with its vector.
+    pub type MemoryPage = (PageRecord, Vec<(ChunkHit, Vec<f32>)>);
+
+    #[derive(Debug)]
+    pub struct MemoryReader {
+        pub id: String,
+        pub pages: Vec<MemoryPage>,
+        pub fail: bool,
+    }
+
+    /// A page record with a title, aliases and one chunk per body text.
+    pub fn page(
+        slug: &str,
+        title: &str,
+        aliases: &[&str],
+        bodies: &[&str],
+    ) -> (PageRecord, Vec<(ChunkHit, Vec<f32>)>) {
+        let e = HashEmbedder::default();
+        let record = PageRecord {
+            slug: slug.into(),
+            path: format!("{slug}.md"),
+            title: title.into(),
+            aliases: aliases.iter().map(|a| a.to_string()).collect(),
+            tags: vec![],
+            page_type: None,
+            frontmatter: serde_json::Value::Null,
+            links: serde_json::Value::Null,
+            content_hash: String::new(),
+            mtime_ms: 0,
+            chunk_count: bodies.len() as i32,
+            problems: serde_json::Value::Null,
+            score: 0.0,
+        };
+        let chunks = bodies
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                let text = format!("{title}\n\n{b}");
+                let hit = ChunkHit {
+                    slug: slug.into(),
+                    chunk_id: format!("{slug}#{i}"),
+                    ordinal: i as i32,
+                    heading_path: title.into(),
+                    text: b.to_string(),
+                    line_start: i as i32 + 1,
+                    line_end: i as i32 + 1,
+                    score: 0.0,
+                };
+                (hit, e.embed_query(&text).unwrap())
+            })
+            .collect();
+        (record, chunks)
+    }
+
+    impl MemoryReader {
+        pub fn new(id: &str, pages: Vec<MemoryPage>) -> Self {
+            Self { id: id.into(), pages, fail: false }
+        }
+        fn check(&self) -> Result<()> {
+            if self.fail {
+                return Err(Error::Storage {
+                    source_id: self.id.clone(),
+                    uri: "memory".into(),
+                    message: "unreachable".into(),
+                });
+            }
+            Ok(())
+        }
+        fn ranked(&self, mut hits: Vec<ChunkHit>, k: usize) -> Vec<ChunkHit> {
+            hits.retain(|h| h.score > 0.0);
+            hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.chunk_id.cmp(&b.chunk_id)));
+            hits.truncate(k);
+            hits
+        }
+    }
+
+    fn overlap(query: &str, text: &str) -> f32 {
+        let t = tokens(text);
+        tokens(query).iter().filter(|q| t.contains(q)).count() as f32
+    }
+
+    impl SourceReader for MemoryReader {
+        fn id(&self) -> &str {
+            &self.id
+        }
+        async fn keyword(&self, query: &str, k: usize) -> Result<Vec<ChunkHit>> {
+            self.check()?;
+            let hits = self
+                .pages
+                .iter()
+                .flat_map(|(p, cs)| {
+                    cs.iter().map(move |(c, _)| ChunkHit {
+                        score: overlap(query, &format!("{} {}", p.title, c.text)),
+                        ..c.clone()
+                    })
+                })
+                .collect();
+            Ok(self.ranked(hits, k))
+        }
+        async fn vector(&self, query: &[f32], k: usize) -> Result<Vec<ChunkHit>> {
+            self.vector_within(query, &self.pages.iter().map(|(p, _)| p.slug.as_str()).collect::<Vec<_>>(), k)
+                .await
+        }
+        async fn vector_within(&self, query: &[f32], slugs: &[&str], k: usize) -> Result<Vec<ChunkHit>> {
+            self.check()?;
+            let hits = self
+                .pages
+                .iter()
+                .filter(|(p, _)| slugs.contains(&p.slug.as_str()))
+                .flat_map(|(_, cs)| cs.iter().map(|(c, v)| ChunkHit { score: cosine(query, v), ..c.clone() }))
+                .collect();
+            Ok(self.ranked(hits, k))
+        }
+        async fn titles(&self, query: &str, k: usize) -> Result<Vec<PageRecord>> {
+            self.check()?;
+            let mut out: Vec<PageRecord> = self
+                .pages
+                .iter()
+                .map(|(p, _)| PageRecord {
+                    score: overlap(query, &format!("{} {}", p.title, p.aliases.join(" "))),
+                    ..p.clone()
+                })
+                .filter(|p| p.score > 0.0)
+                .collect();
+            out.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.slug.cmp(&b.slug)));
+            out.truncate(k);
+            Ok(out)
+        }
+        async fn alias(&self, normalized: &str) -> Result<Vec<PageRecord>> {
+            self.check()?;
+            Ok(self
+                .pages
+                .iter()
+                .filter(|(p, _)| {
+                    p.slug == normalized
+                        || normalize_name(&p.title) == normalized
+                        || p.aliases.iter().any(|a| normalize_name(a) == normalized)
+                })
+                .map(|(p, _)| p.clone())
+                .collect())
+        }
+        async fn pages(&self, slugs: &[&str]) -> Result<Vec<PageRecord>> {
+            self.check()?;
+            Ok(self
+                .pages
+                .iter()
+                .filter(|(p, _)| slugs.contains(&p.slug.as_str()))
+                .map(|(p, _)| p.clone())
+                .collect())
+        }
+    }
+}

@@ -1,0 +1,582 @@
+//! The query pipeline: per-source gather (every source gets its own K slots), fusion within
+//! each source, a union ordered by scores comparable across sources, the title-phrase boost,
+//! exact lookup and alias hop, and evidence.
+
+use crate::error::{QueryError, Result};
+use crate::layers::{
+    CreateSafety, Evidence, ExactKind, HIGH_VECTOR_FLOOR, KEYWORD_WEIGHT, SCORING_VERSION, Signals,
+    TITLE_PHRASE_BOOST, content_tokens, evidence, max_pool, rrf, title_phrase_match, union_bm25,
+};
+use crate::reader::SourceReader;
+use cairn_index::{ChunkHit, Embedder, PageRecord};
+use cairn_ingest::{normalize_name, slugify_id, tokens};
+use std::collections::{BTreeMap, HashMap};
+use std::time::Instant;
+
+/// Longest query accepted, in bytes.
+pub const MAX_QUERY_BYTES: usize = 4096;
+/// Most results one call returns.
+pub const MAX_LIMIT: usize = 100;
+/// Bound on the chunk pool one arm may widen to.
+const MAX_POOL: usize = 2000;
+
+/// How much work a call does.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Keyword, title and alias arms; no embedding.
+    Fast,
+    /// All arms.
+    #[default]
+    Balanced,
+    /// All arms with larger per-source pools.
+    Thorough,
+}
+
+impl std::str::FromStr for Mode {
+    type Err = QueryError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "fast" => Ok(Mode::Fast),
+            "balanced" => Ok(Mode::Balanced),
+            "thorough" => Ok(Mode::Thorough),
+            other => Err(QueryError::BadMode(other.into())),
+        }
+    }
+}
+
+/// A search call.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct SearchRequest {
+    pub query: String,
+    /// Sources to search (empty: all).
+    #[serde(default)]
+    pub sources: Vec<String>,
+    #[serde(default)]
+    pub mode: Mode,
+    #[serde(default = "default_limit")]
+    pub limit: usize,
+    #[serde(default)]
+    pub explain: bool,
+}
+
+fn default_limit() -> usize {
+    10
+}
+
+impl SearchRequest {
+    pub fn new(query: impl Into<String>) -> Self {
+        Self { query: query.into(), sources: vec![], mode: Mode::Balanced, limit: 10, explain: false }
+    }
+}
+
+/// One arm's view of a page.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct ArmRank {
+    /// 1-based rank among this source's pages in this arm.
+    pub rank: usize,
+    pub score: f32,
+}
+
+/// The best chunk of a result.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ResultChunk {
+    pub text: String,
+    pub heading_path: String,
+    pub line_start: i32,
+    pub line_end: i32,
+}
+
+/// `--explain`: how the score came about.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Explain {
+    pub keyword: Option<ArmRank>,
+    pub vector: Option<ArmRank>,
+    pub title: Option<ArmRank>,
+    /// Reciprocal-rank fusion of the arms inside the source (decides the source's K slots).
+    pub fused_in_source: f32,
+    /// BM25 over the union of every source's candidates, normalised to 0..1.
+    pub union_keyword: f32,
+    pub multipliers: Vec<(String, f32)>,
+    pub why: String,
+}
+
+/// One page in an answer.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct SearchResult {
+    pub source: String,
+    pub slug: String,
+    pub title: String,
+    pub path: String,
+    /// The ordering score (base score × boosts; exact matches on top).
+    pub score: f32,
+    /// cosine + 0.3 × union keyword score, before boosts: comparable across sources.
+    pub base_score: f32,
+    /// Raw cosine of the page's best chunk (absent when the query was not embedded).
+    pub cosine: Option<f32>,
+    pub evidence: Vec<Evidence>,
+    pub create_safety: CreateSafety,
+    pub chunk: Option<ResultChunk>,
+    pub boosts: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub explain: Option<Explain>,
+}
+
+/// How one source took part.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct SourceStatus {
+    pub source: String,
+    /// `ok` or `failed`.
+    pub status: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Pages this source put into the union.
+    pub candidates: usize,
+    /// Pooling left fewer pages than the source's slots although the arm's bound was reached.
+    pub pool_underfilled: bool,
+}
+
+/// Several pages claim one name.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct AliasCollision {
+    pub name: String,
+    pub pages: Vec<String>,
+}
+
+/// An answer.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct SearchResponse {
+    pub query: String,
+    pub mode: Mode,
+    pub results: Vec<SearchResult>,
+    pub sources: Vec<SourceStatus>,
+    /// Stages that did not run: `embed_unavailable`, `source_failed:<id>`.
+    pub degraded: Vec<String>,
+    pub alias_collisions: Vec<AliasCollision>,
+    pub scoring_version: &'static str,
+    pub latency_ms: f64,
+    pub notes: Vec<String>,
+}
+
+/// A page in the union, with everything the later layers look at.
+#[derive(Debug, Clone)]
+struct Candidate {
+    source: String,
+    record: Option<PageRecord>,
+    slug: String,
+    keyword: Option<(ArmRank, ChunkHit)>,
+    vector: Option<(ArmRank, ChunkHit)>,
+    title: Option<ArmRank>,
+    fused: f32,
+    exact: Option<ExactKind>,
+}
+
+struct Gathered {
+    candidates: Vec<Candidate>,
+    underfilled: bool,
+}
+
+/// An arm's pages, widening the chunk pool (bounded) while pooling leaves fewer than `k`.
+async fn pooled_arm<F, Fut>(k: usize, pool: usize, mut fetch: F) -> cairn_index::Result<(Vec<ChunkHit>, bool)>
+where
+    F: FnMut(usize) -> Fut,
+    Fut: std::future::Future<Output = cairn_index::Result<Vec<ChunkHit>>>,
+{
+    let mut size = pool;
+    loop {
+        let hits = fetch(size).await?;
+        let full = hits.len() >= size;
+        let pages = max_pool(&hits);
+        if pages.len() >= k || !full {
+            return Ok((pages, false));
+        }
+        if size >= MAX_POOL {
+            return Ok((pages, true));
+        }
+        size = (size * 4).min(MAX_POOL);
+    }
+}
+
+fn arm_ranks(pages: &[ChunkHit]) -> HashMap<&str, (ArmRank, &ChunkHit)> {
+    pages
+        .iter()
+        .enumerate()
+        .map(|(i, h)| (h.slug.as_str(), (ArmRank { rank: i + 1, score: h.score }, h)))
+        .collect()
+}
+
+/// One source's candidates: each arm max-pooled to pages before any cut, fused by RRF, the
+/// top `k` kept, each with its exact best-chunk cosine and its page record.
+async fn gather_source<R: SourceReader>(
+    r: &R,
+    text: &str,
+    qvec: Option<&[f32]>,
+    k: usize,
+) -> cairn_index::Result<Gathered> {
+    let pool = k * 4;
+    let kw = async {
+        if text.is_empty() {
+            Ok((Vec::new(), false))
+        } else {
+            pooled_arm(k, pool, |n| r.keyword(text, n)).await
+        }
+    };
+    let vec = async {
+        match qvec {
+            Some(v) => pooled_arm(k, pool, |n| r.vector(v, n)).await,
+            None => Ok((Vec::new(), false)),
+        }
+    };
+    let titles = async { if text.is_empty() { Ok(Vec::new()) } else { r.titles(text, k).await } };
+    let (kw, vec, titles) = futures::join!(kw, vec, titles);
+    let ((kw, kw_under), (vec, vec_under), titles) = (kw?, vec?, titles?);
+
+    let rankings = vec![
+        kw.iter().map(|h| h.slug.as_str()).collect::<Vec<_>>(),
+        vec.iter().map(|h| h.slug.as_str()).collect(),
+        titles.iter().map(|p| p.slug.as_str()).collect(),
+    ];
+    let fused = rrf(&rankings);
+    let mut slugs: Vec<(&str, f32)> = fused.iter().map(|(s, f)| (*s, *f)).collect();
+    slugs.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
+    slugs.truncate(k);
+
+    let (kw_ranks, vec_ranks) = (arm_ranks(&kw), arm_ranks(&vec));
+    let title_ranks: HashMap<&str, ArmRank> = titles
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (p.slug.as_str(), ArmRank { rank: i + 1, score: p.score }))
+        .collect();
+    let mut candidates: Vec<Candidate> = slugs
+        .iter()
+        .map(|(slug, f)| Candidate {
+            source: r.id().to_string(),
+            record: None,
+            slug: slug.to_string(),
+            keyword: kw_ranks.get(slug).map(|(a, h)| (*a, (*h).clone())),
+            vector: vec_ranks.get(slug).map(|(a, h)| (*a, (*h).clone())),
+            title: title_ranks.get(slug).copied(),
+            fused: *f,
+            exact: None,
+        })
+        .collect();
+    complete(r, qvec, &mut candidates).await?;
+    Ok(Gathered { candidates, underfilled: kw_under || vec_under })
+}
+
+/// Give every candidate its page record and, when the query was embedded, its best chunk by
+/// cosine (candidates found only by keyword or title get it from a restricted vector search).
+async fn complete<R: SourceReader>(
+    r: &R,
+    qvec: Option<&[f32]>,
+    candidates: &mut [Candidate],
+) -> cairn_index::Result<()> {
+    let slugs: Vec<&str> = candidates.iter().map(|c| c.slug.as_str()).collect();
+    let records = r.pages(&slugs).await?;
+    let missing: Vec<&str> =
+        candidates.iter().filter(|c| c.vector.is_none()).map(|c| c.slug.as_str()).collect();
+    let within = match qvec {
+        Some(v) if !missing.is_empty() => max_pool(&r.vector_within(v, &missing, MAX_POOL).await?),
+        _ => Vec::new(),
+    };
+    let mut records: HashMap<String, PageRecord> = records.into_iter().map(|p| (p.slug.clone(), p)).collect();
+    for c in candidates.iter_mut() {
+        c.record = records.remove(&c.slug);
+        if c.vector.is_none()
+            && let Some(h) = within.iter().find(|h| h.slug == c.slug)
+        {
+            // Not ranked by the arm itself (rank 0 marks "scored, not retrieved").
+            c.vector = Some((ArmRank { rank: 0, score: h.score }, h.clone()));
+        }
+    }
+    Ok(())
+}
+
+/// Exact lookup and alias hop: pages whose slug, title or alias equals the normalised query.
+async fn exact_pages<R: SourceReader>(readers: &[&R], query: &str) -> Vec<(String, PageRecord, ExactKind)> {
+    let words = query.split_whitespace().count();
+    let slug_shaped = !query.contains(' ') && (query.contains('/') || query.contains('-'));
+    if words > 6 && !slug_shaped {
+        return Vec::new();
+    }
+    let norm = normalize_name(query);
+    let slug = slugify_id(query);
+    let mut names = vec![norm.clone()];
+    if let Some(s) = slug.as_ref().filter(|s| **s != norm) {
+        names.push(s.clone());
+    }
+    let lookups = readers.iter().map(|r| {
+        let names = names.clone();
+        async move {
+            let mut found = Vec::new();
+            for n in &names {
+                if let Ok(pages) = r.alias(n).await {
+                    found.extend(pages.into_iter().map(|p| (r.id().to_string(), p)));
+                }
+            }
+            found
+        }
+    });
+    let mut out: Vec<(String, PageRecord, ExactKind)> = Vec::new();
+    for (source, page) in futures::future::join_all(lookups).await.into_iter().flatten() {
+        if out.iter().any(|(s, p, _)| *s == source && p.slug == page.slug) {
+            continue;
+        }
+        let kind = if normalize_name(&page.title) == norm {
+            ExactKind::Title
+        } else if Some(&page.slug) == slug.as_ref() || page.slug == norm {
+            ExactKind::Slug
+        } else {
+            ExactKind::Alias
+        };
+        out.push((source, page, kind));
+    }
+    out.sort_by(|a, b| a.2.cmp(&b.2).then(a.0.cmp(&b.0)).then(a.1.slug.cmp(&b.1.slug)));
+    out
+}
+
+fn validate(req: &SearchRequest) -> Result<()> {
+    if req.query.trim().is_empty() {
+        return Err(QueryError::EmptyQuery);
+    }
+    if req.query.len() > MAX_QUERY_BYTES {
+        return Err(QueryError::QueryTooLong { bytes: req.query.len(), max: MAX_QUERY_BYTES });
+    }
+    if req.limit == 0 {
+        return Err(QueryError::BadLimit);
+    }
+    Ok(())
+}
+
+/// Answer a request over the given sources.
+pub async fn search<R: SourceReader>(
+    all: &[&R],
+    embedder: Option<&dyn Embedder>,
+    req: &SearchRequest,
+) -> Result<SearchResponse> {
+    let started = Instant::now();
+    validate(req)?;
+    let mut notes = Vec::new();
+    let readers: Vec<&R> = if req.sources.is_empty() {
+        all.to_vec()
+    } else {
+        let known: Vec<String> = all.iter().map(|r| r.id().to_string()).collect();
+        for s in &req.sources {
+            if !known.contains(s) {
+                return Err(QueryError::UnknownSource { id: s.clone(), known: known.join(", ") });
+            }
+        }
+        all.iter().filter(|r| req.sources.iter().any(|s| s == r.id())).copied().collect()
+    };
+    if readers.is_empty() {
+        return Err(QueryError::NoSources);
+    }
+    let limit = if req.limit > MAX_LIMIT {
+        notes.push(format!("limit {} lowered to {MAX_LIMIT}", req.limit));
+        MAX_LIMIT
+    } else {
+        req.limit
+    };
+    let k = match req.mode {
+        Mode::Thorough => limit.max(10) * 3,
+        _ => limit.max(10),
+    };
+    let text = tokens(&req.query).join(" ");
+    let mut degraded = Vec::new();
+    let qvec = match (req.mode, embedder) {
+        (Mode::Fast, _) => None,
+        (_, None) => {
+            degraded.push("embed_unavailable".to_string());
+            None
+        }
+        (_, Some(e)) => match e.embed_query(&req.query) {
+            Ok(v) => Some(v),
+            Err(err) => {
+                degraded.push("embed_unavailable".to_string());
+                notes.push(format!("query not embedded: {err}"));
+                None
+            }
+        },
+    };
+
+    let gathered =
+        futures::future::join_all(readers.iter().map(|r| gather_source(*r, &text, qvec.as_deref(), k))).await;
+    let mut statuses = Vec::new();
+    let mut union: Vec<Candidate> = Vec::new();
+    let mut errors = Vec::new();
+    for (r, g) in readers.iter().zip(gathered) {
+        match g {
+            Ok(g) => {
+                statuses.push(SourceStatus {
+                    source: r.id().into(),
+                    status: "ok".into(),
+                    error: None,
+                    candidates: g.candidates.len(),
+                    pool_underfilled: g.underfilled,
+                });
+                union.extend(g.candidates);
+            }
+            Err(e) => {
+                degraded.push(format!("source_failed:{}", r.id()));
+                errors.push(e.to_string());
+                statuses.push(SourceStatus {
+                    source: r.id().into(),
+                    status: "failed".into(),
+                    error: Some(e.to_string()),
+                    candidates: 0,
+                    pool_underfilled: false,
+                });
+            }
+        }
+    }
+    if errors.len() == readers.len() {
+        return Err(QueryError::AllSourcesFailed(errors.join("; ")));
+    }
+
+    // Exact lookup and alias hop: matching pages are marked, or injected when no arm found them.
+    let exact = exact_pages(&readers, &req.query).await;
+    let mut collisions = Vec::new();
+    let aliased: Vec<String> = exact
+        .iter()
+        .filter(|(_, _, k)| *k == ExactKind::Alias)
+        .map(|(s, p, _)| format!("{s}:{}", p.slug))
+        .collect();
+    if aliased.len() > 1 {
+        collisions.push(AliasCollision { name: normalize_name(&req.query), pages: aliased });
+    }
+    for (source, page, kind) in exact.iter().take(3) {
+        match union.iter_mut().find(|c| c.source == *source && c.slug == page.slug) {
+            Some(c) => c.exact = Some(*kind),
+            None => {
+                let mut c = Candidate {
+                    source: source.clone(),
+                    record: Some(page.clone()),
+                    slug: page.slug.clone(),
+                    keyword: None,
+                    vector: None,
+                    title: None,
+                    fused: 0.0,
+                    exact: Some(*kind),
+                };
+                if let Some(r) = readers.iter().find(|r| r.id() == source) {
+                    let _ = complete(*r, qvec.as_deref(), std::slice::from_mut(&mut c)).await;
+                }
+                union.push(c);
+            }
+        }
+    }
+
+    // Order the union by scores comparable across sources: raw cosine of the best chunk plus
+    // BM25 re-scored over the union with the union's own term statistics.
+    let docs: Vec<String> = union
+        .iter()
+        .map(|c| {
+            let (title, aliases) = c
+                .record
+                .as_ref()
+                .map_or((String::new(), String::new()), |p| (p.title.clone(), p.aliases.join(" ")));
+            let chunk = c.keyword.as_ref().or(c.vector.as_ref()).map_or("", |(_, h)| h.text.as_str());
+            format!("{title} {aliases} {chunk}")
+        })
+        .collect();
+    let bm25 = union_bm25(&req.query, &docs);
+    let max_bm25 = bm25.iter().copied().fold(0.0f32, f32::max);
+    let query_terms = content_tokens(&req.query);
+    let mut results: Vec<SearchResult> = union
+        .into_iter()
+        .zip(bm25)
+        .zip(docs)
+        .map(|((c, bm), doc)| {
+            let union_keyword = if max_bm25 > 0.0 { bm / max_bm25 } else { 0.0 };
+            let cosine = c.vector.as_ref().map(|(_, h)| h.score);
+            let base = cosine.unwrap_or(0.0) + KEYWORD_WEIGHT * union_keyword;
+            let title = c.record.as_ref().map_or(String::new(), |p| p.title.clone());
+            let mut multipliers = Vec::new();
+            if title_phrase_match(&req.query, &title) {
+                multipliers.push(("title_phrase".to_string(), TITLE_PHRASE_BOOST));
+            }
+            let score = multipliers.iter().fold(base, |s, (_, m)| s * m);
+            let doc_tokens = tokens(&doc);
+            let signals = Signals {
+                exact: c.exact,
+                cosine,
+                keyword_rank: c.keyword.as_ref().map(|(a, _)| a.rank),
+                all_terms_present: !query_terms.is_empty()
+                    && query_terms.iter().all(|t| doc_tokens.contains(t)),
+            };
+            let (evidence, create_safety) = evidence(&signals);
+            let best = c.vector.as_ref().or(c.keyword.as_ref()).map(|(_, h)| ResultChunk {
+                text: h.text.clone(),
+                heading_path: h.heading_path.clone(),
+                line_start: h.line_start,
+                line_end: h.line_end,
+            });
+            let explain = req.explain.then(|| Explain {
+                keyword: c.keyword.as_ref().map(|(a, _)| *a),
+                vector: c.vector.as_ref().map(|(a, _)| *a),
+                title: c.title,
+                fused_in_source: c.fused,
+                union_keyword,
+                multipliers: multipliers.clone(),
+                why: why(&signals, &evidence),
+            });
+            SearchResult {
+                source: c.source,
+                slug: c.slug,
+                path: c.record.as_ref().map_or(String::new(), |p| p.path.clone()),
+                title,
+                score,
+                base_score: base,
+                cosine,
+                evidence,
+                create_safety,
+                chunk: best,
+                boosts: multipliers.into_iter().map(|(n, _)| n).collect(),
+                explain,
+            }
+        })
+        .collect();
+    // Exact matches first (in the exact layer's order), then by score.
+    let exact_rank = |r: &SearchResult| {
+        exact.iter().take(3).position(|(s, p, _)| *s == r.source && p.slug == r.slug).unwrap_or(usize::MAX)
+    };
+    results.sort_by(|a, b| {
+        exact_rank(a)
+            .cmp(&exact_rank(b))
+            .then(b.score.total_cmp(&a.score))
+            .then(a.source.cmp(&b.source))
+            .then(a.slug.cmp(&b.slug))
+    });
+    results.truncate(limit);
+    Ok(SearchResponse {
+        query: req.query.clone(),
+        mode: req.mode,
+        results,
+        sources: statuses,
+        degraded,
+        alias_collisions: collisions,
+        scoring_version: SCORING_VERSION,
+        latency_ms: started.elapsed().as_secs_f64() * 1000.0,
+        notes,
+    })
+}
+
+fn why(s: &Signals, ev: &[Evidence]) -> String {
+    let mut parts: BTreeMap<&str, String> = BTreeMap::new();
+    if let Some(k) = s.exact {
+        parts.insert("exact", format!("the query equals the page's {k:?}").to_lowercase());
+    }
+    if let Some(c) = s.cosine {
+        let cmp = if c >= HIGH_VECTOR_FLOOR { ">=" } else { "<" };
+        parts.insert("vector", format!("best-chunk cosine {c:.3} {cmp} floor {HIGH_VECTOR_FLOOR}"));
+    }
+    if let Some(r) = s.keyword_rank {
+        let all = if s.all_terms_present { "with" } else { "without" };
+        parts.insert("keyword", format!("keyword rank {r} in its source, {all} every query word"));
+    }
+    format!(
+        "{}: {}",
+        ev.iter().map(|e| format!("{e:?}")).collect::<Vec<_>>().join("+"),
+        parts.into_values().collect::<Vec<_>>().join("; ")
+    )
+}

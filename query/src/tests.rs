@@ -1,0 +1,139 @@
+//! The pipeline on in-memory sources with the deterministic test embedder.
+
+use crate::layers::{CreateSafety, Evidence};
+use crate::reader::memory::{MemoryReader, page};
+use crate::{Mode, QueryError, SearchRequest, search};
+use cairn_index::Embedder;
+use cairn_index::embed::testing::HashEmbedder;
+
+fn curated() -> MemoryReader {
+    MemoryReader::new(
+        "curated",
+        vec![
+            page(
+                "people/maria",
+                "Maria Chen",
+                &[],
+                &["Maria leads the data platform team and owns the warehouse roadmap."],
+            ),
+            page(
+                "projects/amphi",
+                "The Example Hall — Indoor Greek Amphitheater for Adversarial Debate",
+                &["Hall of Light"],
+                &["Indoor greek amphitheater for adversarial debate.", "Ceiling acoustics for the dome."],
+            ),
+        ],
+    )
+}
+
+fn bulk(n: usize) -> MemoryReader {
+    let pages = (0..n)
+        .map(|i| {
+            let slug = format!("models/data_platform_model_{i}");
+            page(
+                &slug,
+                &format!("data_platform_model_{i}"),
+                &[],
+                &["data platform team model: no documented columns"],
+            )
+        })
+        .collect();
+    MemoryReader::new("bulk", pages)
+}
+
+async fn run(readers: &[&MemoryReader], req: SearchRequest) -> crate::Result<crate::SearchResponse> {
+    let e = HashEmbedder::default();
+    search(readers, Some(&e as &dyn Embedder), &req).await
+}
+
+#[tokio::test]
+async fn a_bulk_source_cannot_take_the_curated_sources_slots() {
+    let (c, b) = (curated(), bulk(5000));
+    let resp = run(&[&b, &c], SearchRequest::new("who leads the data platform team")).await.unwrap();
+    let curated = resp.sources.iter().find(|s| s.source == "curated").unwrap();
+    assert!(curated.candidates >= 1, "{:?}", resp.sources);
+    assert!(
+        resp.results.iter().any(|r| r.source == "curated" && r.slug == "people/maria"),
+        "{:#?}",
+        resp.results
+    );
+    let bulk = resp.sources.iter().find(|s| s.source == "bulk").unwrap();
+    assert_eq!(bulk.candidates, 10, "the bulk source gets its K slots and no more");
+}
+
+#[tokio::test]
+async fn one_failing_source_degrades_all_failing_is_an_error() {
+    let c = curated();
+    let mut broken = bulk(3);
+    broken.fail = true;
+    let resp = run(&[&c, &broken], SearchRequest::new("greek amphitheater")).await.unwrap();
+    assert_eq!(resp.degraded, ["source_failed:bulk"]);
+    assert_eq!(resp.results[0].slug, "projects/amphi");
+    let failed = resp.sources.iter().find(|s| s.source == "bulk").unwrap();
+    assert_eq!(failed.status, "failed");
+
+    let mut c2 = curated();
+    c2.fail = true;
+    let err = run(&[&c2, &broken], SearchRequest::new("greek amphitheater")).await.unwrap_err();
+    assert!(matches!(err, QueryError::AllSourcesFailed(_)), "{err}");
+}
+
+#[tokio::test]
+async fn an_alias_puts_its_page_first_with_exists() {
+    let (c, b) = (curated(), bulk(50));
+    let resp = run(&[&b, &c], SearchRequest::new("Hall of Light")).await.unwrap();
+    let top = &resp.results[0];
+    assert_eq!((top.source.as_str(), top.slug.as_str()), ("curated", "projects/amphi"));
+    assert!(top.evidence.contains(&Evidence::AliasHit));
+    assert_eq!(top.create_safety, CreateSafety::Exists);
+}
+
+#[tokio::test]
+async fn an_exact_page_missed_by_every_arm_is_injected() {
+    let c = MemoryReader::new("notes", vec![page("x", "Zyzzyva", &["qqq"], &["unrelated body words"])]);
+    let resp = run(&[&c], SearchRequest { mode: Mode::Fast, ..SearchRequest::new("\"QQQ\"") }).await.unwrap();
+    assert_eq!(resp.results.len(), 1);
+    assert_eq!(resp.results[0].evidence[0], Evidence::AliasHit);
+}
+
+#[tokio::test]
+async fn a_title_phrase_is_boosted() {
+    let c = curated();
+    let resp = run(&[&c], SearchRequest { explain: true, ..SearchRequest::new("greek amphitheater") })
+        .await
+        .unwrap();
+    assert_eq!(resp.results[0].slug, "projects/amphi");
+    assert_eq!(resp.results[0].boosts, ["title_phrase"]);
+    assert!(resp.results[0].explain.as_ref().unwrap().why.contains("cosine"));
+}
+
+#[tokio::test]
+async fn bad_input_is_a_clear_error_or_a_bounded_answer() {
+    let c = curated();
+    assert_eq!(run(&[&c], SearchRequest::new("  ")).await.unwrap_err(), QueryError::EmptyQuery);
+    let huge = "word ".repeat(20_000);
+    assert!(matches!(
+        run(&[&c], SearchRequest::new(huge)).await.unwrap_err(),
+        QueryError::QueryTooLong { .. }
+    ));
+    let zero = SearchRequest { limit: 0, ..SearchRequest::new("x") };
+    assert_eq!(run(&[&c], zero).await.unwrap_err(), QueryError::BadLimit);
+    let unknown = SearchRequest { sources: vec!["nope".into()], ..SearchRequest::new("x") };
+    let err = run(&[&c], unknown).await.unwrap_err().to_string();
+    assert!(err.contains("nope") && err.contains("curated"), "{err}");
+    let big =
+        run(&[&c], SearchRequest { limit: 10_000, ..SearchRequest::new("amphitheater") }).await.unwrap();
+    assert!(big.results.len() <= 100 && !big.notes.is_empty());
+    for q in ["!!!", "🎉🎉", "???"] {
+        let resp = run(&[&c], SearchRequest::new(q)).await.unwrap();
+        assert!(resp.results.len() <= 10, "{q}");
+    }
+}
+
+#[tokio::test]
+async fn no_embedder_is_a_degraded_answer_not_a_failure() {
+    let c = curated();
+    let resp = search(&[&c], None, &SearchRequest::new("greek amphitheater")).await.unwrap();
+    assert_eq!(resp.degraded, ["embed_unavailable"]);
+    assert_eq!(resp.results[0].slug, "projects/amphi");
+}
