@@ -183,34 +183,55 @@ pub async fn index_sources(db_uri: &str, specs: &[SourceSpec], rebuild: bool) ->
     Ok(summary)
 }
 
-/// Answer a query over the sources stored in the database (all, or those the request names).
-/// `fast` mode never loads the model.
-pub async fn search_db(
-    db_uri: &str,
-    req: &cairn_query::SearchRequest,
-) -> Result<cairn_query::SearchResponse> {
-    let db = Database::open(db_uri).await?;
-    let ids = db.source_ids().await?;
-    let mut stores = Vec::new();
-    let mut broken = Vec::new();
-    for id in &ids {
-        match db.open_existing(id).await {
-            Ok(s) => stores.push(s),
-            Err(e) => broken.push(format!("{id}: {e}")),
-        }
-    }
-    let embedder = match req.mode {
-        cairn_query::Mode::Fast => None,
-        _ => Some(tokio::task::spawn_blocking(|| OrtEmbedder::open(OrtOptions::default())).await??),
-    };
-    let refs: Vec<&cairn_index::SourceStore> = stores.iter().collect();
-    let mut resp = cairn_query::search(&refs, embedder.as_ref().map(|e| e as &dyn Embedder), req).await?;
-    for b in broken {
-        resp.degraded.push(format!("source_failed:{}", b.split(':').next().unwrap_or_default()));
-        resp.notes.push(b);
-    }
-    Ok(resp)
+/// The sources of a database opened for searching, with the model loaded once.
+#[derive(Debug)]
+pub struct Searcher {
+    stores: Vec<cairn_index::SourceStore>,
+    embedder: Option<OrtEmbedder>,
+    /// Sources whose tables could not be opened, with why.
+    broken: Vec<(String, String)>,
 }
+
+impl Searcher {
+    /// Open every source in the database; `with_model` loads the embedder (not needed for
+    /// `fast` mode).
+    pub async fn open(db_uri: &str, with_model: bool) -> Result<Self> {
+        let db = Database::open(db_uri).await?;
+        let mut stores = Vec::new();
+        let mut broken = Vec::new();
+        for id in db.source_ids().await? {
+            match db.open_existing(&id).await {
+                Ok(s) => stores.push(s),
+                Err(e) => broken.push((id, e.to_string())),
+            }
+        }
+        let embedder = if with_model {
+            Some(tokio::task::spawn_blocking(|| OrtEmbedder::open(OrtOptions::default())).await??)
+        } else {
+            None
+        };
+        Ok(Self { stores, embedder, broken })
+    }
+
+    pub async fn search(&self, req: &cairn_query::SearchRequest) -> Result<cairn_query::SearchResponse> {
+        let refs: Vec<&cairn_index::SourceStore> = self.stores.iter().collect();
+        let embedder = self.embedder.as_ref().map(|e| e as &dyn Embedder);
+        let mut resp = cairn_query::search(&refs, embedder, req).await?;
+        for (id, why) in &self.broken {
+            resp.degraded.push(format!("source_failed:{id}"));
+            resp.notes.push(format!("{id}: {why}"));
+        }
+        Ok(resp)
+    }
+}
+
+/// Answer one query over the sources stored in the database.
+pub async fn search_db(db_uri: &str, req: &cairn_query::SearchRequest) -> Result<cairn_query::SearchResponse> {
+    let searcher = Searcher::open(db_uri, req.mode != cairn_query::Mode::Fast).await?;
+    searcher.search(req).await
+}
+
+pub mod eval;
 
 /// A stored page, as `cairn get` prints it.
 pub async fn get_page(db_uri: &str, source: &str, slug: &str) -> Result<cairn_index::PageRecord> {

@@ -70,6 +70,28 @@ enum Command {
         #[command(flatten)]
         db: DbArg,
     },
+    /// Run judged queries and report retrieval metrics; with --gate, fail below the floors.
+    Eval {
+        /// JSON Lines query file (or a bootstrap queries.json).
+        queries: PathBuf,
+        #[arg(long = "source")]
+        sources: Vec<String>,
+        #[arg(long, default_value = "balanced")]
+        mode: String,
+        /// Index this folder into a temporary database first and evaluate on it.
+        #[arg(long)]
+        vault: Option<PathBuf>,
+        /// Leave out queries whose boolean flag is true (e.g. --skip-flag ambiguous).
+        #[arg(long = "skip-flag")]
+        skip_flags: Vec<String>,
+        /// A TOML file of floors per family and metric.
+        #[arg(long)]
+        gate: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        db: DbArg,
+    },
     /// Print a stored page: `cairn get SOURCE:SLUG`.
     Get {
         /// SOURCE:SLUG, e.g. notes:projects/amphitheater
@@ -128,6 +150,42 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 println!("{}", serde_json::to_string(&resp)?);
             } else {
                 print_results(&resp);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Eval { queries, sources, mode, vault, skip_flags, gate, json, db } => {
+            let mode: cairn_query::Mode = mode.parse()?;
+            let judged = cairn::eval::load_queries(&queries, &skip_flags)?;
+            let temp = vault.as_ref().map(|_| std::env::temp_dir().join(format!("cairn-eval-{}", std::process::id())));
+            let db_uri = match (&vault, &temp) {
+                (Some(dir), Some(t)) => {
+                    let uri = t.display().to_string();
+                    let summary = cairn::index_sources(&uri, &[cairn::SourceSpec::from_dir(dir)?], false).await?;
+                    eprintln!("indexed {} pages ({} failed) into {uri}", summary.pages_indexed, summary.pages_failed);
+                    uri
+                }
+                _ => db.db.clone(),
+            };
+            let searcher = cairn::Searcher::open(&db_uri, mode != cairn_query::Mode::Fast).await?;
+            let report = cairn::eval::run(&searcher, &judged, &sources, mode).await?;
+            if let Some(t) = temp {
+                let _ = std::fs::remove_dir_all(t);
+            }
+            if json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                print_eval(&report);
+            }
+            if let Some(g) = gate {
+                let text = std::fs::read_to_string(&g).map_err(|e| anyhow::anyhow!("{}: {e}", g.display()))?;
+                let breaches = cairn::eval::check_gates(&report, &text)?;
+                for b in &breaches {
+                    eprintln!("gate breached: {b}");
+                }
+                if !breaches.is_empty() {
+                    return Ok(ExitCode::from(1));
+                }
+                eprintln!("gates passed ({})", g.display());
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -225,5 +283,26 @@ fn print_results(resp: &cairn_query::SearchResponse) {
     }
     for n in &resp.notes {
         eprintln!("note: {n}");
+    }
+}
+
+fn print_eval(r: &cairn::eval::EvalReport) {
+    println!("{:<24} {:>5} {:>6} {:>6} {:>6} {:>6} {:>7} {:>7} {:>6}", "family", "n", "hit@1", "hit@3", "mrr10", "r@10", "r@100", "ndcg10", "fclean3");
+    let row = |name: &str, s: &cairn_query::metrics::Summary| {
+        let m = &s.metrics;
+        println!(
+            "{name:<24} {:>5} {:>6.3} {:>6.3} {:>6.3} {:>6.3} {:>7.3} {:>7.3} {:>6.3}",
+            s.n, m.hit_at_1, m.hit_at_3, m.mrr_at_10, m.recall_at_10, m.recall_at_100, m.ndcg_at_10, m.forbidden_clean_at_3
+        );
+    };
+    for (f, s) in &r.families {
+        row(f, s);
+    }
+    row("overall", &r.overall);
+    for m in r.misses.iter().take(20) {
+        eprintln!("miss {}: {:?} wants {:?}, got {:?}", m.id, m.query, m.relevant, m.top);
+    }
+    if r.misses.len() > 20 {
+        eprintln!("… {} misses in all (--json lists every one)", r.misses.len());
     }
 }

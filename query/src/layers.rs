@@ -15,6 +15,9 @@ pub const KEYWORD_WEIGHT: f32 = 0.3;
 /// `high_vector_match`: the page is about the query. Related sentence pairs of the embedder's
 /// test list score 0.5–0.8; unrelated ones below 0.2.
 pub const HIGH_VECTOR_FLOOR: f32 = 0.65;
+/// A result found by the vector arm alone (no keyword, title or exact match) is junk below this
+/// raw cosine and is dropped: unrelated pages of this model score under 0.2.
+pub const RELEVANCE_FLOOR: f32 = 0.2;
 /// Bumped whenever scoring changes, so telemetry of different versions is never compared.
 pub const SCORING_VERSION: &str = "2026-11-30.1";
 
@@ -53,14 +56,34 @@ pub fn rrf<'a>(rankings: &[Vec<&'a str>]) -> HashMap<&'a str, f32> {
     fused
 }
 
+/// A light English suffix stripper, so that the union re-scoring matches what the keyword arm's
+/// stemmed index matched (`debating` ~ `debate`, `forums` ~ `forum`). Only for comparing
+/// words, never shown.
+pub fn stem(word: &str) -> String {
+    const SUFFIXES: [&str; 9] = ["ingly", "edly", "ing", "ies", "ed", "es", "ly", "s", "e"];
+    for suffix in SUFFIXES {
+        if let Some(base) = word.strip_suffix(suffix)
+            && base.chars().count() >= 3
+        {
+            return if suffix == "ies" { format!("{base}y") } else { base.to_string() };
+        }
+    }
+    word.to_string()
+}
+
+/// Stemmed tokens of a text.
+pub fn stems(s: &str) -> Vec<String> {
+    tokens(s).iter().map(|t| stem(t)).collect()
+}
+
 /// BM25 of the query against each document, with term statistics taken over these documents:
 /// the candidates of every source together, so scores are comparable across sources (each
 /// source's own BM25 uses its own statistics and is not).
 pub fn union_bm25(query: &str, docs: &[String]) -> Vec<f32> {
     const K1: f32 = 1.2;
     const B: f32 = 0.75;
-    let q: Vec<String> = content_tokens(query);
-    let docs: Vec<Vec<String>> = docs.iter().map(|d| tokens(d)).collect();
+    let q: Vec<String> = content_tokens(query).iter().map(|t| stem(t)).collect();
+    let docs: Vec<Vec<String>> = docs.iter().map(|d| stems(d)).collect();
     let n = docs.len() as f32;
     if docs.is_empty() || q.is_empty() {
         return vec![0.0; docs.len()];
@@ -223,6 +246,16 @@ mod tests {
         assert!(s[1] > s[0] && s[0] > s[2], "{s:?}");
         assert_eq!(s[2], 0.0);
         assert_eq!(union_bm25("the of", &docs), vec![0.0; 3]);
+    }
+
+    #[test]
+    fn stems_meet_in_the_middle() {
+        assert_eq!(stem("debating"), stem("debate"));
+        assert_eq!(stem("forums"), stem("forum"));
+        assert_eq!(stem("libraries"), "library");
+        assert_eq!(stem("is"), "is");
+        let s = union_bm25("debating in public forums", &["a forum for public debate".into(), "bread".into()]);
+        assert!(s[0] > 0.0 && s[1] == 0.0);
     }
 
     #[test]

@@ -5,6 +5,7 @@
 
 mod error;
 pub mod layers;
+pub mod metrics;
 pub mod reader;
 pub mod search;
 

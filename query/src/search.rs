@@ -4,8 +4,9 @@
 
 use crate::error::{QueryError, Result};
 use crate::layers::{
+    self,
     CreateSafety, Evidence, ExactKind, HIGH_VECTOR_FLOOR, KEYWORD_WEIGHT, SCORING_VERSION, Signals,
-    TITLE_PHRASE_BOOST, content_tokens, evidence, max_pool, rrf, title_phrase_match, union_bm25,
+    RELEVANCE_FLOOR, TITLE_PHRASE_BOOST, content_tokens, evidence, max_pool, rrf, title_phrase_match, union_bm25,
 };
 use crate::reader::SourceReader;
 use cairn_index::{ChunkHit, Embedder, PageRecord};
@@ -466,6 +467,14 @@ pub async fn search<R: SourceReader>(
         }
     }
 
+    // The relevance floor: a page only the vector arm found, and found weakly, is junk.
+    union.retain(|c| {
+        c.exact.is_some()
+            || c.title.is_some()
+            || c.keyword.is_some()
+            || c.vector.as_ref().is_some_and(|(_, h)| h.score >= RELEVANCE_FLOOR)
+    });
+
     // Order the union by scores comparable across sources: raw cosine of the best chunk plus
     // BM25 re-scored over the union with the union's own term statistics.
     let docs: Vec<String> = union
@@ -481,7 +490,7 @@ pub async fn search<R: SourceReader>(
         .collect();
     let bm25 = union_bm25(&req.query, &docs);
     let max_bm25 = bm25.iter().copied().fold(0.0f32, f32::max);
-    let query_terms = content_tokens(&req.query);
+    let query_terms: Vec<String> = content_tokens(&req.query).iter().map(|t| layers::stem(t)).collect();
     let mut results: Vec<SearchResult> = union
         .into_iter()
         .zip(bm25)
@@ -496,7 +505,7 @@ pub async fn search<R: SourceReader>(
                 multipliers.push(("title_phrase".to_string(), TITLE_PHRASE_BOOST));
             }
             let score = multipliers.iter().fold(base, |s, (_, m)| s * m);
-            let doc_tokens = tokens(&doc);
+            let doc_tokens = layers::stems(&doc);
             let signals = Signals {
                 exact: c.exact,
                 cosine,

@@ -137,3 +137,10 @@ async fn no_embedder_is_a_degraded_answer_not_a_failure() {
     assert_eq!(resp.degraded, ["embed_unavailable"]);
     assert_eq!(resp.results[0].slug, "projects/amphi");
 }
+
+#[tokio::test]
+async fn vector_only_junk_below_the_floor_is_dropped() {
+    let c = curated();
+    let resp = run(&[&c], SearchRequest::new("zzzz qqqq")).await.unwrap();
+    assert!(resp.results.is_empty(), "{:#?}", resp.results);
+}

@@ -1,0 +1,138 @@
+//! `cairn eval`: run judged queries through the same path as `cairn search` and report
+//! Hit@1/3, MRR@10, Recall@10/100, nDCG@10 and forbidden-clean@3, overall and per family;
+//! gate files set floors and every breach is named.
+
+use crate::Searcher;
+use anyhow::{Context, Result, bail};
+use cairn_query::metrics::{Judged, QueryScore, Summary, by_family, score};
+use cairn_query::{Mode, SearchRequest};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+/// Load a query file: JSON Lines in the shared eval format (`query`, `relevant`, optional
+/// `forbidden`, `grades`, `family`, `id`), or the gbrain bootstrap JSON array (`expect_slug`).
+/// Page ids become slugs. Queries whose boolean flag named in `skip_flags` is true are left out.
+pub fn load_queries(path: &Path, skip_flags: &[String]) -> Result<Vec<Judged>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let values: Vec<serde_json::Value> = if text.trim_start().starts_with('[') {
+        serde_json::from_str(&text).with_context(|| format!("{}: not a JSON array", path.display()))?
+    } else {
+        text.lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+            .map(|(i, l)| serde_json::from_str(l).with_context(|| format!("{}:{}: not JSON", path.display(), i + 1)))
+            .collect::<Result<_>>()?
+    };
+    let slug = |id: &str| cairn_ingest::slugify_id(id).unwrap_or_else(|| id.to_string());
+    let strings = |v: &serde_json::Value, key: &str| -> Vec<String> {
+        v.get(key).and_then(|x| x.as_array()).map_or_else(Vec::new, |a| a.iter().filter_map(|s| s.as_str()).map(slug).collect())
+    };
+    let mut out = Vec::new();
+    for (i, v) in values.iter().enumerate() {
+        if skip_flags.iter().any(|f| v.get(f).and_then(|x| x.as_bool()) == Some(true)) {
+            continue;
+        }
+        let Some(query) = v.get("query").and_then(|q| q.as_str()) else {
+            bail!("{}: query {} has no `query`", path.display(), i + 1);
+        };
+        let mut relevant = strings(v, "relevant");
+        if let Some(s) = v.get("expect_slug").and_then(|s| s.as_str()) {
+            relevant.push(slug(s));
+        }
+        let grades: HashMap<String, f64> = v
+            .get("grades")
+            .and_then(|g| g.as_object())
+            .map(|g| g.iter().filter_map(|(k, x)| Some((slug(k), x.as_f64()?))).collect())
+            .unwrap_or_default();
+        let family = ["family", "kind"].iter().find_map(|k| v.get(*k).and_then(|f| f.as_str())).unwrap_or("all");
+        out.push(Judged {
+            id: v.get("id").map_or_else(|| (i + 1).to_string(), |x| x.as_str().map_or_else(|| x.to_string(), str::to_string)),
+            family: family.to_string(),
+            query: query.to_string(),
+            relevant,
+            forbidden: strings(v, "forbidden"),
+            grades,
+        });
+    }
+    Ok(out)
+}
+
+/// A query that missed (no relevant page at rank 1, or a forbidden page in the top 3).
+#[derive(Debug, Serialize)]
+pub struct Miss {
+    pub id: String,
+    pub query: String,
+    pub relevant: Vec<String>,
+    pub top: Vec<String>,
+}
+
+/// The `--json` document.
+#[derive(Debug, Serialize)]
+pub struct EvalReport {
+    pub queries: usize,
+    pub overall: Summary,
+    pub families: BTreeMap<String, Summary>,
+    pub misses: Vec<Miss>,
+}
+
+/// Run every query (limit 100, so Recall@100 is measured) and score the rankings.
+pub async fn run(searcher: &Searcher, queries: &[Judged], sources: &[String], mode: Mode) -> Result<EvalReport> {
+    let mut scores: Vec<QueryScore> = Vec::with_capacity(queries.len());
+    let mut misses = Vec::new();
+    for q in queries {
+        let req = SearchRequest { query: q.query.clone(), sources: sources.to_vec(), mode, limit: 100, explain: false };
+        let ranking: Vec<String> = match searcher.search(&req).await {
+            Ok(resp) => resp.results.into_iter().map(|r| r.slug).collect(),
+            // A query of punctuation only is still a query; an error here is an infrastructure one.
+            Err(e) if matches!(e.downcast_ref(), Some(cairn_query::QueryError::EmptyQuery)) => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        let s = score(q, &ranking);
+        let missed = s.relevance.is_some_and(|m| m.hit_at_1 < 1.0) || s.forbidden_clean == Some(false);
+        if missed {
+            misses.push(Miss { id: q.id.clone(), query: q.query.clone(), relevant: q.relevant.clone(), top: ranking.iter().take(5).cloned().collect() });
+        }
+        scores.push(s);
+    }
+    let (overall, families) = by_family(queries, &scores);
+    Ok(EvalReport { queries: queries.len(), overall, families, misses })
+}
+
+/// Floors from a gate file, e.g.
+/// ```toml
+/// [overall]
+/// ndcg_at_10 = 0.35
+/// [families."title-substring"]
+/// hit_at_1 = 1.0
+/// ```
+/// Returns one line per breach (a family missing from the report is a breach too).
+pub fn check_gates(report: &EvalReport, gates: &str) -> Result<Vec<String>> {
+    #[derive(serde::Deserialize)]
+    struct Gates {
+        #[serde(default)]
+        overall: BTreeMap<String, f64>,
+        #[serde(default)]
+        families: BTreeMap<String, BTreeMap<String, f64>>,
+    }
+    let gates: Gates = toml::from_str(gates).context("gate file")?;
+    let mut breaches = Vec::new();
+    let mut check = |scope: &str, summary: Option<&Summary>, floors: &BTreeMap<String, f64>| -> Result<()> {
+        for (metric, floor) in floors {
+            let Some(s) = summary else {
+                breaches.push(format!("{scope}: no queries in the report"));
+                return Ok(());
+            };
+            let value = s.metrics.get(metric).with_context(|| format!("gate file: unknown metric `{metric}`"))?;
+            if value + 1e-12 < *floor {
+                breaches.push(format!("{scope} {metric} = {value:.4} is below the floor {floor}"));
+            }
+        }
+        Ok(())
+    };
+    check("overall", Some(&report.overall), &gates.overall)?;
+    for (family, floors) in &gates.families {
+        check(&format!("family {family}"), report.families.get(family), floors)?;
+    }
+    Ok(breaches)
+}
