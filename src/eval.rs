@@ -21,12 +21,16 @@ pub fn load_queries(path: &Path, skip_flags: &[String]) -> Result<Vec<Judged>> {
         text.lines()
             .enumerate()
             .filter(|(_, l)| !l.trim().is_empty())
-            .map(|(i, l)| serde_json::from_str(l).with_context(|| format!("{}:{}: not JSON", path.display(), i + 1)))
+            .map(|(i, l)| {
+                serde_json::from_str(l).with_context(|| format!("{}:{}: not JSON", path.display(), i + 1))
+            })
             .collect::<Result<_>>()?
     };
     let slug = |id: &str| cairn_ingest::slugify_id(id).unwrap_or_else(|| id.to_string());
     let strings = |v: &serde_json::Value, key: &str| -> Vec<String> {
-        v.get(key).and_then(|x| x.as_array()).map_or_else(Vec::new, |a| a.iter().filter_map(|s| s.as_str()).map(slug).collect())
+        v.get(key)
+            .and_then(|x| x.as_array())
+            .map_or_else(Vec::new, |a| a.iter().filter_map(|s| s.as_str()).map(slug).collect())
     };
     let mut out = Vec::new();
     for (i, v) in values.iter().enumerate() {
@@ -45,9 +49,13 @@ pub fn load_queries(path: &Path, skip_flags: &[String]) -> Result<Vec<Judged>> {
             .and_then(|g| g.as_object())
             .map(|g| g.iter().filter_map(|(k, x)| Some((slug(k), x.as_f64()?))).collect())
             .unwrap_or_default();
-        let family = ["family", "kind"].iter().find_map(|k| v.get(*k).and_then(|f| f.as_str())).unwrap_or("all");
+        let family =
+            ["family", "kind"].iter().find_map(|k| v.get(*k).and_then(|f| f.as_str())).unwrap_or("all");
         out.push(Judged {
-            id: v.get("id").map_or_else(|| (i + 1).to_string(), |x| x.as_str().map_or_else(|| x.to_string(), str::to_string)),
+            id: v.get("id").map_or_else(
+                || (i + 1).to_string(),
+                |x| x.as_str().map_or_else(|| x.to_string(), str::to_string),
+            ),
             family: family.to_string(),
             query: query.to_string(),
             relevant,
@@ -77,11 +85,24 @@ pub struct EvalReport {
 }
 
 /// Run every query (limit 100, so Recall@100 is measured) and score the rankings.
-pub async fn run(searcher: &Searcher, queries: &[Judged], sources: &[String], mode: Mode) -> Result<EvalReport> {
+pub async fn run(
+    searcher: &Searcher,
+    queries: &[Judged],
+    sources: &[String],
+    mode: Mode,
+    pooled_baseline: bool,
+) -> Result<EvalReport> {
     let mut scores: Vec<QueryScore> = Vec::with_capacity(queries.len());
     let mut misses = Vec::new();
     for q in queries {
-        let req = SearchRequest { query: q.query.clone(), sources: sources.to_vec(), mode, limit: 100, explain: false };
+        let req = SearchRequest {
+            query: q.query.clone(),
+            sources: sources.to_vec(),
+            mode,
+            limit: 100,
+            explain: false,
+            pooled_baseline,
+        };
         let ranking: Vec<String> = match searcher.search(&req).await {
             Ok(resp) => resp.results.into_iter().map(|r| r.slug).collect(),
             // A query of punctuation only is still a query; an error here is an infrastructure one.
@@ -91,7 +112,12 @@ pub async fn run(searcher: &Searcher, queries: &[Judged], sources: &[String], mo
         let s = score(q, &ranking);
         let missed = s.relevance.is_some_and(|m| m.hit_at_1 < 1.0) || s.forbidden_clean == Some(false);
         if missed {
-            misses.push(Miss { id: q.id.clone(), query: q.query.clone(), relevant: q.relevant.clone(), top: ranking.iter().take(5).cloned().collect() });
+            misses.push(Miss {
+                id: q.id.clone(),
+                query: q.query.clone(),
+                relevant: q.relevant.clone(),
+                top: ranking.iter().take(5).cloned().collect(),
+            });
         }
         scores.push(s);
     }
@@ -123,7 +149,8 @@ pub fn check_gates(report: &EvalReport, gates: &str) -> Result<Vec<String>> {
                 breaches.push(format!("{scope}: no queries in the report"));
                 return Ok(());
             };
-            let value = s.metrics.get(metric).with_context(|| format!("gate file: unknown metric `{metric}`"))?;
+            let value =
+                s.metrics.get(metric).with_context(|| format!("gate file: unknown metric `{metric}`"))?;
             if value + 1e-12 < *floor {
                 breaches.push(format!("{scope} {metric} = {value:.4} is below the floor {floor}"));
             }

@@ -226,12 +226,16 @@ impl Searcher {
 }
 
 /// Answer one query over the sources stored in the database.
-pub async fn search_db(db_uri: &str, req: &cairn_query::SearchRequest) -> Result<cairn_query::SearchResponse> {
+pub async fn search_db(
+    db_uri: &str,
+    req: &cairn_query::SearchRequest,
+) -> Result<cairn_query::SearchResponse> {
     let searcher = Searcher::open(db_uri, req.mode != cairn_query::Mode::Fast).await?;
     searcher.search(req).await
 }
 
 pub mod eval;
+pub mod swamp;
 
 /// A stored page, as `cairn get` prints it.
 pub async fn get_page(db_uri: &str, source: &str, slug: &str) -> Result<cairn_index::PageRecord> {

@@ -84,6 +84,10 @@ enum Command {
         /// Leave out queries whose boolean flag is true (e.g. --skip-flag ambiguous).
         #[arg(long = "skip-flag")]
         skip_flags: Vec<String>,
+        /// Evaluation baseline: all sources pooled into one candidate set (what per-source
+        /// gather prevents), instead of per-source gather.
+        #[arg(long)]
+        pooled_baseline: bool,
         /// A TOML file of floors per family and metric.
         #[arg(long)]
         gate: Option<PathBuf>,
@@ -91,6 +95,12 @@ enum Command {
         json: bool,
         #[command(flatten)]
         db: DbArg,
+    },
+    /// Test data: write the source-swamp set's bulk source (near-empty stubs) into DIR.
+    SwampStubs {
+        dir: PathBuf,
+        #[arg(long, default_value_t = 5000)]
+        n: usize,
     },
     /// Print a stored page: `cairn get SOURCE:SLUG`.
     Get {
@@ -144,7 +154,8 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                     return Ok(ExitCode::from(2));
                 }
             };
-            let req = cairn_query::SearchRequest { query, sources, mode, limit, explain };
+            let req =
+                cairn_query::SearchRequest { query, sources, mode, limit, explain, pooled_baseline: false };
             let resp = cairn::search_db(&db.db, &req).await?;
             if json {
                 println!("{}", serde_json::to_string(&resp)?);
@@ -153,21 +164,32 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Eval { queries, sources, mode, vault, skip_flags, gate, json, db } => {
+        Command::SwampStubs { dir, n } => {
+            cairn::swamp::write_stubs(&dir, n)?;
+            eprintln!("wrote {n} stubs under {}", dir.join("models").display());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Eval { queries, sources, mode, vault, skip_flags, pooled_baseline, gate, json, db } => {
             let mode: cairn_query::Mode = mode.parse()?;
             let judged = cairn::eval::load_queries(&queries, &skip_flags)?;
-            let temp = vault.as_ref().map(|_| std::env::temp_dir().join(format!("cairn-eval-{}", std::process::id())));
+            let temp = vault
+                .as_ref()
+                .map(|_| std::env::temp_dir().join(format!("cairn-eval-{}", std::process::id())));
             let db_uri = match (&vault, &temp) {
                 (Some(dir), Some(t)) => {
                     let uri = t.display().to_string();
-                    let summary = cairn::index_sources(&uri, &[cairn::SourceSpec::from_dir(dir)?], false).await?;
-                    eprintln!("indexed {} pages ({} failed) into {uri}", summary.pages_indexed, summary.pages_failed);
+                    let summary =
+                        cairn::index_sources(&uri, &[cairn::SourceSpec::from_dir(dir)?], false).await?;
+                    eprintln!(
+                        "indexed {} pages ({} failed) into {uri}",
+                        summary.pages_indexed, summary.pages_failed
+                    );
                     uri
                 }
                 _ => db.db.clone(),
             };
             let searcher = cairn::Searcher::open(&db_uri, mode != cairn_query::Mode::Fast).await?;
-            let report = cairn::eval::run(&searcher, &judged, &sources, mode).await?;
+            let report = cairn::eval::run(&searcher, &judged, &sources, mode, pooled_baseline).await?;
             if let Some(t) = temp {
                 let _ = std::fs::remove_dir_all(t);
             }
@@ -177,7 +199,8 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 print_eval(&report);
             }
             if let Some(g) = gate {
-                let text = std::fs::read_to_string(&g).map_err(|e| anyhow::anyhow!("{}: {e}", g.display()))?;
+                let text =
+                    std::fs::read_to_string(&g).map_err(|e| anyhow::anyhow!("{}: {e}", g.display()))?;
                 let breaches = cairn::eval::check_gates(&report, &text)?;
                 for b in &breaches {
                     eprintln!("gate breached: {b}");
@@ -287,12 +310,22 @@ fn print_results(resp: &cairn_query::SearchResponse) {
 }
 
 fn print_eval(r: &cairn::eval::EvalReport) {
-    println!("{:<24} {:>5} {:>6} {:>6} {:>6} {:>6} {:>7} {:>7} {:>6}", "family", "n", "hit@1", "hit@3", "mrr10", "r@10", "r@100", "ndcg10", "fclean3");
+    println!(
+        "{:<24} {:>5} {:>6} {:>6} {:>6} {:>6} {:>7} {:>7} {:>6}",
+        "family", "n", "hit@1", "hit@3", "mrr10", "r@10", "r@100", "ndcg10", "fclean3"
+    );
     let row = |name: &str, s: &cairn_query::metrics::Summary| {
         let m = &s.metrics;
         println!(
             "{name:<24} {:>5} {:>6.3} {:>6.3} {:>6.3} {:>6.3} {:>7.3} {:>7.3} {:>6.3}",
-            s.n, m.hit_at_1, m.hit_at_3, m.mrr_at_10, m.recall_at_10, m.recall_at_100, m.ndcg_at_10, m.forbidden_clean_at_3
+            s.n,
+            m.hit_at_1,
+            m.hit_at_3,
+            m.mrr_at_10,
+            m.recall_at_10,
+            m.recall_at_100,
+            m.ndcg_at_10,
+            m.forbidden_clean_at_3
         );
     };
     for (f, s) in &r.families {

@@ -18,8 +18,20 @@ pub const HIGH_VECTOR_FLOOR: f32 = 0.65;
 /// A result found by the vector arm alone (no keyword, title or exact match) is junk below this
 /// raw cosine and is dropped: unrelated pages of this model score under 0.2.
 pub const RELEVANCE_FLOOR: f32 = 0.2;
+/// Multiplier for a thin page: one chunk whose body (heading lines aside) holds fewer than
+/// [`THIN_PAGE_TOKENS`] content words. An empty or stub page matches by its name alone, and its
+/// name is what the exact layer is for; as an answer to a question it is weak evidence, and a
+/// bulk source of stubs named after the query's words must not outrank the page that answers.
+pub const THIN_PAGE_FACTOR: f32 = 0.5;
+pub const THIN_PAGE_TOKENS: usize = 5;
+
+/// Content words of a chunk's body, heading lines left out.
+pub fn body_words(text: &str) -> usize {
+    text.lines().filter(|l| !l.trim_start().starts_with('#')).map(|l| content_tokens(l).len()).sum()
+}
+
 /// Bumped whenever scoring changes, so telemetry of different versions is never compared.
-pub const SCORING_VERSION: &str = "2026-11-30.1";
+pub const SCORING_VERSION: &str = "2026-11-30.2";
 
 /// Each page's best chunk, pages in order of their best chunk (hits must be sorted best first,
 /// as the store returns them). A page is its best chunk, never whichever chunk came first.
@@ -249,12 +261,19 @@ mod tests {
     }
 
     #[test]
+    fn body_words_leave_headings_out() {
+        assert_eq!(body_words("# warehouse_loaders_v2\n\nno documented columns"), 3);
+        assert_eq!(body_words("## A heading\nThe warehouse loaders are rewritten first."), 4);
+    }
+
+    #[test]
     fn stems_meet_in_the_middle() {
         assert_eq!(stem("debating"), stem("debate"));
         assert_eq!(stem("forums"), stem("forum"));
         assert_eq!(stem("libraries"), "library");
         assert_eq!(stem("is"), "is");
-        let s = union_bm25("debating in public forums", &["a forum for public debate".into(), "bread".into()]);
+        let s =
+            union_bm25("debating in public forums", &["a forum for public debate".into(), "bread".into()]);
         assert!(s[0] > 0.0 && s[1] == 0.0);
     }
 

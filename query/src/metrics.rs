@@ -37,7 +37,8 @@ pub struct QueryScore {
 }
 
 pub fn score(q: &Judged, ranking: &[String]) -> QueryScore {
-    let forbidden_clean = (!q.forbidden.is_empty()).then(|| !ranking.iter().take(3).any(|s| q.forbidden.contains(s)));
+    let forbidden_clean =
+        (!q.forbidden.is_empty()).then(|| !ranking.iter().take(3).any(|s| q.forbidden.contains(s)));
     if q.relevant.is_empty() {
         return QueryScore { relevance: None, forbidden_clean };
     }
@@ -46,7 +47,8 @@ pub fn score(q: &Judged, ranking: &[String]) -> QueryScore {
     let recall = |k: usize| {
         ranking.iter().take(k).filter(|s| q.relevant.contains(s)).count() as f64 / q.relevant.len() as f64
     };
-    let gain = |s: &String| if q.relevant.contains(s) { q.grades.get(s).copied().unwrap_or(1.0) } else { 0.0 };
+    let gain =
+        |s: &String| if q.relevant.contains(s) { q.grades.get(s).copied().unwrap_or(1.0) } else { 0.0 };
     let dcg: f64 = ranking.iter().take(10).enumerate().map(|(i, s)| gain(s) / ((i + 2) as f64).log2()).sum();
     let mut ideal: Vec<f64> = q.relevant.iter().map(gain).collect();
     ideal.sort_by(|a, b| b.total_cmp(a));
@@ -75,7 +77,9 @@ pub struct Summary {
 /// `forbidden_clean_at_3` over queries with `forbidden` (1.0 when there are none).
 pub fn summarize(scores: &[&QueryScore]) -> Summary {
     let rel: Vec<&Metrics> = scores.iter().filter_map(|s| s.relevance.as_ref()).collect();
-    let mean = |f: fn(&Metrics) -> f64| if rel.is_empty() { 0.0 } else { rel.iter().map(|m| f(m)).sum::<f64>() / rel.len() as f64 };
+    let mean = |f: fn(&Metrics) -> f64| {
+        if rel.is_empty() { 0.0 } else { rel.iter().map(|m| f(m)).sum::<f64>() / rel.len() as f64 }
+    };
     let forb: Vec<bool> = scores.iter().filter_map(|s| s.forbidden_clean).collect();
     Summary {
         n: scores.len(),
@@ -86,7 +90,11 @@ pub fn summarize(scores: &[&QueryScore]) -> Summary {
             recall_at_10: mean(|m| m.recall_at_10),
             recall_at_100: mean(|m| m.recall_at_100),
             ndcg_at_10: mean(|m| m.ndcg_at_10),
-            forbidden_clean_at_3: if forb.is_empty() { 1.0 } else { forb.iter().filter(|c| **c).count() as f64 / forb.len() as f64 },
+            forbidden_clean_at_3: if forb.is_empty() {
+                1.0
+            } else {
+                forb.iter().filter(|c| **c).count() as f64 / forb.len() as f64
+            },
         },
     }
 }

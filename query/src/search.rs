@@ -4,9 +4,9 @@
 
 use crate::error::{QueryError, Result};
 use crate::layers::{
-    self,
-    CreateSafety, Evidence, ExactKind, HIGH_VECTOR_FLOOR, KEYWORD_WEIGHT, SCORING_VERSION, Signals,
-    RELEVANCE_FLOOR, TITLE_PHRASE_BOOST, content_tokens, evidence, max_pool, rrf, title_phrase_match, union_bm25,
+    self, CreateSafety, Evidence, ExactKind, HIGH_VECTOR_FLOOR, KEYWORD_WEIGHT, RELEVANCE_FLOOR,
+    SCORING_VERSION, Signals, THIN_PAGE_FACTOR, THIN_PAGE_TOKENS, TITLE_PHRASE_BOOST, content_tokens,
+    evidence, max_pool, rrf, title_phrase_match, union_bm25,
 };
 use crate::reader::SourceReader;
 use cairn_index::{ChunkHit, Embedder, PageRecord};
@@ -59,6 +59,11 @@ pub struct SearchRequest {
     pub limit: usize,
     #[serde(default)]
     pub explain: bool,
+    /// Evaluation baseline only: one candidate pool of K pages for all sources together (each
+    /// arm ranked by its raw scores across sources, fused, cut to K), as a single shared index
+    /// would do: the failure per-source gather exists to prevent.
+    #[serde(default)]
+    pub pooled_baseline: bool,
 }
 
 fn default_limit() -> usize {
@@ -67,7 +72,14 @@ fn default_limit() -> usize {
 
 impl SearchRequest {
     pub fn new(query: impl Into<String>) -> Self {
-        Self { query: query.into(), sources: vec![], mode: Mode::Balanced, limit: 10, explain: false }
+        Self {
+            query: query.into(),
+            sources: vec![],
+            mode: Mode::Balanced,
+            limit: 10,
+            explain: false,
+            pooled_baseline: false,
+        }
     }
 }
 
@@ -293,6 +305,27 @@ async fn complete<R: SourceReader>(
     Ok(())
 }
 
+/// The baseline: rank each arm across all sources by its raw score, fuse, keep K in all.
+fn pool_globally(union: Vec<Candidate>, k: usize) -> Vec<Candidate> {
+    let key = |c: &Candidate| format!("{}\u{0}{}", c.source, c.slug);
+    let ranking = |score: &dyn Fn(&Candidate) -> Option<f32>| {
+        let mut v: Vec<(String, f32)> = union.iter().filter_map(|c| Some((key(c), score(c)?))).collect();
+        v.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        v.into_iter().map(|(k, _)| k).collect::<Vec<_>>()
+    };
+    let kw = ranking(&|c| c.keyword.as_ref().map(|(a, _)| a.score));
+    let vec = ranking(&|c| c.vector.as_ref().filter(|(a, _)| a.rank > 0).map(|(a, _)| a.score));
+    let title = ranking(&|c| c.title.map(|a| a.score));
+    let rankings: Vec<Vec<&str>> =
+        [&kw, &vec, &title].iter().map(|r| r.iter().map(String::as_str).collect()).collect();
+    let fused = rrf(&rankings);
+    let mut scored: Vec<(f32, Candidate)> =
+        union.iter().map(|c| (fused.get(key(c).as_str()).copied().unwrap_or(0.0), c.clone())).collect();
+    scored
+        .sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.source.cmp(&b.1.source)).then(a.1.slug.cmp(&b.1.slug)));
+    scored.into_iter().take(k).map(|(_, c)| c).collect()
+}
+
 /// Exact lookup and alias hop: pages whose slug, title or alias equals the normalised query.
 async fn exact_pages<R: SourceReader>(readers: &[&R], query: &str) -> Vec<(String, PageRecord, ExactKind)> {
     let words = query.split_whitespace().count();
@@ -433,6 +466,9 @@ pub async fn search<R: SourceReader>(
     if errors.len() == readers.len() {
         return Err(QueryError::AllSourcesFailed(errors.join("; ")));
     }
+    if req.pooled_baseline {
+        union = pool_globally(union, k);
+    }
 
     // Exact lookup and alias hop: matching pages are marked, or injected when no arm found them.
     let exact = exact_pages(&readers, &req.query).await;
@@ -503,6 +539,12 @@ pub async fn search<R: SourceReader>(
             let mut multipliers = Vec::new();
             if title_phrase_match(&req.query, &title) {
                 multipliers.push(("title_phrase".to_string(), TITLE_PHRASE_BOOST));
+            }
+            let single_chunk = c.record.as_ref().is_none_or(|p| p.chunk_count <= 1);
+            let body =
+                c.vector.as_ref().or(c.keyword.as_ref()).map_or(0, |(_, h)| layers::body_words(&h.text));
+            if single_chunk && body < THIN_PAGE_TOKENS {
+                multipliers.push(("thin_page".to_string(), THIN_PAGE_FACTOR));
             }
             let score = multipliers.iter().fold(base, |s, (_, m)| s * m);
             let doc_tokens = layers::stems(&doc);
