@@ -87,38 +87,33 @@ pub fn default_db_uri() -> String {
 /// What `cairn index` reports: totals over every source, then each source.
 #[derive(Debug, Default, Serialize)]
 pub struct IndexSummary {
-    pub pages_indexed: usize,
-    pub pages_unchanged: usize,
-    pub pages_removed: usize,
-    pub pages_failed: usize,
-    pub failures: Vec<Failure>,
-    pub warnings: Vec<Failure>,
-    pub chunks_embedded: usize,
-    pub chunks_reused: usize,
-    pub embed_seconds: f64,
+    #[serde(flatten)]
+    pub counts: cairn_index::Counts,
     pub seconds: f64,
     /// Sources that could not be indexed at all (unreadable root, damaged tables), with why.
     pub sources_failed: Vec<Failure>,
     pub sources: Vec<SyncReport>,
+    /// Peak resident memory of this process so far, in MiB (Linux; absent elsewhere).
+    pub peak_rss_mib: Option<f64>,
+}
+
+/// Peak resident set size of this process (`VmHWM`), in MiB.
+pub fn peak_rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb: f64 =
+        status.lines().find(|l| l.starts_with("VmHWM:"))?.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
 }
 
 impl IndexSummary {
     fn add(&mut self, r: SyncReport) {
-        self.pages_indexed += r.pages_indexed;
-        self.pages_unchanged += r.pages_unchanged;
-        self.pages_removed += r.pages_removed;
-        self.pages_failed += r.pages_failed;
-        self.failures.extend(r.failures.iter().cloned());
-        self.warnings.extend(r.warnings.iter().cloned());
-        self.chunks_embedded += r.chunks_embedded;
-        self.chunks_reused += r.chunks_reused;
-        self.embed_seconds += r.embed_seconds;
+        self.counts.add(&r.counts);
         self.sources.push(r);
     }
 
     /// Whether anything is in the index for the sources named.
     pub fn anything_indexed(&self) -> bool {
-        self.pages_indexed + self.pages_unchanged > 0
+        self.counts.pages_indexed + self.counts.pages_unchanged > 0
     }
 }
 
@@ -180,6 +175,7 @@ pub async fn index_sources(db_uri: &str, specs: &[SourceSpec], rebuild: bool) ->
         }
     }
     summary.seconds = started.elapsed().as_secs_f64();
+    summary.peak_rss_mib = peak_rss_mib();
     Ok(summary)
 }
 

@@ -182,7 +182,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                         cairn::index_sources(&uri, &[cairn::SourceSpec::from_dir(dir)?], false).await?;
                     eprintln!(
                         "indexed {} pages ({} failed) into {uri}",
-                        summary.pages_indexed, summary.pages_failed
+                        summary.counts.pages_indexed, summary.counts.pages_failed
                     );
                     uri
                 }
@@ -248,25 +248,25 @@ async fn index(sources: SourcesArg, db: DbArg, json: bool, rebuild: bool) -> Res
     if json {
         println!("{}", serde_json::to_string(&summary)?);
     } else {
-        for f in summary.sources_failed.iter().chain(&summary.failures) {
+        for f in summary.sources_failed.iter().chain(&summary.counts.failures) {
             eprintln!("failed: {}", f.reason);
         }
-        for w in &summary.warnings {
+        for w in &summary.counts.warnings {
             eprintln!("warning: {}", w.reason);
         }
         println!(
             "{} pages indexed, {} unchanged, {} removed, {} failed; {} chunks embedded, {} reused; {:.1} s (db: {})",
-            summary.pages_indexed,
-            summary.pages_unchanged,
-            summary.pages_removed,
-            summary.pages_failed,
-            summary.chunks_embedded,
-            summary.chunks_reused,
+            summary.counts.pages_indexed,
+            summary.counts.pages_unchanged,
+            summary.counts.pages_removed,
+            summary.counts.pages_failed,
+            summary.counts.chunks_embedded,
+            summary.counts.chunks_reused,
             summary.seconds,
             db.db
         );
     }
-    let nothing_failed = summary.failures.is_empty() && summary.sources_failed.is_empty();
+    let nothing_failed = summary.counts.failures.is_empty() && summary.sources_failed.is_empty();
     Ok(if summary.anything_indexed() || nothing_failed { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 

@@ -21,4 +21,4 @@ pub use provision::{ModelFiles, provision};
 #[cfg(feature = "storage")]
 pub use store::{ChunkHit, Database, Manifest, PageRecord, PageState, PageWrite, SourceStore, WriteBatch};
 #[cfg(feature = "storage")]
-pub use sync::{Failure, Progress, SyncOptions, SyncReport, sync_source};
+pub use sync::{Counts, Failure, Progress, SyncOptions, SyncReport, sync_source};

@@ -554,7 +554,7 @@ impl SourceStore {
 
     /// Keyword arm: BM25 over chunk text (with its heading path), best first.
     pub async fn keyword(&self, query: &str, k: usize) -> Result<Vec<ChunkHit>> {
-        if query.trim().is_empty() || self.counts().await?.1 == 0 {
+        if query.trim().is_empty() {
             return Ok(Vec::new());
         }
         let q = self
@@ -563,7 +563,7 @@ impl SourceStore {
             .full_text_search(FullTextSearchQuery::new(query.to_string()))
             .select(with_score(&CHUNK_COLUMNS, "_score"))
             .limit(k);
-        let batches = self.collect(q.execute().await).await?;
+        let batches = self.unless_empty(&self.chunks, self.collect(q.execute().await).await).await?;
         chunk_hits(&batches, |b| Ok(column::<Float32Array>(b, "_score")?.values().to_vec()))
     }
 
@@ -615,7 +615,7 @@ impl SourceStore {
 
     /// Title arm: full-text search over titles and aliases.
     pub async fn titles(&self, query: &str, k: usize) -> Result<Vec<PageRecord>> {
-        if query.trim().is_empty() || self.counts().await?.0 == 0 {
+        if query.trim().is_empty() {
             return Ok(Vec::new());
         }
         let q = self
@@ -624,8 +624,24 @@ impl SourceStore {
             .full_text_search(FullTextSearchQuery::new(query.to_string()))
             .select(with_score(&PAGE_COLUMNS, "_score"))
             .limit(k);
-        let batches = self.collect(q.execute().await).await?;
-        page_records(&batches)
+        page_records(&self.unless_empty(&self.pages, self.collect(q.execute().await).await).await?)
+    }
+
+    /// A full-text search fails on a table that has no index yet, which is the case exactly when
+    /// it has no rows (indexes are built on the first write): that is an empty answer, not an
+    /// error. The row count is only looked at when the search failed.
+    async fn unless_empty(
+        &self,
+        table: &Table,
+        result: Result<Vec<RecordBatch>>,
+    ) -> Result<Vec<RecordBatch>> {
+        match result {
+            Ok(b) => Ok(b),
+            Err(e) => match table.count_rows(None).await {
+                Ok(0) => Ok(Vec::new()),
+                _ => Err(e),
+            },
+        }
     }
 
     /// Pages whose slug, normalised title or one normalised alias equals `normalized`.

@@ -38,10 +38,9 @@ pub struct Failure {
     pub reason: String,
 }
 
-/// What a sync did.
+/// What indexing did to pages and chunks; summed over sources by `cairn index`.
 #[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct SyncReport {
-    pub source: String,
+pub struct Counts {
     pub pages_indexed: usize,
     pub pages_unchanged: usize,
     pub pages_removed: usize,
@@ -51,9 +50,31 @@ pub struct SyncReport {
     pub warnings: Vec<Failure>,
     pub chunks_embedded: usize,
     pub chunks_reused: usize,
-    pub commits: usize,
     /// Time inside the embedder.
     pub embed_seconds: f64,
+}
+
+impl Counts {
+    pub fn add(&mut self, o: &Counts) {
+        self.pages_indexed += o.pages_indexed;
+        self.pages_unchanged += o.pages_unchanged;
+        self.pages_removed += o.pages_removed;
+        self.pages_failed += o.pages_failed;
+        self.failures.extend(o.failures.iter().cloned());
+        self.warnings.extend(o.warnings.iter().cloned());
+        self.chunks_embedded += o.chunks_embedded;
+        self.chunks_reused += o.chunks_reused;
+        self.embed_seconds += o.embed_seconds;
+    }
+}
+
+/// What a sync of one source did.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct SyncReport {
+    pub source: String,
+    #[serde(flatten)]
+    pub counts: Counts,
+    pub commits: usize,
     pub seconds: f64,
     pub table_version: u64,
 }
@@ -103,8 +124,8 @@ pub async fn sync_source(
         uri: root.display().to_string(),
         message: e.to_string(),
     })?;
-    report.failures.extend(scanned.problems.iter().map(|e| Failure::of(&source, e)));
-    report.pages_failed += scanned
+    report.counts.failures.extend(scanned.problems.iter().map(|e| Failure::of(&source, e)));
+    report.counts.pages_failed += scanned
         .problems
         .iter()
         .filter(|e| e.kind() != "symlink_outside_root" && e.kind() != "symlink_loop")
@@ -113,7 +134,7 @@ pub async fn sync_source(
     let stored = store.page_states().await?;
     let present: HashSet<&str> = scanned.files.iter().map(|f| f.slug.as_str()).collect();
     let removals: Vec<String> = stored.keys().filter(|s| !present.contains(s.as_str())).cloned().collect();
-    report.pages_removed = removals.len();
+    report.counts.pages_removed = removals.len();
 
     let total = scanned.files.len();
     let mut pending: Vec<(ParsedPage, i64)> = Vec::new();
@@ -136,16 +157,16 @@ pub async fn sync_source(
             match result {
                 // A page that cannot be read keeps its last good version in the index.
                 Err(e) => {
-                    report.pages_failed += 1;
-                    report.failures.push(Failure::of(&source, &e));
+                    report.counts.pages_failed += 1;
+                    report.counts.failures.push(Failure::of(&source, &e));
                 }
                 Ok(page) => {
-                    report.warnings.extend(page.problems.iter().map(|e| Failure::of(&source, e)));
+                    report.counts.warnings.extend(page.problems.iter().map(|e| Failure::of(&source, e)));
                     let unchanged = stored
                         .get(&page.slug)
                         .is_some_and(|s| s.content_hash == page.content_hash && s.path == page.path);
                     if unchanged {
-                        report.pages_unchanged += 1;
+                        report.counts.pages_unchanged += 1;
                         continue;
                     }
                     pending_chunks += page.chunks.len();
@@ -158,7 +179,7 @@ pub async fn sync_source(
                 progress(Progress {
                     pages_done: done,
                     pages_total: total,
-                    chunks_embedded: report.chunks_embedded,
+                    chunks_embedded: report.counts.chunks_embedded,
                     elapsed: started.elapsed(),
                 });
             }
@@ -170,7 +191,7 @@ pub async fn sync_source(
     progress(Progress {
         pages_done: done,
         pages_total: total,
-        chunks_embedded: report.chunks_embedded,
+        chunks_embedded: report.counts.chunks_embedded,
         elapsed: started.elapsed(),
     });
     if report.commits > 0 {
@@ -201,7 +222,7 @@ async fn commit(
             }
         }
     }
-    report.chunks_reused += hashes.len() - missing.len();
+    report.counts.chunks_reused += hashes.len() - missing.len();
     if !missing.is_empty() {
         let e = embedder.clone();
         let texts: Vec<String> = missing.iter().map(|(_, t)| t.clone()).collect();
@@ -212,13 +233,13 @@ async fn commit(
         })
         .await
         .map_err(|e| Error::Io(std::io::Error::other(e)))??;
-        report.embed_seconds += t0.elapsed().as_secs_f64();
-        report.chunks_embedded += missing.len();
+        report.counts.embed_seconds += t0.elapsed().as_secs_f64();
+        report.counts.chunks_embedded += missing.len();
         for ((hash, _), v) in missing.into_iter().zip(embedded.vectors) {
             known.insert(hash, v);
         }
     }
-    report.pages_indexed += pages.len();
+    report.counts.pages_indexed += pages.len();
     let upserts = pages
         .into_iter()
         .map(|(page, mtime_ms)| {

@@ -31,13 +31,16 @@ async fn reindexing_is_incremental_edit_rename_and_delete() {
     let specs = [spec("notes", vault.path())];
 
     let first = index(db.path(), &specs).await;
-    assert_eq!((first.pages_indexed, first.pages_failed), (2, 0));
-    assert!(first.chunks_embedded >= 2);
+    assert_eq!((first.counts.pages_indexed, first.counts.pages_failed), (2, 0));
+    assert!(first.counts.chunks_embedded >= 2);
     let version = first.sources[0].table_version;
 
     // Unchanged: nothing written, nothing embedded.
     let again = index(db.path(), &specs).await;
-    assert_eq!((again.pages_indexed, again.pages_unchanged, again.chunks_embedded), (0, 2, 0));
+    assert_eq!(
+        (again.counts.pages_indexed, again.counts.pages_unchanged, again.counts.chunks_embedded),
+        (0, 2, 0)
+    );
     assert_eq!(again.sources[0].table_version, version, "an unchanged vault writes nothing");
 
     // Edit one section: only its chunk is embedded again.
@@ -47,14 +50,17 @@ async fn reindexing_is_incremental_edit_rename_and_delete() {
         &LONG_PAGE.replace("Tiered stone benches", "Tiered wooden benches"),
     );
     let edited = index(db.path(), &specs).await;
-    assert_eq!(edited.pages_indexed, 1);
-    assert_eq!(edited.chunks_embedded, 1, "only the edited section's chunk is new");
-    assert!(edited.chunks_reused >= 1);
+    assert_eq!(edited.counts.pages_indexed, 1);
+    assert_eq!(edited.counts.chunks_embedded, 1, "only the edited section's chunk is new");
+    assert!(edited.counts.chunks_reused >= 1);
 
     // Rename: the page moves, nothing is embedded (its title comes from its heading).
     std::fs::rename(vault.path().join("bread.md"), vault.path().join("baking.md")).unwrap();
     let renamed = index(db.path(), &specs).await;
-    assert_eq!((renamed.pages_indexed, renamed.pages_removed, renamed.chunks_embedded), (1, 1, 0));
+    assert_eq!(
+        (renamed.counts.pages_indexed, renamed.counts.pages_removed, renamed.counts.chunks_embedded),
+        (1, 1, 0)
+    );
     let store =
         Database::open(db.path().to_str().unwrap()).await.unwrap().open_existing("notes").await.unwrap();
     assert!(store.page("bread").await.unwrap().is_none());
@@ -63,7 +69,7 @@ async fn reindexing_is_incremental_edit_rename_and_delete() {
     // Delete.
     std::fs::remove_file(vault.path().join("baking.md")).unwrap();
     let deleted = index(db.path(), &specs).await;
-    assert_eq!(deleted.pages_removed, 1);
+    assert_eq!(deleted.counts.pages_removed, 1);
     assert_eq!(store.counts().await.unwrap().0, 1);
     assert!(store.keyword("sourdough starter", 5).await.unwrap().is_empty());
 }
@@ -79,7 +85,7 @@ async fn two_sources_with_one_slug_and_reads_that_find_the_page() {
         "# Tax checklist\n\nQuarterly tax filing: gather receipts, file the VAT return.\n",
     );
     let summary = index(db.path(), &[spec("alpha", a.path()), spec("beta", b.path())]).await;
-    assert_eq!(summary.pages_indexed, 2);
+    assert_eq!(summary.counts.pages_indexed, 2);
     let database = Database::open(db.path().to_str().unwrap()).await.unwrap();
     let (sa, sb) =
         (database.open_existing("alpha").await.unwrap(), database.open_existing("beta").await.unwrap());
@@ -117,7 +123,7 @@ async fn a_source_built_by_another_model_is_rebuilt_not_mixed() {
         .unwrap();
 
     let summary = index(db.path(), &[spec("notes", vault.path())]).await;
-    assert_eq!(summary.pages_indexed, 1);
+    assert_eq!(summary.counts.pages_indexed, 1);
     let store = Database::open(uri).await.unwrap().open_existing("notes").await.unwrap();
     assert!(store.page("stale").await.unwrap().is_none(), "the old model's rows are gone");
     let e = OrtEmbedder::open(OrtOptions::default()).unwrap();
@@ -136,7 +142,7 @@ async fn a_missing_folder_fails_that_source_only() {
     let summary =
         index(db.path(), &[spec("gone", Path::new("/nonexistent/cairn-vault")), spec("notes", vault.path())])
             .await;
-    assert_eq!(summary.pages_indexed, 1);
+    assert_eq!(summary.counts.pages_indexed, 1);
     assert_eq!(summary.sources_failed.len(), 1);
     assert!(
         summary.sources_failed[0].reason.contains("/nonexistent/cairn-vault"),
