@@ -221,6 +221,15 @@ impl Searcher {
     }
 }
 
+impl Searcher {
+    /// Where one page stands at every layer for a query.
+    pub async fn diagnose(&self, query: &str, source: &str, slug: &str) -> Result<cairn_query::Diagnosis> {
+        let refs: Vec<&cairn_index::SourceStore> = self.stores.iter().collect();
+        let embedder = self.embedder.as_ref().map(|e| e as &dyn Embedder);
+        Ok(cairn_query::diagnose(&refs, embedder, query, source, slug).await?)
+    }
+}
+
 /// Answer one query over the sources stored in the database.
 pub async fn search_db(
     db_uri: &str,

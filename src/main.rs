@@ -96,6 +96,17 @@ enum Command {
         #[command(flatten)]
         db: DbArg,
     },
+    /// Walk the query layers for one page: where it was found or lost.
+    Diagnose {
+        query: String,
+        /// SOURCE:SLUG of the page that should have been found.
+        #[arg(long)]
+        target: String,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        db: DbArg,
+    },
     /// Test data: write the source-swamp set's bulk source (near-empty stubs) into DIR.
     SwampStubs {
         dir: PathBuf,
@@ -161,6 +172,37 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 println!("{}", serde_json::to_string(&resp)?);
             } else {
                 print_results(&resp);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Diagnose { query, target, json, db } => {
+            let Some((source, slug)) = target.split_once(':') else {
+                eprintln!("error: `--target {target}`: expected SOURCE:SLUG");
+                return Ok(ExitCode::from(2));
+            };
+            let searcher = cairn::Searcher::open(&db.db, true).await?;
+            let d = searcher.diagnose(&query, source, slug).await?;
+            if json {
+                println!("{}", serde_json::to_string(&d)?);
+            } else {
+                let show = |r: Option<usize>| r.map_or("-".to_string(), |r| r.to_string());
+                match &d.page {
+                    Some(p) => {
+                        println!("page {source}:{slug}: {} ({}), {} chunks", p.title, p.path, p.chunk_count)
+                    }
+                    None => println!("page {source}:{slug}: not in the index"),
+                }
+                println!("keyword arm rank: {}", show(d.keyword_rank));
+                println!(
+                    "vector arm rank:  {} (best-chunk cosine {})",
+                    show(d.vector_rank),
+                    d.best_cosine.map_or("-".into(), |c| format!("{c:.3}"))
+                );
+                println!("title arm rank:   {}", show(d.title_rank));
+                println!("exact name:       {}", d.exact_name);
+                println!("fused in source:  {} of {} slots", show(d.fused_rank), d.source_slots);
+                println!("final rank:       {}", show(d.final_rank));
+                println!("verdict: {}", d.verdict);
             }
             Ok(ExitCode::SUCCESS)
         }

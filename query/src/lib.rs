@@ -3,12 +3,14 @@
 //! fusion, max-pool, title-phrase boost, exact lookup and alias hop, evidence. It owns ranking;
 //! it does not own storage (`cairn-index`) or threads (`cairn-actors`).
 
+pub mod diagnose;
 mod error;
 pub mod layers;
 pub mod metrics;
 pub mod reader;
 pub mod search;
 
+pub use diagnose::{Diagnosis, diagnose};
 pub use error::{QueryError, Result};
 pub use layers::{CreateSafety, Evidence, ExactKind};
 pub use reader::SourceReader;

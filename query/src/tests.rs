@@ -144,3 +144,27 @@ async fn vector_only_junk_below_the_floor_is_dropped() {
     let resp = run(&[&c], SearchRequest::new("zzzz qqqq")).await.unwrap();
     assert!(resp.results.is_empty(), "{:#?}", resp.results);
 }
+
+#[tokio::test]
+async fn diagnose_says_where_a_page_is_found_or_lost() {
+    let (c, b) = (curated(), bulk(30));
+    let e = HashEmbedder::default();
+    let found = crate::diagnose(
+        &[&b, &c],
+        Some(&e as &dyn Embedder),
+        "greek amphitheater",
+        "curated",
+        "projects/amphi",
+    )
+    .await
+    .unwrap();
+    assert_eq!(found.verdict, "found at rank 1");
+    assert_eq!(found.keyword_rank, Some(1));
+    let missing =
+        crate::diagnose(&[&b, &c], Some(&e as &dyn Embedder), "greek amphitheater", "curated", "nope")
+            .await
+            .unwrap();
+    assert!(missing.verdict.contains("not in the index"), "{}", missing.verdict);
+    let err = crate::diagnose(&[&b, &c], Some(&e as &dyn Embedder), "x", "elsewhere", "a").await.unwrap_err();
+    assert!(err.to_string().contains("elsewhere"));
+}

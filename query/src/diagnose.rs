@@ -1,0 +1,127 @@
+//! `cairn diagnose`: walk the query layers for one page and say where it was found or lost.
+
+use crate::layers::{RELEVANCE_FLOOR, max_pool, rrf};
+use crate::reader::SourceReader;
+use crate::search::{Mode, SearchRequest, search};
+use crate::{QueryError, Result};
+use cairn_index::{ChunkHit, Embedder, PageRecord};
+use cairn_ingest::{normalize_name, tokens};
+
+/// How deep each arm is searched when looking for one page.
+const DEEP: usize = 1000;
+
+/// Where one page stands at every layer for one query.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Diagnosis {
+    pub query: String,
+    pub source: String,
+    pub slug: String,
+    /// The stored page (absent: not in the index).
+    pub page: Option<PageRecord>,
+    /// 1-based rank among the source's pages in each arm (absent: not within the first 1,000
+    /// chunks of that arm).
+    pub keyword_rank: Option<usize>,
+    pub vector_rank: Option<usize>,
+    pub best_cosine: Option<f32>,
+    pub title_rank: Option<usize>,
+    /// The query equals the page's title, slug or an alias.
+    pub exact_name: bool,
+    /// Rank after fusing the arms inside the source, and the number of slots the source has.
+    pub fused_rank: Option<usize>,
+    pub source_slots: usize,
+    /// Rank in the final answer (limit 100), if there.
+    pub final_rank: Option<usize>,
+    pub verdict: String,
+}
+
+fn rank_of(pages: &[ChunkHit], slug: &str) -> Option<usize> {
+    pages.iter().position(|h| h.slug == slug).map(|p| p + 1)
+}
+
+/// Diagnose `slug` of `source` for `query`.
+pub async fn diagnose<R: SourceReader>(
+    readers: &[&R],
+    embedder: Option<&dyn Embedder>,
+    query: &str,
+    source: &str,
+    slug: &str,
+) -> Result<Diagnosis> {
+    let Some(reader) = readers.iter().find(|r| r.id() == source) else {
+        let known: Vec<&str> = readers.iter().map(|r| r.id()).collect();
+        return Err(QueryError::UnknownSource { id: source.into(), known: known.join(", ") });
+    };
+    let failed = |e: cairn_index::Error| QueryError::AllSourcesFailed(e.to_string());
+    let page = reader.pages(&[slug]).await.map_err(failed)?.into_iter().next();
+    let text = tokens(query).join(" ");
+    let qvec = embedder.and_then(|e| e.embed_query(query).ok());
+    let kw = if text.is_empty() {
+        Vec::new()
+    } else {
+        max_pool(&reader.keyword(&text, DEEP).await.map_err(failed)?)
+    };
+    let vec = match &qvec {
+        Some(v) => max_pool(&reader.vector(v, DEEP).await.map_err(failed)?),
+        None => Vec::new(),
+    };
+    let titles =
+        if text.is_empty() { Vec::new() } else { reader.titles(&text, 100).await.map_err(failed)? };
+    let norm = normalize_name(query);
+    let exact_name = reader.alias(&norm).await.map_err(failed)?.iter().any(|p| p.slug == slug);
+    let within = match (&qvec, rank_of(&vec, slug)) {
+        (Some(v), None) => max_pool(&reader.vector_within(v, &[slug], 100).await.map_err(failed)?),
+        _ => Vec::new(),
+    };
+    let best_cosine = vec.iter().chain(&within).find(|h| h.slug == slug).map(|h| h.score);
+    let fused = rrf(&[
+        kw.iter().map(|h| h.slug.as_str()).collect(),
+        vec.iter().map(|h| h.slug.as_str()).collect(),
+        titles.iter().map(|p| p.slug.as_str()).collect(),
+    ]);
+    let mut order: Vec<(&str, f32)> = fused.iter().map(|(s, f)| (*s, *f)).collect();
+    order.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
+    let fused_rank = order.iter().position(|(s, _)| *s == slug).map(|p| p + 1);
+    let source_slots = 100;
+    let req = SearchRequest { limit: 100, mode: Mode::Balanced, ..SearchRequest::new(query) };
+    let answer = search(readers, embedder, &req).await?;
+    let final_rank = answer.results.iter().position(|r| r.source == source && r.slug == slug).map(|p| p + 1);
+    let keyword_rank = rank_of(&kw, slug);
+    let vector_rank = rank_of(&vec, slug);
+    let title_rank = titles.iter().position(|p| p.slug == slug).map(|p| p + 1);
+
+    let verdict = if page.is_none() {
+        "lost before search: the page is not in the index (never indexed, failed to parse, or removed; `cairn index` lists failures)".to_string()
+    } else if let Some(r) = final_rank {
+        format!("found at rank {r}")
+    } else if keyword_rank.is_none() && vector_rank.is_none() && title_rank.is_none() && !exact_name {
+        "lost in retrieval: no arm returned the page (no shared words, and its best chunk is not among the 1,000 nearest)".to_string()
+    } else if fused_rank.is_some_and(|r| r > source_slots) {
+        format!(
+            "lost at the per-source cut: fused rank {} in its source, beyond its {source_slots} slots",
+            fused_rank.unwrap_or(0)
+        )
+    } else if keyword_rank.is_none()
+        && title_rank.is_none()
+        && best_cosine.is_some_and(|c| c < RELEVANCE_FLOOR)
+    {
+        format!(
+            "dropped by the relevance floor: only the vector arm found it, with cosine below {RELEVANCE_FLOOR}"
+        )
+    } else {
+        "lost in the union: other pages scored higher across sources".to_string()
+    };
+    Ok(Diagnosis {
+        query: query.into(),
+        source: source.into(),
+        slug: slug.into(),
+        page,
+        keyword_rank,
+        vector_rank,
+        best_cosine,
+        title_rank,
+        exact_name,
+        fused_rank,
+        source_slots,
+        final_rank,
+        verdict,
+    })
+}
