@@ -84,31 +84,43 @@ pub struct EvalReport {
     pub misses: Vec<Miss>,
 }
 
-/// Run every query (limit 100, so Recall@100 is measured) and score the rankings.
+/// Run every query (at most `k` results each; Recall@100 needs `k` = 100) and score the
+/// rankings. Queries run a few at a time: each spends most of its time waiting on LanceDB.
 pub async fn run(
     searcher: &Searcher,
     queries: &[Judged],
     sources: &[String],
     mode: Mode,
+    k: usize,
     pooled_baseline: bool,
 ) -> Result<EvalReport> {
+    use futures::StreamExt;
+    let rankings: Vec<Result<Vec<String>>> = futures::stream::iter(queries)
+        .map(|q| async move {
+            let req = SearchRequest {
+                query: q.query.clone(),
+                sources: sources.to_vec(),
+                mode,
+                limit: k,
+                explain: false,
+                pooled_baseline,
+            };
+            match searcher.search(&req).await {
+                Ok(resp) => Ok(resp.results.into_iter().map(|r| r.slug).collect()),
+                // A query of punctuation only is still a query; other errors are infrastructure.
+                Err(e) if matches!(e.downcast_ref(), Some(cairn_query::QueryError::EmptyQuery)) => {
+                    Ok(Vec::new())
+                }
+                Err(e) => Err(e),
+            }
+        })
+        .buffered(4)
+        .collect()
+        .await;
     let mut scores: Vec<QueryScore> = Vec::with_capacity(queries.len());
     let mut misses = Vec::new();
-    for q in queries {
-        let req = SearchRequest {
-            query: q.query.clone(),
-            sources: sources.to_vec(),
-            mode,
-            limit: 100,
-            explain: false,
-            pooled_baseline,
-        };
-        let ranking: Vec<String> = match searcher.search(&req).await {
-            Ok(resp) => resp.results.into_iter().map(|r| r.slug).collect(),
-            // A query of punctuation only is still a query; an error here is an infrastructure one.
-            Err(e) if matches!(e.downcast_ref(), Some(cairn_query::QueryError::EmptyQuery)) => Vec::new(),
-            Err(e) => return Err(e),
-        };
+    for (q, ranking) in queries.iter().zip(rankings) {
+        let ranking = ranking?;
         let s = score(q, &ranking);
         let missed = s.relevance.is_some_and(|m| m.hit_at_1 < 1.0) || s.forbidden_clean == Some(false);
         if missed {

@@ -81,6 +81,9 @@ enum Command {
         /// Index this folder into a temporary database first and evaluate on it.
         #[arg(long)]
         vault: Option<PathBuf>,
+        /// Results per query (Recall@100 is measured over these; 100 at most).
+        #[arg(long, default_value_t = 100)]
+        k: usize,
         /// Leave out queries whose boolean flag is true (e.g. --skip-flag ambiguous).
         #[arg(long = "skip-flag")]
         skip_flags: Vec<String>,
@@ -211,7 +214,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             eprintln!("wrote {n} stubs under {}", dir.join("models").display());
             Ok(ExitCode::SUCCESS)
         }
-        Command::Eval { queries, sources, mode, vault, skip_flags, pooled_baseline, gate, json, db } => {
+        Command::Eval { queries, sources, mode, vault, k, skip_flags, pooled_baseline, gate, json, db } => {
             let mode: cairn_query::Mode = mode.parse()?;
             let judged = cairn::eval::load_queries(&queries, &skip_flags)?;
             let temp = vault
@@ -231,7 +234,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 _ => db.db.clone(),
             };
             let searcher = cairn::Searcher::open(&db_uri, mode != cairn_query::Mode::Fast).await?;
-            let report = cairn::eval::run(&searcher, &judged, &sources, mode, pooled_baseline).await?;
+            let report = cairn::eval::run(&searcher, &judged, &sources, mode, k, pooled_baseline).await?;
             if let Some(t) = temp {
                 let _ = std::fs::remove_dir_all(t);
             }

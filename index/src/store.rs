@@ -293,6 +293,9 @@ fn with_score(columns: &[&str], score: &'static str) -> Select {
     Select::columns(&columns.iter().copied().chain([score]).collect::<Vec<_>>())
 }
 
+/// Chunks in a source before its vectors get an approximate (IVF-PQ) index.
+pub const VECTOR_INDEX_MIN_ROWS: usize = 100_000;
+
 /// A SQL string literal.
 fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))
@@ -532,9 +535,21 @@ impl SourceStore {
         Ok(())
     }
 
-    /// Compaction and index refresh: on a cadence, never per write.
+    /// Compaction and index refresh: on a cadence, never per write. A vector index (IVF-PQ) is
+    /// built once the chunks table reaches [`VECTOR_INDEX_MIN_ROWS`]; below that exact search
+    /// is fast (16 ms over 11k rows here) and loses nothing.
     pub async fn optimize(&self) -> Result<()> {
         self.ensure_text_indexes().await?;
+        if self.chunks.count_rows(None).await.map_err(|e| self.err(e))? >= VECTOR_INDEX_MIN_ROWS {
+            let indices = self.chunks.list_indices().await.map_err(|e| self.err(e))?;
+            if !indices.iter().any(|i| i.columns.iter().any(|c| c == "vector")) {
+                self.chunks
+                    .create_index(&["vector"], Index::Auto)
+                    .execute()
+                    .await
+                    .map_err(|e| self.err(format!("building the vector index: {e}")))?;
+            }
+        }
         for table in [&self.chunks, &self.pages] {
             table.optimize(lancedb::table::OptimizeAction::All).await.map_err(|e| self.err(e))?;
         }
