@@ -365,7 +365,19 @@ async fn exact_pages<R: SourceReader>(readers: &[&R], query: &str) -> Vec<(Strin
         };
         out.push((source, page, kind));
     }
-    out.sort_by(|a, b| a.2.cmp(&b.2).then(a.0.cmp(&b.0)).then(a.1.slug.cmp(&b.1.slug)));
+    // A name written exactly as the query (case included) comes before one equal only after
+    // folding: "AE" is the alias of Application Executive before it is the title `ae`.
+    let as_written = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+    let query_written = as_written(query);
+    let case_exact =
+        |p: &PageRecord| std::iter::once(&p.title).chain(&p.aliases).any(|n| as_written(n) == query_written);
+    out.sort_by(|a, b| {
+        (!case_exact(&a.1))
+            .cmp(&!case_exact(&b.1))
+            .then(a.2.cmp(&b.2))
+            .then(a.0.cmp(&b.0))
+            .then(a.1.slug.cmp(&b.1.slug))
+    });
     out
 }
 

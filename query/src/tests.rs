@@ -168,3 +168,19 @@ async fn diagnose_says_where_a_page_is_found_or_lost() {
     let err = crate::diagnose(&[&b, &c], Some(&e as &dyn Embedder), "x", "elsewhere", "a").await.unwrap_err();
     assert!(err.to_string().contains("elsewhere"));
 }
+
+#[tokio::test]
+async fn a_name_written_as_the_query_wins_over_a_folded_one() {
+    let c = MemoryReader::new(
+        "dict",
+        vec![
+            page("ae", "ae", &[], &["The country code for the United Arab Emirates."]),
+            page("application-executive", "Application Executive", &["AE"], &["An embeddable language."]),
+        ],
+    );
+    let resp = run(&[&c], SearchRequest::new("AE")).await.unwrap();
+    assert_eq!(resp.results[0].slug, "application-executive");
+    assert_eq!(resp.results[1].slug, "ae", "the folded title match still comes next");
+    let resp = run(&[&c], SearchRequest::new("ae")).await.unwrap();
+    assert_eq!(resp.results[0].slug, "ae");
+}
