@@ -197,6 +197,9 @@ impl Database {
 pub struct PageState {
     pub path: String,
     pub content_hash: String,
+    /// The file's modification time and size when it was indexed.
+    pub mtime_ms: i64,
+    pub bytes: i64,
 }
 
 /// A page to write, with one vector per chunk (in chunk order).
@@ -334,14 +337,26 @@ impl SourceStore {
 
     /// Every stored page's path and content hash, by slug.
     pub async fn page_states(&self) -> Result<HashMap<String, PageState>> {
-        let q = self.pages.query().select(Select::columns(&["slug", "path", "content_hash"]));
+        let q = self.pages.query().select(Select::columns(&[
+            "slug",
+            "path",
+            "content_hash",
+            "mtime_ms",
+            "bytes",
+        ]));
         let mut out = HashMap::new();
         for b in self.collect(q.execute().await).await? {
             let (slug, path, hash) = (string(&b, "slug")?, string(&b, "path")?, string(&b, "content_hash")?);
+            let (mtime, bytes) = (column::<Int64Array>(&b, "mtime_ms")?, column::<Int64Array>(&b, "bytes")?);
             for i in 0..b.num_rows() {
                 out.insert(
                     slug.value(i).to_string(),
-                    PageState { path: path.value(i).to_string(), content_hash: hash.value(i).to_string() },
+                    PageState {
+                        path: path.value(i).to_string(),
+                        content_hash: hash.value(i).to_string(),
+                        mtime_ms: mtime.value(i),
+                        bytes: bytes.value(i),
+                    },
                 );
             }
         }
