@@ -200,6 +200,9 @@ pub struct PageState {
     /// The file's modification time and size when it was indexed.
     pub mtime_ms: i64,
     pub bytes: i64,
+    /// The page was indexed without problems (a page with problems is re-read on every sync
+    /// so they are reported again until fixed).
+    pub clean: bool,
 }
 
 /// A page to write, with one vector per chunk (in chunk order).
@@ -337,17 +340,13 @@ impl SourceStore {
 
     /// Every stored page's path and content hash, by slug.
     pub async fn page_states(&self) -> Result<HashMap<String, PageState>> {
-        let q = self.pages.query().select(Select::columns(&[
-            "slug",
-            "path",
-            "content_hash",
-            "mtime_ms",
-            "bytes",
-        ]));
+        let columns = ["slug", "path", "content_hash", "mtime_ms", "bytes", "problems"];
+        let q = self.pages.query().select(Select::columns(&columns));
         let mut out = HashMap::new();
         for b in self.collect(q.execute().await).await? {
             let (slug, path, hash) = (string(&b, "slug")?, string(&b, "path")?, string(&b, "content_hash")?);
             let (mtime, bytes) = (column::<Int64Array>(&b, "mtime_ms")?, column::<Int64Array>(&b, "bytes")?);
+            let problems = string(&b, "problems")?;
             for i in 0..b.num_rows() {
                 out.insert(
                     slug.value(i).to_string(),
@@ -356,6 +355,7 @@ impl SourceStore {
                         content_hash: hash.value(i).to_string(),
                         mtime_ms: mtime.value(i),
                         bytes: bytes.value(i),
+                        clean: problems.value(i) == "[]",
                     },
                 );
             }
@@ -722,7 +722,14 @@ fn column<'a, T: 'static>(b: &'a RecordBatch, name: &str) -> Result<&'a T> {
     b.column_by_name(name).and_then(|c| c.as_any().downcast_ref::<T>()).ok_or_else(|| Error::Storage {
         source_id: "*".into(),
         uri: String::new(),
-        message: format!("column `{name}` missing or of an unexpected type"),
+        message: format!(
+            "column `{name}` missing or of an unexpected type (the batch has {:?})",
+            b.schema()
+                .fields()
+                .iter()
+                .map(|f| format!("{}: {}", f.name(), f.data_type()))
+                .collect::<Vec<_>>()
+        ),
     })
 }
 

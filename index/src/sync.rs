@@ -140,12 +140,12 @@ pub async fn sync_source(
     let mut pending: Vec<(ParsedPage, i64)> = Vec::new();
     let mut pending_chunks = 0usize;
     let mut done = 0usize;
-    // Parse in blocking groups so a large vault never blocks the async threads for long.
     // A file whose path, modification time and size are those it was indexed with is not read
     // again (a stat cache, as git keeps); any difference means read, hash and compare.
     let (same_stat, to_read): (Vec<_>, Vec<_>) = scanned.files.iter().partition(|f| {
         stored.get(&f.slug).is_some_and(|s| {
-            s.mtime_ms == f.mtime_ms
+            s.clean
+                && s.mtime_ms == f.mtime_ms
                 && f.mtime_ms != 0
                 && s.bytes == f.size as i64
                 && s.path == rel_string(&f.rel)
@@ -153,6 +153,7 @@ pub async fn sync_source(
     });
     report.counts.pages_unchanged += same_stat.len();
     done += same_stat.len();
+    // Parse in blocking groups so a large vault never blocks the async threads for long.
     for group in to_read.chunks(256) {
         let (root_buf, parse, src) = (root.to_path_buf(), opts.parse.clone(), source.clone());
         let files: Vec<(PathBuf, i64)> = group.iter().map(|f| (f.rel.clone(), f.mtime_ms)).collect();

@@ -150,3 +150,18 @@ async fn a_missing_folder_fails_that_source_only() {
         summary.sources_failed
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_with_a_problem_is_reported_on_every_run_until_fixed() {
+    let (vault, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    write(vault.path(), "broken.md", "---\ntitle: [oops\n---\n# Broken\n\nThe body is still indexed.\n");
+    let specs = [spec("notes", vault.path())];
+    let first = index(db.path(), &specs).await;
+    assert_eq!((first.counts.pages_indexed, first.counts.warnings.len()), (1, 1));
+    let again = index(db.path(), &specs).await;
+    assert_eq!((again.counts.pages_unchanged, again.counts.warnings.len()), (1, 1), "still reported");
+    assert_eq!(again.counts.chunks_embedded, 0);
+    write(vault.path(), "broken.md", "---\ntitle: Fixed\n---\n# Broken\n\nThe body is still indexed.\n");
+    let fixed = index(db.path(), &specs).await;
+    assert_eq!((fixed.counts.pages_indexed, fixed.counts.warnings.len()), (1, 0));
+}
