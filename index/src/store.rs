@@ -584,33 +584,13 @@ impl SourceStore {
 
     /// Keyword arm: BM25 over chunk text (with its heading path), best first.
     pub async fn keyword(&self, query: &str, k: usize) -> Result<Vec<ChunkHit>> {
-        if query.trim().is_empty() {
-            return Ok(Vec::new());
-        }
-        let q = self
-            .chunks
-            .query()
-            .full_text_search(FullTextSearchQuery::new(query.to_string()))
-            .select(with_score(&CHUNK_COLUMNS, "_score"))
-            .limit(k);
-        let batches = self.unless_empty(&self.chunks, self.collect(q.execute().await).await).await?;
+        let batches = self.full_text(&self.chunks, query, &CHUNK_COLUMNS, k).await?;
         chunk_hits(&batches, |b| Ok(column::<Float32Array>(b, "_score")?.values().to_vec()))
     }
 
     /// Vector arm: exact cosine over chunk vectors, best first (`score` = cosine similarity).
     pub async fn vector(&self, query: &[f32], k: usize) -> Result<Vec<ChunkHit>> {
-        let q = self
-            .chunks
-            .query()
-            .nearest_to(query)
-            .map_err(|e| self.err(e))?
-            .distance_type(DistanceType::Cosine)
-            .select(with_score(&CHUNK_COLUMNS, "_distance"))
-            .limit(k);
-        let batches = self.collect(q.execute().await).await?;
-        chunk_hits(&batches, |b| {
-            Ok(column::<Float32Array>(b, "_distance")?.values().iter().map(|d| 1.0 - d).collect())
-        })
+        self.nearest(query, None, k).await
     }
 
     /// The vector arm restricted to some pages: their chunks best first, so the first hit of
@@ -619,15 +599,21 @@ impl SourceStore {
         if slugs.is_empty() {
             return Ok(Vec::new());
         }
-        let q = self
+        self.nearest(query, Some(in_list("slug", slugs)), k).await
+    }
+
+    async fn nearest(&self, query: &[f32], filter: Option<String>, k: usize) -> Result<Vec<ChunkHit>> {
+        let mut q = self
             .chunks
             .query()
             .nearest_to(query)
             .map_err(|e| self.err(e))?
             .distance_type(DistanceType::Cosine)
-            .only_if(in_list("slug", slugs))
             .select(with_score(&CHUNK_COLUMNS, "_distance"))
             .limit(k);
+        if let Some(f) = filter {
+            q = q.only_if(f);
+        }
         let batches = self.collect(q.execute().await).await?;
         chunk_hits(&batches, |b| {
             Ok(column::<Float32Array>(b, "_distance")?.values().iter().map(|d| 1.0 - d).collect())
@@ -645,16 +631,26 @@ impl SourceStore {
 
     /// Title arm: full-text search over titles and aliases.
     pub async fn titles(&self, query: &str, k: usize) -> Result<Vec<PageRecord>> {
+        page_records(&self.full_text(&self.pages, query, &PAGE_COLUMNS, k).await?)
+    }
+
+    /// BM25 over a table's full-text index, best first.
+    async fn full_text(
+        &self,
+        table: &Table,
+        query: &str,
+        columns: &[&str],
+        k: usize,
+    ) -> Result<Vec<RecordBatch>> {
         if query.trim().is_empty() {
             return Ok(Vec::new());
         }
-        let q = self
-            .pages
+        let q = table
             .query()
             .full_text_search(FullTextSearchQuery::new(query.to_string()))
-            .select(with_score(&PAGE_COLUMNS, "_score"))
+            .select(with_score(columns, "_score"))
             .limit(k);
-        page_records(&self.unless_empty(&self.pages, self.collect(q.execute().await).await).await?)
+        self.unless_empty(table, self.collect(q.execute().await).await).await
     }
 
     /// A full-text search fails on a table that has no index yet, which is the case exactly when
