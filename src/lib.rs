@@ -209,9 +209,12 @@ impl Searcher {
         Ok(Self { stores, embedder, broken })
     }
 
+    fn parts(&self) -> (Vec<&cairn_index::SourceStore>, Option<&dyn Embedder>) {
+        (self.stores.iter().collect(), self.embedder.as_ref().map(|e| e as &dyn Embedder))
+    }
+
     pub async fn search(&self, req: &cairn_query::SearchRequest) -> Result<cairn_query::SearchResponse> {
-        let refs: Vec<&cairn_index::SourceStore> = self.stores.iter().collect();
-        let embedder = self.embedder.as_ref().map(|e| e as &dyn Embedder);
+        let (refs, embedder) = self.parts();
         let mut resp = cairn_query::search(&refs, embedder, req).await?;
         for (id, why) in &self.broken {
             resp.degraded.push(format!("source_failed:{id}"));
@@ -219,13 +222,10 @@ impl Searcher {
         }
         Ok(resp)
     }
-}
 
-impl Searcher {
     /// Where one page stands at every layer for a query.
     pub async fn diagnose(&self, query: &str, source: &str, slug: &str) -> Result<cairn_query::Diagnosis> {
-        let refs: Vec<&cairn_index::SourceStore> = self.stores.iter().collect();
-        let embedder = self.embedder.as_ref().map(|e| e as &dyn Embedder);
+        let (refs, embedder) = self.parts();
         Ok(cairn_query::diagnose(&refs, embedder, query, source, slug).await?)
     }
 }

@@ -445,8 +445,11 @@ pub async fn search<R: SourceReader>(
         },
     };
 
-    let gathered =
-        futures::future::join_all(readers.iter().map(|r| gather_source(*r, &text, qvec.as_deref(), k))).await;
+    // The exact lookup does not depend on the arms: it runs alongside the gather.
+    let (gathered, exact) = futures::join!(
+        futures::future::join_all(readers.iter().map(|r| gather_source(*r, &text, qvec.as_deref(), k))),
+        exact_pages(&readers, &req.query)
+    );
     let mut statuses = Vec::new();
     let mut union: Vec<Candidate> = Vec::new();
     let mut errors = Vec::new();
@@ -483,7 +486,6 @@ pub async fn search<R: SourceReader>(
     }
 
     // Exact lookup and alias hop: matching pages are marked, or injected when no arm found them.
-    let exact = exact_pages(&readers, &req.query).await;
     let mut collisions = Vec::new();
     let aliased: Vec<String> = exact
         .iter()
