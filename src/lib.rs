@@ -14,14 +14,7 @@ use std::sync::Arc;
 
 /// A source id: `^[a-z0-9][a-z0-9-]{0,31}$`.
 pub fn validate_source_id(id: &str) -> Result<()> {
-    let ok = !id.is_empty()
-        && id.len() <= 32
-        && id.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !id.starts_with('-');
-    if !ok {
-        bail!("invalid source id `{id}`: use 1-32 characters of a-z, 0-9 and `-`, not starting with `-`");
-    }
-    Ok(())
+    cairn_actors::config::validate_source_id(id).map_err(anyhow::Error::msg)
 }
 
 /// The id of a source given as a bare folder: its name, slugified and cut to 32 characters.
@@ -223,20 +216,45 @@ impl Searcher {
         Ok(resp)
     }
 
-    /// Where one page stands at every layer for a query.
-    pub async fn diagnose(&self, query: &str, source: &str, slug: &str) -> Result<cairn_query::Diagnosis> {
+    /// Where one page stands at every layer for a query, with its ingest state (from the
+    /// event log in `log_dir`, when there is one).
+    pub async fn diagnose(
+        &self,
+        query: &str,
+        source: &str,
+        slug: &str,
+        log_dir: Option<&Path>,
+    ) -> Result<cairn_query::Diagnosis> {
         let (refs, embedder) = self.parts();
-        Ok(cairn_query::diagnose(&refs, embedder, query, source, slug).await?)
+        let d = cairn_query::diagnose(&refs, embedder, query, source, slug).await?;
+        let Some(store) = self.stores.iter().find(|s| s.id() == source) else { return Ok(d) };
+        let ingest = cairn_actors::history::ingest_state(store, log_dir, slug, d.page.as_ref()).await;
+        Ok(d.with_ingest(ingest))
     }
 }
 
 /// Answer one query over the sources stored in the database.
+///
+/// As `cairn search` does it from its own process: each source's pending changes and lag come
+/// from the status a running `cairn watch` publishes (a source nothing watches is said so), and
+/// the answer is journaled as a `query_answered` event in the database's event log.
 pub async fn search_db(
     db_uri: &str,
     req: &cairn_query::SearchRequest,
 ) -> Result<cairn_query::SearchResponse> {
     let searcher = Searcher::open(db_uri, req.mode != cairn_query::Mode::Fast).await?;
-    searcher.search(req).await
+    let mut resp = searcher.search(req).await?;
+    let Some(log_dir) = cairn_actors::Config::new(db_uri, vec![]).event_log_dir() else {
+        return Ok(resp);
+    };
+    let published = cairn_actors::published::read(&log_dir);
+    cairn_actors::query::apply_freshness(&mut resp, |s| cairn_actors::published::freshness(&published, s));
+    let kind = cairn_actors::EventKind::QueryAnswered(Box::new(cairn_actors::query::telemetry(&resp)));
+    if let Err(e) = cairn_actors::log::append_from_outside(&log_dir, cairn_actors::event::QUERY_STREAM, kind)
+    {
+        tracing::warn!("event log {}: {e}; this answer is not journaled", log_dir.display());
+    }
+    Ok(resp)
 }
 
 pub mod eval;
@@ -321,4 +339,53 @@ pub fn scan_source(id: &str, root: &Path) -> Result<ScanSummary> {
         }
     }
     Ok(ScanSummary { source: id.to_string(), root: root.display().to_string(), pages, failures })
+}
+
+pub use cairn_actors::{Cairn, Config, SourceConfig};
+
+/// The configuration of `cairn watch` / `cairn mcp`: `--config` if given (its sources, plus
+/// any given on the command line), else the command line's folders; the database is `--db` /
+/// `$CAIRN_DB`, else the config's, else the default.
+pub fn live_config(
+    config: Option<&Path>,
+    dirs: &[PathBuf],
+    assignments: &[String],
+    db: Option<String>,
+) -> Result<Config> {
+    let specs = source_specs(dirs, assignments)?;
+    let extra =
+        specs.into_iter().map(|s| SourceConfig { id: s.id, root: s.root, include: vec![], exclude: vec![] });
+    let mut c = match config {
+        Some(path) => Config::load(path).map_err(anyhow::Error::msg)?,
+        None => Config::new(default_db_uri(), Vec::new()),
+    };
+    c.sources.extend(extra);
+    if let Some(db) = db {
+        c.db = db;
+    }
+    c.validate().map_err(anyhow::Error::msg)?;
+    Ok(c)
+}
+
+pub mod mcp;
+pub mod stats;
+
+/// Ctrl-C or SIGTERM.
+pub async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
 }

@@ -30,6 +30,30 @@ struct SourcesArg {
     sources: Vec<String>,
 }
 
+/// What a running pipeline (`watch`, `mcp`) is configured by.
+#[derive(Args, Debug)]
+struct LiveArgs {
+    #[command(flatten)]
+    sources: SourcesArg,
+    /// Database URI (default: the config's, else the user's data directory).
+    #[arg(long, env = "CAIRN_DB")]
+    db: Option<String>,
+    /// A cairn.toml with sources, db, model and debounce settings.
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+impl LiveArgs {
+    /// The configuration, or the exit code of bad usage (the message is printed).
+    fn config(self) -> Result<cairn::Config, ExitCode> {
+        let s = self.sources;
+        cairn::live_config(self.config.as_deref(), &s.dirs, &s.sources, self.db).map_err(|e| {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        })
+    }
+}
+
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Index folders into the database (incrementally: unchanged pages cost nothing).
@@ -39,6 +63,48 @@ enum Command {
         #[command(flatten)]
         db: DbArg,
         /// One JSON summary on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Index folders, then keep the index current as files change (Ctrl-C stops, after
+    /// committing what is pending).
+    Watch {
+        #[command(flatten)]
+        live: LiveArgs,
+        /// Every event as one JSON line on stdout.
+        #[arg(long)]
+        json: bool,
+        /// Catch up with the folders, commit, and exit (the pipeline's one-shot index).
+        #[arg(long)]
+        once: bool,
+    },
+    /// Serve the live index to agents over MCP (stdio): tools search, get, diagnose, status.
+    Mcp {
+        #[command(flatten)]
+        live: LiveArgs,
+    },
+    /// Replay a recorded scenario (fixtures/events/*.jsonl) into a folder and a database.
+    Replay {
+        log: PathBuf,
+        /// Where to write the scenario's files (default: a new temporary folder).
+        #[arg(long)]
+        into: Option<PathBuf>,
+        /// Database to build (default: `db` next to the folder).
+        #[arg(long)]
+        db: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// What the index holds and how its answers have scored over time (from the event log).
+    Stats {
+        #[command(flatten)]
+        db: DbArg,
+        /// The event log folder (default: `events/` in the database folder).
+        #[arg(long)]
+        log: Option<PathBuf>,
+        /// Only the last N days of queries, with the drift against the N days before.
+        #[arg(long)]
+        days: Option<u32>,
         #[arg(long)]
         json: bool,
     },
@@ -160,6 +226,47 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Index { sources, db, json } => index(sources, db, json, false).await,
         Command::Reindex { sources, db, json } => index(sources, db, json, true).await,
+        Command::Watch { live, json, once } => match live.config() {
+            Ok(config) => watch(config, json, once).await,
+            Err(code) => Ok(code),
+        },
+        Command::Mcp { live } => match live.config() {
+            Ok(config) => cairn::mcp::serve(config).await.map(|()| ExitCode::SUCCESS),
+            Err(code) => Ok(code),
+        },
+        Command::Replay { log, into, db, json } => {
+            let base = std::env::temp_dir().join(format!("cairn-replay-{}", std::process::id()));
+            let dir = into.unwrap_or_else(|| base.join("vault"));
+            let db = db.unwrap_or_else(|| base.join("db").display().to_string());
+            let r = tokio::task::spawn_blocking(move || cairn_actors::replay::replay_file(&log, &dir, &db))
+                .await??;
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                for s in &r.status {
+                    println!("{}: {} pages, {} failures", s.source, s.pages, s.failures.len());
+                }
+                println!(
+                    "replayed {} ({} steps) into {} (db: {}; events: {}/events/events.jsonl)",
+                    r.scenario,
+                    r.steps,
+                    r.folder.display(),
+                    r.db,
+                    r.db
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Stats { db, log, days, json } => {
+            let log = log.or_else(|| (!db.db.contains("://")).then(|| PathBuf::from(&db.db).join("events")));
+            let stats = cairn::stats::collect(&db.db, log.as_deref(), days).await?;
+            if json {
+                println!("{}", serde_json::to_string(&stats)?);
+            } else {
+                print_stats(&stats);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Search { query, sources, mode, limit, json, explain, db } => {
             let mode: cairn_query::Mode = match mode.parse() {
                 Ok(m) => m,
@@ -184,7 +291,8 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 return Ok(ExitCode::from(2));
             };
             let searcher = cairn::Searcher::open(&db.db, true).await?;
-            let d = searcher.diagnose(&query, source, slug).await?;
+            let log_dir = cairn_actors::Config::new(&db.db, vec![]).event_log_dir();
+            let d = searcher.diagnose(&query, source, slug, log_dir.as_deref()).await?;
             if json {
                 println!("{}", serde_json::to_string(&d)?);
             } else {
@@ -205,6 +313,24 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 println!("exact name:       {}", d.exact_name);
                 println!("fused in source:  {} of {} slots", show(d.fused_rank), d.source_slots);
                 println!("final rank:       {}", show(d.final_rank));
+                if let Some(i) = &d.ingest {
+                    let n = |v: Option<usize>| v.map_or("-".to_string(), |v| v.to_string());
+                    println!(
+                        "ingest:           {} ({}), {} chunks, {} stored with vectors, table version {}{}",
+                        i.state,
+                        i.file.as_deref().unwrap_or("no file"),
+                        n(i.chunks),
+                        n(i.embedded),
+                        i.table_version.map_or("-".into(), |v| v.to_string()),
+                        i.indexed_at_version.map_or(String::new(), |v| format!(", indexed at version {v}"))
+                    );
+                    if let Some(p) = &i.problem {
+                        println!("problem:          {p}");
+                    }
+                    for h in &i.history {
+                        println!("  {h}");
+                    }
+                }
                 println!("verdict: {}", d.verdict);
             }
             Ok(ExitCode::SUCCESS)
@@ -382,5 +508,129 @@ fn print_eval(r: &cairn::eval::EvalReport) {
     }
     if r.misses.len() > 20 {
         eprintln!("… {} misses in all (--json lists every one)", r.misses.len());
+    }
+}
+
+async fn watch(config: cairn::Config, json: bool, once: bool) -> Result<ExitCode> {
+    use futures::StreamExt;
+    let ids: Vec<String> = config.sources.iter().map(|s| format!("{}={}", s.id, s.root.display())).collect();
+    let db = config.db.clone();
+    let cairn = cairn::Cairn::open(config).await?;
+    let mut events = cairn.subscribe();
+    eprintln!("cairn: watching {} (db: {db})", ids.join(", "));
+    let printer = tokio::spawn(async move {
+        use cairn_actors::EventKind as K;
+        while let Some(e) = events.next().await {
+            if json {
+                if let Ok(line) = serde_json::to_string(&*e) {
+                    println!("{line}");
+                }
+                continue;
+            }
+            match &e.kind {
+                K::Reconciled { changed: 0, removed: 0, .. } => {}
+                K::Reconciled { .. }
+                | K::Committed { .. }
+                | K::PageFailed { .. }
+                | K::PageWarning { .. }
+                | K::FileRenamed { .. }
+                | K::PageRemoved { .. }
+                | K::StageFailed { .. } => eprintln!("{e}"),
+                _ => {}
+            }
+        }
+    });
+    let caught_up = cairn.flush().await;
+    let summary = |c: &cairn::Cairn| {
+        c.status().iter().map(|s| format!("{}: {} pages", s.source, s.pages)).collect::<Vec<_>>().join(", ")
+    };
+    match &caught_up {
+        Ok(()) => eprintln!("cairn: up to date ({})", summary(&cairn)),
+        Err(e) => eprintln!("cairn: catching up failed: {e}"),
+    }
+    if !once {
+        eprintln!("cairn: watching for changes; Ctrl-C to stop");
+        cairn::stop_signal().await;
+        eprintln!("cairn: stopping (committing what is pending)");
+    }
+    cairn.shutdown().await?;
+    printer.abort();
+    let failed = cairn.status().iter().any(|s| s.state == "retrying");
+    Ok(if caught_up.is_ok() && !failed { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+fn print_stats(s: &cairn::stats::Stats) {
+    for src in &s.sources {
+        println!(
+            "{}: {} pages, {} chunks, {} failing files",
+            src.source,
+            src.pages,
+            src.chunks,
+            src.failing.len()
+        );
+        for f in &src.failing {
+            println!("  failing {}: {}", f.path, f.reason);
+        }
+        for c in &src.alias_collisions {
+            println!("  name `{}` is claimed by {}", c.name, c.slugs.join(", "));
+        }
+    }
+    let q = &s.queries;
+    println!(
+        "queries answered: {} ({} empty, {} degraded); latency p50 {:.1} ms, p99 {:.1} ms",
+        q.answered, q.empty, q.degraded, q.p50_latency_ms, q.p99_latency_ms
+    );
+    for (k, v) in &q.by_create_safety {
+        println!("  rank 1 create_safety {k}: {v}");
+    }
+    for (k, v) in &q.top_score_buckets {
+        println!("  rank 1 base score {k}: {v}");
+    }
+    for (k, v) in &q.empty_by_cause {
+        println!("  empty ({k}): {v}");
+    }
+    let group = |what: &str, k: &str, m: &cairn::stats::GroupStats| {
+        let buckets: Vec<String> = m.top_score_buckets.iter().map(|(b, n)| format!("{b}: {n}")).collect();
+        println!(
+            "  {what} {k}: {} queries, mean rank-1 base score {:.3} ({})",
+            m.queries,
+            m.mean_top_base_score,
+            buckets.join(", ")
+        );
+    };
+    for (k, m) in &q.by_mode {
+        group("mode", k, m);
+    }
+    for (k, m) in &q.by_source {
+        group("rank 1 from source", k, m);
+    }
+    if let Some(d) = &q.drift {
+        match (d.previous_mean_top_base_score, d.change) {
+            (Some(p), Some(c)) => println!(
+                "drift: mean rank-1 base score {:.3} over the last {} day(s), {:.3} the {} before ({c:+.3})",
+                d.mean_top_base_score, d.days, p, d.days
+            ),
+            _ => println!(
+                "drift: {:.3} over the last {} day(s); no queries before",
+                d.mean_top_base_score, d.days
+            ),
+        }
+    }
+    if !q.days.is_empty() {
+        println!(
+            "{:<12} {:>7} {:>10} {:>10} {:>8} {:>8}",
+            "day", "queries", "mean top", "median", "exists", "p50 ms"
+        );
+        for d in &q.days {
+            println!(
+                "{:<12} {:>7} {:>10.3} {:>10.3} {:>8.2} {:>8.1}",
+                d.day,
+                d.queries,
+                d.mean_top_base_score,
+                d.median_top_base_score,
+                d.exists_at_rank_1,
+                d.p50_latency_ms
+            );
+        }
     }
 }

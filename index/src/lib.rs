@@ -17,8 +17,10 @@ pub mod sync;
 
 pub use embed::{Embedded, Embedder, OrtEmbedder, OrtOptions, QueryCache, RunTimes, cosine};
 pub use error::{Error, Result};
-pub use provision::{ModelFiles, provision};
+pub use provision::{ModelFiles, provision, provision_with};
 #[cfg(feature = "storage")]
-pub use store::{ChunkHit, Database, Manifest, PageRecord, PageState, PageWrite, SourceStore, WriteBatch};
+pub use store::{
+    ChunkHit, Database, Manifest, PageNames, PageRecord, PageState, PageWrite, SourceStore, WriteBatch,
+};
 #[cfg(feature = "storage")]
-pub use sync::{Counts, Failure, Progress, SyncOptions, SyncReport, sync_source};
+pub use sync::{Committed, Counts, Failure, Progress, SyncOptions, SyncReport, commit_pages, sync_source};

@@ -81,10 +81,16 @@ pub fn cache_dir() -> PathBuf {
 
 /// Find or fetch every file, honouring `CAIRN_MODEL_DIR` and `ORT_DYLIB_PATH`.
 pub fn provision() -> Result<ModelFiles> {
+    provision_with(None)
+}
+
+/// [`provision`], with the model folder (`model.onnx` + `tokenizer.json`) given by a config
+/// instead of `CAIRN_MODEL_DIR`.
+pub fn provision_with(model_dir: Option<&std::path::Path>) -> Result<ModelFiles> {
     let cache = cache_dir();
-    let (model, tokenizer, model_sha256) = match std::env::var_os("CAIRN_MODEL_DIR") {
+    let dir = model_dir.map(PathBuf::from).or_else(|| std::env::var_os("CAIRN_MODEL_DIR").map(PathBuf::from));
+    let (model, tokenizer, model_sha256) = match dir {
         Some(dir) => {
-            let dir = PathBuf::from(dir);
             let model = existing(dir.join("model.onnx"), "CAIRN_MODEL_DIR")?;
             let tokenizer = existing(dir.join("tokenizer.json"), "CAIRN_MODEL_DIR")?;
             let sha = sha256_file(&model)?;

@@ -205,6 +205,14 @@ pub struct PageState {
     pub clean: bool,
 }
 
+/// The names a page can be looked up by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PageNames {
+    pub slug: String,
+    pub title_norm: String,
+    pub aliases_norm: Vec<String>,
+}
+
 /// A page to write, with one vector per chunk (in chunk order).
 #[derive(Debug, Clone)]
 pub struct PageWrite {
@@ -361,6 +369,50 @@ impl SourceStore {
             }
         }
         Ok(out)
+    }
+
+    /// Every page's names: slug, normalised title and normalised aliases (the query actor's
+    /// in-memory exact-lookup map is built from this once, then kept current by the writers).
+    pub async fn names(&self) -> Result<Vec<PageNames>> {
+        let q = self.pages.query().select(Select::columns(&["slug", "title_norm", "aliases_norm"]));
+        let mut out = Vec::new();
+        for b in self.collect(q.execute().await).await? {
+            let (slug, title) = (string(&b, "slug")?, string(&b, "title_norm")?);
+            let aliases = column::<ListArray>(&b, "aliases_norm")?;
+            for i in 0..b.num_rows() {
+                let v = aliases.value(i);
+                let a = v.as_any().downcast_ref::<StringArray>().ok_or_else(|| self.err("aliases_norm"))?;
+                out.push(PageNames {
+                    slug: slug.value(i).into(),
+                    title_norm: title.value(i).into(),
+                    aliases_norm: (0..a.len()).map(|j| a.value(j).to_string()).collect(),
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every chunk's page, ordinal and text hash, sorted: with [`SourceStore::pages`] enough to
+    /// compare two indexes of the same folder row for row (tests of crash recovery and replay).
+    pub async fn chunk_keys(&self) -> Result<Vec<(String, i32, String)>> {
+        let q = self.chunks.query().select(Select::columns(&["slug", "ordinal", "text_hash"]));
+        let mut out = Vec::new();
+        for b in self.collect(q.execute().await).await? {
+            let (slug, hash, ord) = (string(&b, "slug")?, string(&b, "text_hash")?, int32(&b, "ordinal")?);
+            for i in 0..b.num_rows() {
+                out.push((slug.value(i).to_string(), ord.value(i), hash.value(i).to_string()));
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// Every stored page, sorted by slug.
+    pub async fn all_pages(&self) -> Result<Vec<PageRecord>> {
+        let q = self.pages.query().select(Select::columns(&PAGE_COLUMNS));
+        let mut pages = page_records(&self.collect(q.execute().await).await?)?;
+        pages.sort_by(|a, b| a.slug.cmp(&b.slug));
+        Ok(pages)
     }
 
     /// Stored vectors by the hash of the text they embed (any page of this source): unchanged

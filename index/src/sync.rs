@@ -215,14 +215,30 @@ pub async fn sync_source(
     Ok(report)
 }
 
-/// Vectors for every chunk of `pages` (stored ones reused, the rest embedded), then one write.
-async fn commit(
+/// What one commit did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Committed {
+    pub pages: usize,
+    pub removals: usize,
+    pub chunks_embedded: usize,
+    pub chunks_reused: usize,
+    /// The chunks table version after the write.
+    pub version: u64,
+}
+
+/// Vectors for every chunk of `pages` (stored ones reused by text hash, the rest embedded by
+/// `embed`, each distinct text once), then one write. Shared by `cairn index` and the pipeline's
+/// writer, which embed on different threads.
+pub async fn commit_pages<F, Fut>(
     store: &SourceStore,
-    embedder: &Arc<dyn Embedder>,
     pages: Vec<(ParsedPage, i64)>,
     removals: Vec<String>,
-    report: &mut SyncReport,
-) -> Result<()> {
+    embed: F,
+) -> Result<Committed>
+where
+    F: FnOnce(Vec<String>) -> Fut,
+    Fut: std::future::Future<Output = Result<Vec<Vec<f32>>>>,
+{
     let hashes: Vec<&str> =
         pages.iter().flat_map(|(p, _)| p.chunks.iter().map(|c| c.text_hash.as_str())).collect();
     let mut known = store.vectors_by_text_hash(&hashes).await?;
@@ -235,24 +251,20 @@ async fn commit(
             }
         }
     }
-    report.counts.chunks_reused += hashes.len() - missing.len();
+    let mut done = Committed {
+        pages: pages.len(),
+        removals: removals.len(),
+        chunks_reused: hashes.len() - missing.len(),
+        chunks_embedded: missing.len(),
+        version: 0,
+    };
     if !missing.is_empty() {
-        let e = embedder.clone();
         let texts: Vec<String> = missing.iter().map(|(_, t)| t.clone()).collect();
-        let t0 = Instant::now();
-        let embedded = tokio::task::spawn_blocking(move || {
-            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-            e.embed_documents(&refs)
-        })
-        .await
-        .map_err(|e| Error::Io(std::io::Error::other(e)))??;
-        report.counts.embed_seconds += t0.elapsed().as_secs_f64();
-        report.counts.chunks_embedded += missing.len();
-        for ((hash, _), v) in missing.into_iter().zip(embedded.vectors) {
+        let vectors = embed(texts).await?;
+        for ((hash, _), v) in missing.into_iter().zip(vectors) {
             known.insert(hash, v);
         }
     }
-    report.counts.pages_indexed += pages.len();
     let upserts = pages
         .into_iter()
         .map(|(page, mtime_ms)| {
@@ -260,7 +272,36 @@ async fn commit(
             PageWrite { page, vectors, mtime_ms }
         })
         .collect();
-    store.write(&WriteBatch { upserts, removals }).await?;
+    done.version = store.write(&WriteBatch { upserts, removals }).await?;
+    Ok(done)
+}
+
+/// [`commit_pages`] with the embedder on a blocking thread, counted into `report`.
+async fn commit(
+    store: &SourceStore,
+    embedder: &Arc<dyn Embedder>,
+    pages: Vec<(ParsedPage, i64)>,
+    removals: Vec<String>,
+    report: &mut SyncReport,
+) -> Result<()> {
+    let e = embedder.clone();
+    let spent = std::sync::Mutex::new(0.0);
+    let done = commit_pages(store, pages, removals, |texts| async {
+        let t0 = Instant::now();
+        let vectors = tokio::task::spawn_blocking(move || {
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            e.embed_documents(&refs).map(|x| x.vectors)
+        })
+        .await
+        .map_err(|e| Error::Io(std::io::Error::other(e)))?;
+        *spent.lock().unwrap() = t0.elapsed().as_secs_f64();
+        vectors
+    })
+    .await?;
+    report.counts.embed_seconds += *spent.lock().unwrap();
+    report.counts.chunks_reused += done.chunks_reused;
+    report.counts.chunks_embedded += done.chunks_embedded;
+    report.counts.pages_indexed += done.pages;
     report.commits += 1;
     Ok(())
 }

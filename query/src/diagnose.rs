@@ -32,6 +32,59 @@ pub struct Diagnosis {
     /// Rank in the final answer (limit 100), if there.
     pub final_rank: Option<usize>,
     pub verdict: String,
+    /// How the page got into the index, or why it did not (from the tables and the event log;
+    /// filled by the caller that has them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ingest: Option<IngestState>,
+}
+
+/// One page's ingest state.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct IngestState {
+    /// The page's file (as stored, else the last the event log names for the slug).
+    pub file: Option<String>,
+    /// `indexed`, `indexed_with_warning`, `failed`, `removed`, `never_seen`, or `seen_not_indexed`
+    /// (changes seen, no commit yet: pending, or stopped before its commit).
+    pub state: String,
+    /// The latest failure or warning, with its reason.
+    pub problem: Option<String>,
+    /// Chunks the page record counts, and chunk rows stored (each with its vector).
+    pub chunks: Option<usize>,
+    pub embedded: Option<usize>,
+    /// The source table's version now, and the one the page was last indexed at (per the log).
+    pub table_version: Option<u64>,
+    pub indexed_at_version: Option<u64>,
+    /// The page's latest events in the log, oldest first.
+    pub history: Vec<String>,
+}
+
+impl Diagnosis {
+    /// Attach the ingest state; for a page not in the index, the verdict says why.
+    pub fn with_ingest(mut self, ingest: IngestState) -> Self {
+        if self.page.is_none() {
+            self.verdict = match (ingest.state.as_str(), &ingest.problem) {
+                ("failed", Some(p)) => format!("lost before search: the file could not be indexed: {p}"),
+                ("removed", _) => format!(
+                    "lost before search: the page was removed ({})",
+                    ingest.file.as_deref().unwrap_or("its file is gone")
+                ),
+                ("never_seen", _) => {
+                    "lost before search: no file with this slug was ever indexed or reported \
+                                      (slugs are vault paths without .md, lowercased; check the spelling)"
+                        .to_string()
+                }
+                _ => self.verdict,
+            };
+        } else if ingest.embedded.is_some_and(|e| Some(e) != ingest.chunks) {
+            self.verdict.push_str(&format!(
+                "; note: {} chunk rows stored for {} chunks counted (an interrupted write? a restart reconciles it)",
+                ingest.embedded.unwrap_or(0),
+                ingest.chunks.unwrap_or(0)
+            ));
+        }
+        self.ingest = Some(ingest);
+        self
+    }
 }
 
 fn rank_of(pages: &[ChunkHit], slug: &str) -> Option<usize> {
@@ -123,5 +176,6 @@ pub async fn diagnose<R: SourceReader>(
         source_slots,
         final_rank,
         verdict,
+        ingest: None,
     })
 }

@@ -19,4 +19,6 @@ pub enum QueryError {
     NoSources,
     #[error("every source failed, so there is no answer (not an empty one): {0}")]
     AllSourcesFailed(String),
+    #[error("the search stopped unexpectedly: {0}")]
+    Internal(String),
 }

@@ -10,7 +10,7 @@ pub mod metrics;
 pub mod reader;
 pub mod search;
 
-pub use diagnose::{Diagnosis, diagnose};
+pub use diagnose::{Diagnosis, IngestState, diagnose};
 pub use error::{QueryError, Result};
 pub use layers::{CreateSafety, Evidence, ExactKind};
 pub use reader::SourceReader;

@@ -147,6 +147,13 @@ pub struct SourceStatus {
     pub candidates: usize,
     /// Pooling left fewer pages than the source's slots although the arm's bound was reached.
     pub pool_underfilled: bool,
+    /// Changes seen by the watcher and not yet searchable (absent when no watcher runs in this
+    /// process, e.g. a one-shot `cairn search`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pending: Option<u64>,
+    /// Age of the oldest of those changes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lag_ms: Option<u64>,
 }
 
 /// Several pages claim one name.
@@ -168,6 +175,10 @@ pub struct SearchResponse {
     pub alias_collisions: Vec<AliasCollision>,
     pub scoring_version: &'static str,
     pub latency_ms: f64,
+    /// Changes not yet searchable, over the searched sources (absent when unknown). While it is
+    /// above 0, an answer without an `exists` result is not proof that no page exists.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pending_changes: Option<u64>,
     pub notes: Vec<String>,
 }
 
@@ -285,13 +296,19 @@ async fn complete<R: SourceReader>(
     candidates: &mut [Candidate],
 ) -> cairn_index::Result<()> {
     let slugs: Vec<&str> = candidates.iter().map(|c| c.slug.as_str()).collect();
-    let records = r.pages(&slugs).await?;
     let missing: Vec<&str> =
         candidates.iter().filter(|c| c.vector.is_none()).map(|c| c.slug.as_str()).collect();
-    let within = match qvec {
-        Some(v) if !missing.is_empty() => max_pool(&r.vector_within(v, &missing, MAX_POOL).await?),
-        _ => Vec::new(),
+    // Independent reads: one round trip, not two.
+    let within = async {
+        match qvec {
+            Some(v) if !missing.is_empty() => {
+                r.vector_within(v, &missing, MAX_POOL).await.map(|h| max_pool(&h))
+            }
+            _ => Ok(Vec::new()),
+        }
     };
+    let (records, within) = futures::join!(r.pages(&slugs), within);
+    let (records, within) = (records?, within?);
     let mut records: HashMap<String, PageRecord> = records.into_iter().map(|p| (p.slug.clone(), p)).collect();
     for c in candidates.iter_mut() {
         c.record = records.remove(&c.slug);
@@ -462,6 +479,8 @@ pub async fn search<R: SourceReader>(
                     error: None,
                     candidates: g.candidates.len(),
                     pool_underfilled: g.underfilled,
+                    pending: None,
+                    lag_ms: None,
                 });
                 union.extend(g.candidates);
             }
@@ -474,6 +493,8 @@ pub async fn search<R: SourceReader>(
                     error: Some(e.to_string()),
                     candidates: 0,
                     pool_underfilled: false,
+                    pending: None,
+                    lag_ms: None,
                 });
             }
         }
@@ -622,6 +643,7 @@ pub async fn search<R: SourceReader>(
         alias_collisions: collisions,
         scoring_version: SCORING_VERSION,
         latency_ms: started.elapsed().as_secs_f64() * 1000.0,
+        pending_changes: None,
         notes,
     })
 }

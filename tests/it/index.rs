@@ -1,14 +1,9 @@
 //! `cairn index` against a real on-disk LanceDB (temp dir) with the real model.
 
+use crate::support::write;
 use cairn::{IndexSummary, SourceSpec, index_sources};
 use cairn_index::{Database, Embedder, Manifest, OrtEmbedder, OrtOptions};
 use std::path::Path;
-
-fn write(root: &Path, rel: &str, text: &str) {
-    let p = root.join(rel);
-    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-    std::fs::write(p, text).unwrap();
-}
 
 const LONG_PAGE: &str = "# Amphitheater\n\nAn indoor amphitheater in the Greek style, built for structured public debate.\n\n\
 ## Acoustics\n\nSlatted oak panels on the ceiling absorb the echo of two hundred voices during a debate session.\n\n\

@@ -1,5 +1,10 @@
 //! Integration tests of the `cairn` package, in one binary (each test binary that links LanceDB
 //! is large; see shared/OFFLINE.md).
 
+mod crash;
 mod index;
+mod mcp;
+mod replay;
 mod scan;
+mod support;
+mod watch;

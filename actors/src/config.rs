@@ -1,0 +1,189 @@
+//! The configuration of a running cairn: `cairn.toml`, or built in code.
+//!
+//! ```toml
+//! db = "~/.local/share/cairn"          # a folder, or s3://… / gs://… / az://…
+//! debounce_ms = 150
+//! reconcile_secs = 600                  # safety-net rescan period; 0 = off
+//!
+//! [model]
+//! dir = "/models/minilm"                # model.onnx + tokenizer.json; default: provisioned
+//!
+//! [[sources]]
+//! id = "notes"
+//! root = "~/vault"
+//! exclude = ["private/**"]
+//! ```
+
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// A source: an id (`^[a-z0-9][a-z0-9-]{0,31}$`), a folder and optional globs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceConfig {
+    pub id: String,
+    pub root: PathBuf,
+    /// Only files matching one of these count (vault-relative globs); empty: all markdown.
+    #[serde(default)]
+    pub include: Vec<String>,
+    #[serde(default)]
+    pub exclude: Vec<String>,
+}
+
+/// Where the embedding model comes from.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    /// A folder with `model.onnx` and `tokenizer.json` (default: the provisioned model, or
+    /// `CAIRN_MODEL_DIR`).
+    pub dir: Option<PathBuf>,
+    /// ONNX Runtime threads for indexing (default: the number of cores; the pipeline runs one
+    /// embedding worker so workers × threads ≤ cores).
+    pub threads: Option<usize>,
+}
+
+/// Everything `Cairn::open` needs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub db: String,
+    #[serde(default)]
+    pub sources: Vec<SourceConfig>,
+    #[serde(default)]
+    pub model: ModelConfig,
+    #[serde(default = "defaults::debounce_ms")]
+    pub debounce_ms: u64,
+    /// Safety-net rescan period in seconds (0: only at start, on overflow and on flush).
+    #[serde(default = "defaults::reconcile_secs")]
+    pub reconcile_secs: u64,
+    /// Chunks per commit (one embedding request and one write).
+    #[serde(default = "defaults::commit_chunks")]
+    pub commit_chunks: usize,
+    /// Longest wait before buffered changes are committed.
+    #[serde(default = "defaults::commit_after_ms")]
+    pub commit_after_ms: u64,
+    /// Event log folder (default: `events/` in a local database folder; none for object stores).
+    pub event_log: Option<PathBuf>,
+    /// The log rotates past this size.
+    #[serde(default = "defaults::log_max_mib")]
+    pub log_max_mib: u64,
+    /// Bound on draining at shutdown.
+    #[serde(default = "defaults::shutdown_secs")]
+    pub shutdown_secs: u64,
+    /// Watch folders with notify (replays turn it off and inject events themselves).
+    #[serde(default = "defaults::yes")]
+    pub watch: bool,
+}
+
+mod defaults {
+    pub fn debounce_ms() -> u64 {
+        cairn_ingest::Debouncer::DEFAULT_QUIET_MS
+    }
+    pub fn reconcile_secs() -> u64 {
+        600
+    }
+    pub fn commit_chunks() -> usize {
+        512
+    }
+    pub fn commit_after_ms() -> u64 {
+        50
+    }
+    pub fn log_max_mib() -> u64 {
+        64
+    }
+    pub fn shutdown_secs() -> u64 {
+        30
+    }
+    pub fn yes() -> bool {
+        true
+    }
+}
+
+impl Config {
+    /// A configuration with defaults for `db` and these sources.
+    pub fn new(db: impl Into<String>, sources: Vec<SourceConfig>) -> Self {
+        Self {
+            db: db.into(),
+            sources,
+            model: ModelConfig::default(),
+            debounce_ms: defaults::debounce_ms(),
+            reconcile_secs: defaults::reconcile_secs(),
+            commit_chunks: defaults::commit_chunks(),
+            commit_after_ms: defaults::commit_after_ms(),
+            event_log: None,
+            log_max_mib: defaults::log_max_mib(),
+            shutdown_secs: defaults::shutdown_secs(),
+            watch: true,
+        }
+    }
+
+    /// Read `cairn.toml`; relative roots are taken from the file's folder, `~` is the home.
+    pub fn load(path: &Path) -> Result<Self, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut c: Config = toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        for s in &mut c.sources {
+            s.root = resolve(base, &s.root);
+        }
+        if !c.db.contains("://") {
+            c.db = resolve(base, Path::new(&c.db)).display().to_string();
+        }
+        c.event_log = c.event_log.map(|p| resolve(base, &p));
+        c.model.dir = c.model.dir.map(|p| resolve(base, &p));
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Ids valid and unique, at least one source.
+    pub fn validate(&self) -> Result<(), String> {
+        let mut seen = std::collections::HashSet::new();
+        for s in &self.sources {
+            validate_source_id(&s.id)?;
+            if !seen.insert(&s.id) {
+                return Err(format!("source id `{}` is given twice", s.id));
+            }
+        }
+        if self.sources.is_empty() {
+            return Err(
+                "no sources: give folders to watch, `--source id=dir`, or [[sources]] in cairn.toml".into()
+            );
+        }
+        Ok(())
+    }
+
+    /// Where events are logged.
+    pub fn event_log_dir(&self) -> Option<PathBuf> {
+        self.event_log
+            .clone()
+            .or_else(|| (!self.db.contains("://")).then(|| PathBuf::from(&self.db).join("events")))
+    }
+
+    pub fn commit_after(&self) -> Duration {
+        Duration::from_millis(self.commit_after_ms)
+    }
+}
+
+/// A source id: `^[a-z0-9][a-z0-9-]{0,31}$`.
+pub fn validate_source_id(id: &str) -> Result<(), String> {
+    let ok = !id.is_empty()
+        && id.len() <= 32
+        && id.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !id.starts_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "invalid source id `{id}`: use 1-32 characters of a-z, 0-9 and `-`, not starting with `-`"
+        ))
+    }
+}
+
+fn resolve(base: &Path, p: &Path) -> PathBuf {
+    if let Ok(rest) = p.strip_prefix("~")
+        && let Some(home) = std::env::var_os("HOME")
+    {
+        return PathBuf::from(home).join(rest);
+    }
+    if p.is_absolute() { p.to_path_buf() } else { base.join(p) }
+}

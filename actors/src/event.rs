@@ -1,0 +1,204 @@
+//! Events: every step of the pipeline, as one serde-tagged value, written to the event log after
+//! the step it describes has happened (an `page_indexed` only after its commit).
+//!
+//! Paths are vault-relative and time is logical (milliseconds since the pipeline started, on
+//! tokio's clock, so a replay under paused time is reproducible); `system_started` records the
+//! wall clock once per run for tools that need dates (`cairn stats`).
+
+use serde::{Deserialize, Serialize};
+
+/// The sequence that query telemetry is numbered in (not a source id: ids cannot start with `_`).
+pub const QUERY_STREAM: &str = "_queries";
+/// The sequence of events about the whole system.
+pub const SYSTEM_STREAM: &str = "_system";
+
+/// One logged event.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// Position in its stream (`source`), from 1, without gaps within one log.
+    pub seq: u64,
+    /// Logical time: milliseconds since the pipeline started.
+    pub ts: u64,
+    /// The source id, or [`QUERY_STREAM`] / [`SYSTEM_STREAM`].
+    pub source: String,
+    #[serde(flatten)]
+    pub kind: EventKind,
+}
+
+/// What happened.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum EventKind {
+    SystemStarted {
+        unix_ms: u64,
+        sources: Vec<String>,
+    },
+    /// A source's pipeline is up: `pages` are stored, the catch-up scan follows.
+    SourceStarted {
+        pages: usize,
+    },
+    /// A catch-up or safety-net scan compared the folder with the index.
+    Reconciled {
+        reason: String,
+        files: usize,
+        changed: usize,
+        removed: usize,
+    },
+    FileChanged {
+        path: String,
+    },
+    FileRemoved {
+        path: String,
+    },
+    /// A rename, from path events or (`by_hash`) a removal and a creation of the same content.
+    FileRenamed {
+        from: String,
+        to: String,
+        by_hash: bool,
+    },
+    PageParsed {
+        path: String,
+        slug: String,
+        chunks: usize,
+    },
+    /// Read and hashed: the content is what is stored, nothing to do.
+    PageSkipped {
+        path: String,
+        slug: String,
+    },
+    /// The file could not be indexed; its last good version (if any) stays searchable.
+    PageFailed {
+        path: String,
+        kind: String,
+        reason: String,
+    },
+    /// Indexed with a problem (e.g. broken frontmatter: the body is indexed, the title is the
+    /// file name).
+    PageWarning {
+        path: String,
+        kind: String,
+        reason: String,
+    },
+    /// Committed: searchable from table `version` on.
+    PageIndexed {
+        path: String,
+        slug: String,
+        chunks: usize,
+        version: u64,
+    },
+    PageRemoved {
+        slug: String,
+        version: u64,
+    },
+    /// One commit of a source's writer.
+    Committed {
+        pages: usize,
+        removed: usize,
+        chunks_embedded: usize,
+        chunks_reused: usize,
+        /// Milliseconds spent in the embedding model (the floor a commit cannot go below).
+        embed_ms: u64,
+        /// The whole commit: vector look-up, embedding and writes.
+        commit_ms: u64,
+        version: u64,
+    },
+    /// The source's indexes were refreshed (compaction, full-text index over new rows).
+    Optimized {
+        ms: u64,
+    },
+    /// A stage failed on infrastructure and will be retried after `retry_ms`.
+    StageFailed {
+        stage: String,
+        reason: String,
+        retry_ms: u64,
+    },
+    QueryAnswered(Box<QueryAnswered>),
+    SystemStopped {
+        clean: bool,
+    },
+}
+
+/// Telemetry of one answered query: enough to see the rank-1 score drift over days.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueryAnswered {
+    pub query: String,
+    pub mode: String,
+    pub results: usize,
+    /// The rank-1 result, if any.
+    pub top: Option<TopResult>,
+    /// Candidates each source put into the union.
+    pub candidates: std::collections::BTreeMap<String, usize>,
+    pub degraded: Vec<String>,
+    pub alias_collisions: usize,
+    pub scoring_version: String,
+    pub latency_ms: f64,
+    /// Changes not yet searchable when it was answered (absent: unknown, no watcher ran).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_changes: Option<u64>,
+    /// Wall-clock time of the answer (events from a one-shot `cairn search` have no pipeline
+    /// clock to be placed on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unix_ms: Option<u64>,
+}
+
+/// The rank-1 result of an answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TopResult {
+    pub source: String,
+    pub slug: String,
+    /// The comparable base score before boosts (best-chunk cosine + keyword share).
+    pub base_score: f32,
+    pub score: f32,
+    pub evidence: Vec<String>,
+    pub create_safety: String,
+}
+
+impl EventKind {
+    /// The event's name as written in the log (`page_indexed`, …).
+    pub fn name(&self) -> &'static str {
+        match self {
+            EventKind::SystemStarted { .. } => "system_started",
+            EventKind::SourceStarted { .. } => "source_started",
+            EventKind::Reconciled { .. } => "reconciled",
+            EventKind::FileChanged { .. } => "file_changed",
+            EventKind::FileRemoved { .. } => "file_removed",
+            EventKind::FileRenamed { .. } => "file_renamed",
+            EventKind::PageParsed { .. } => "page_parsed",
+            EventKind::PageSkipped { .. } => "page_skipped",
+            EventKind::PageFailed { .. } => "page_failed",
+            EventKind::PageWarning { .. } => "page_warning",
+            EventKind::PageIndexed { .. } => "page_indexed",
+            EventKind::PageRemoved { .. } => "page_removed",
+            EventKind::Committed { .. } => "committed",
+            EventKind::Optimized { .. } => "optimized",
+            EventKind::StageFailed { .. } => "stage_failed",
+            EventKind::QueryAnswered(_) => "query_answered",
+            EventKind::SystemStopped { .. } => "system_stopped",
+        }
+    }
+}
+
+impl std::fmt::Display for Event {
+    /// One line for humans (`cairn watch` without `--json`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = &self.source;
+        match &self.kind {
+            EventKind::PageIndexed { path, chunks, .. } => write!(f, "{s}: indexed {path} ({chunks} chunks)"),
+            EventKind::PageRemoved { slug, .. } => write!(f, "{s}: removed {slug}"),
+            EventKind::PageFailed { path, reason, .. } => write!(f, "{s}: FAILED {path}: {reason}"),
+            EventKind::PageWarning { path, reason, .. } => write!(f, "{s}: warning {path}: {reason}"),
+            EventKind::FileRenamed { from, to, .. } => write!(f, "{s}: renamed {from} -> {to}"),
+            EventKind::Reconciled { reason, files, changed, removed } => {
+                write!(f, "{s}: {reason} scan: {files} files, {changed} to index, {removed} to remove")
+            }
+            EventKind::StageFailed { stage, reason, retry_ms } => {
+                write!(f, "{s}: {stage} failed ({reason}); retrying in {retry_ms} ms")
+            }
+            EventKind::Committed { pages, removed, chunks_embedded, version, .. } => write!(
+                f,
+                "{s}: committed {pages} pages, {removed} removals, {chunks_embedded} chunks embedded (v{version})"
+            ),
+            other => write!(f, "{s}: {}", other.name()),
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! What each source's pipeline is doing, for `status()`, freshness in search answers and `flush()`.
+//! Shared by the stages of a source (a few counters behind one short-held lock, never held across
+//! an await), read by the query actor.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use tokio::time::Instant;
+
+/// One source's state, as `status()` reports it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SourceStatus {
+    pub source: String,
+    pub root: String,
+    /// `starting`, `scanning`, `watching`, `retrying` or `stopped`.
+    pub state: String,
+    /// Pages stored.
+    pub pages: usize,
+    /// Changes seen and not yet searchable: file events waiting out the debounce, plus files
+    /// handed to the parser/embedder/writer and not yet committed (or skipped, or failed).
+    pub pending: u64,
+    /// Age of the oldest pending change (0 when nothing is pending).
+    pub lag_ms: u64,
+    /// The last event of this source, and its logical time.
+    pub last_event: Option<String>,
+    pub last_event_ts: Option<u64>,
+    /// Files that could not be indexed, with why (latest per path).
+    pub failures: Vec<FileFailure>,
+    /// The last infrastructure failure, while retrying.
+    pub error: Option<String>,
+}
+
+/// A file that could not be indexed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileFailure {
+    pub path: String,
+    pub kind: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Default)]
+struct Entry {
+    status: SourceStatus,
+    debouncing: u64,
+    in_flight: u64,
+    pending_since: Option<Instant>,
+    failures: BTreeMap<String, FileFailure>,
+}
+
+impl Entry {
+    fn refresh(&mut self) {
+        let pending = self.debouncing + self.in_flight;
+        if pending == 0 {
+            self.pending_since = None;
+        } else if self.pending_since.is_none() {
+            self.pending_since = Some(Instant::now());
+        }
+        self.status.pending = pending;
+    }
+}
+
+/// The status of every source; cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct StatusBoard {
+    inner: Arc<Mutex<BTreeMap<String, Entry>>>,
+}
+
+impl StatusBoard {
+    fn with<R>(&self, source: &str, f: impl FnOnce(&mut Entry) -> R) -> R {
+        let mut map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let e = map.entry(source.to_string()).or_default();
+        e.status.source = source.to_string();
+        f(e)
+    }
+
+    pub fn register(&self, source: &str, root: &str) {
+        self.with(source, |e| {
+            e.status.root = root.into();
+            e.status.state = "starting".into();
+        });
+    }
+
+    pub fn set_state(&self, source: &str, state: &str, error: Option<String>) {
+        self.with(source, |e| {
+            e.status.state = state.into();
+            e.status.error = error;
+        });
+    }
+
+    /// Raw events waiting in the debouncer.
+    pub fn set_debouncing(&self, source: &str, n: usize) {
+        self.with(source, |e| {
+            e.debouncing = n as u64;
+            e.refresh();
+        });
+    }
+
+    /// Files handed to the pipeline.
+    pub fn add_in_flight(&self, source: &str, n: usize) {
+        self.with(source, |e| {
+            e.in_flight += n as u64;
+            e.refresh();
+        });
+    }
+
+    /// Files done with (committed, skipped or failed).
+    pub fn done_in_flight(&self, source: &str, n: usize) {
+        self.with(source, |e| {
+            e.in_flight = e.in_flight.saturating_sub(n as u64);
+            e.refresh();
+        });
+    }
+
+    pub fn set_pages(&self, source: &str, pages: usize) {
+        self.with(source, |e| e.status.pages = pages);
+    }
+
+    /// The last event of a registered source (system and query streams are not sources).
+    pub fn event(&self, source: &str, name: &str, ts: u64) {
+        let mut map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = map.get_mut(source) {
+            e.status.last_event = Some(name.into());
+            e.status.last_event_ts = Some(ts);
+        }
+    }
+
+    pub fn failure(&self, source: &str, f: FileFailure) {
+        self.with(source, |e| {
+            e.failures.insert(f.path.clone(), f);
+        });
+    }
+
+    /// The file indexed fine now: forget its old failure.
+    pub fn cleared(&self, source: &str, path: &str) {
+        self.with(source, |e| {
+            e.failures.remove(path);
+        });
+    }
+
+    pub fn get(&self, source: &str) -> Option<SourceStatus> {
+        let map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(source).map(snapshot)
+    }
+
+    pub fn all(&self) -> Vec<SourceStatus> {
+        let map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        map.values().map(snapshot).collect()
+    }
+}
+
+fn snapshot(e: &Entry) -> SourceStatus {
+    let mut s = e.status.clone();
+    s.lag_ms = e.pending_since.map_or(0, |t| t.elapsed().as_millis() as u64);
+    s.failures = e.failures.values().cloned().collect();
+    s
+}

@@ -1,0 +1,580 @@
+//! `Watcher`: one per source. Turns file-system events (from `notify`, or injected by a replay)
+//! into settled per-path changes through the debounce state machine of `cairn-ingest`, hands
+//! them to the parser and then, in order, to the source's writer.
+//!
+//! Also reconciles the folder with the index by a scan: at start (catch-up: what changed while
+//! cairn was not running), when notify reports lost events, when a folder appears or moves (its
+//! files have no events of their own), periodically as a safety net, and on `Flush`.
+//!
+//! Backpressure: notify's callback pushes into a bounded channel ([`NOTIFY_QUEUE`]); this actor
+//! handles one batch of settled changes at a time (`ctx.wait`) and awaits the writer, whose
+//! mailbox is bounded. A slow writer therefore stops this actor reading the channel, the channel
+//! fills, the notify thread blocks, and the kernel's own queue overflows into a rescan: memory
+//! never grows with the backlog.
+
+use crate::event::EventKind;
+use crate::log::Emitter;
+use crate::status::StatusBoard;
+use crate::workers::{PARSE_GROUP, Parse, Parsed, Parser, Scan};
+use crate::writer::{Commit, Ingest, SourceWriter, States};
+use actix::prelude::*;
+use cairn_ingest::{Debouncer, PathFilter, RawEvent, ScanOptions, Settled, rel_string};
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Raw events buffered between notify's thread and this actor. A `git checkout` of thousands of
+/// files makes about two events per file; this absorbs such a burst while the debouncer catches
+/// up. Beyond it, notify's thread waits (and the kernel queue overflows into a rescan).
+pub const NOTIFY_QUEUE: usize = 4096;
+/// Mailbox bound: control messages (flush, stop, injected replay events) are few.
+const MAILBOX: usize = 64;
+
+/// Watcher knobs.
+#[derive(Debug, Clone)]
+pub struct WatcherOptions {
+    pub quiet_ms: u64,
+    /// Safety-net rescan period (`None`: only at start, on overflow and on flush).
+    pub reconcile_every: Option<Duration>,
+    /// Watch with notify (off for replays, which inject the events themselves).
+    pub notify: bool,
+}
+
+impl Default for WatcherOptions {
+    fn default() -> Self {
+        Self {
+            quiet_ms: Debouncer::DEFAULT_QUIET_MS,
+            reconcile_every: Some(Duration::from_secs(600)),
+            notify: true,
+        }
+    }
+}
+
+/// What every step of a watcher needs; cloned into its futures.
+#[derive(Debug, Clone)]
+struct Handles {
+    id: String,
+    root: Arc<PathBuf>,
+    scan: ScanOptions,
+    parser: Addr<Parser>,
+    writer: Addr<SourceWriter>,
+    emit: Emitter,
+    status: StatusBoard,
+}
+
+/// One source's watcher.
+pub struct Watcher {
+    h: Handles,
+    filter: Arc<PathFilter>,
+    debouncer: Debouncer,
+    opts: WatcherOptions,
+    notify: Option<notify::RecommendedWatcher>,
+    /// notify's channel, shared with the stream that feeds this actor, so `Flush` can take what
+    /// is already queued (the lock is held only while polling, never across an await).
+    queue: Option<Arc<std::sync::Mutex<tokio::sync::mpsc::Receiver<RawEvent>>>>,
+    tick: Option<(u64, SpawnHandle)>,
+    /// Scan problems already reported (a periodic scan does not repeat them).
+    reported: HashSet<(String, String)>,
+    failures: u32,
+    stopped: bool,
+}
+
+impl std::fmt::Debug for Watcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Watcher")
+            .field("source", &self.h.id)
+            .field("pending", &self.debouncer.pending())
+            .finish()
+    }
+}
+
+impl Watcher {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        id: &str,
+        root: PathBuf,
+        scan: ScanOptions,
+        opts: WatcherOptions,
+        parser: Addr<Parser>,
+        writer: Addr<SourceWriter>,
+        emit: Emitter,
+        status: StatusBoard,
+    ) -> Result<Self, cairn_ingest::Error> {
+        let filter = Arc::new(PathFilter::new(&scan)?);
+        Ok(Self {
+            h: Handles { id: id.into(), root: Arc::new(root), scan, parser, writer, emit, status },
+            filter,
+            debouncer: Debouncer::new(opts.quiet_ms),
+            opts,
+            notify: None,
+            queue: None,
+            tick: None,
+            reported: HashSet::new(),
+            failures: 0,
+            stopped: false,
+        })
+    }
+
+    fn start_notify(&mut self, ctx: &mut Context<Self>) -> Result<(), String> {
+        use notify::Watcher as _;
+        let (tx, rx) = tokio::sync::mpsc::channel::<RawEvent>(NOTIFY_QUEUE);
+        let root = self.h.root.canonicalize().map_err(|e| format!("{}: {e}", self.h.root.display()))?;
+        let prefix = root.clone();
+        let mut w = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
+            for raw in translate(res, &prefix) {
+                if tx.blocking_send(raw).is_err() {
+                    return;
+                }
+            }
+        })
+        .map_err(|e| e.to_string())?;
+        w.watch(&root, notify::RecursiveMode::Recursive).map_err(|e| e.to_string())?;
+        self.notify = Some(w);
+        let rx = Arc::new(std::sync::Mutex::new(rx));
+        self.queue = Some(rx.clone());
+        ctx.add_stream(futures::stream::poll_fn(move |cx| {
+            rx.lock().unwrap_or_else(|p| p.into_inner()).poll_recv(cx)
+        }));
+        Ok(())
+    }
+
+    fn push(&mut self, raw: RawEvent, ctx: &mut Context<Self>) {
+        let now = self.h.emit.now();
+        self.debouncer.push(raw, now);
+        self.h.status.set_debouncing(&self.h.id, self.debouncer.pending());
+        self.schedule_tick(ctx);
+    }
+
+    fn schedule_tick(&mut self, ctx: &mut Context<Self>) {
+        let Some(deadline) = self.debouncer.next_deadline() else { return };
+        if let Some((at, handle)) = self.tick {
+            if at <= deadline {
+                return;
+            }
+            ctx.cancel_future(handle);
+        }
+        let delay = Duration::from_millis(deadline.saturating_sub(self.h.emit.now()));
+        let handle = ctx.run_later(delay, |act, ctx| {
+            act.tick = None;
+            act.on_tick(ctx);
+        });
+        self.tick = Some((deadline, handle));
+    }
+
+    /// Settle what is due and process it.
+    fn on_tick(&mut self, ctx: &mut Context<Self>) {
+        if let Some(changes) = self.settle(false, ctx) {
+            ctx.wait(
+                actix::fut::wrap_future::<_, Self>(process(self.h.clone(), changes))
+                    .map(|res, act, ctx| act.after(res, ctx)),
+            );
+        }
+    }
+
+    /// What the debouncer lets go now (`all`: everything it holds).
+    fn settle(&mut self, all: bool, ctx: &mut Context<Self>) -> Option<Changes> {
+        let now = if all { u64::MAX } else { self.h.emit.now() };
+        let settled = self.debouncer.tick(now);
+        self.h.status.set_debouncing(&self.h.id, self.debouncer.pending());
+        if !all {
+            self.schedule_tick(ctx);
+        }
+        (!settled.is_empty()).then(|| self.classify(settled))
+    }
+
+    fn after(&mut self, res: Result<(), String>, ctx: &mut Context<Self>) {
+        match res {
+            Ok(()) => {
+                self.failures = 0;
+                // A source whose folder was missing at start is watched once it is there.
+                if self.opts.notify && self.notify.is_none() && !self.stopped {
+                    let _ = self.start_notify(ctx);
+                }
+            }
+            Err(e) => {
+                // The pipeline behind us failed (its own supervisor restarts it); go on, and
+                // reconcile later so nothing seen here is lost.
+                self.failures += 1;
+                let retry = backoff(self.failures);
+                tracing::warn!("source `{}`: {e}; reconciling in {} ms", self.h.id, retry.as_millis());
+                let (emit, id) = (self.h.emit.clone(), self.h.id.clone());
+                self.h.status.set_state(&self.h.id, "retrying", Some(e.clone()));
+                let ev = EventKind::StageFailed {
+                    stage: "watcher".into(),
+                    reason: e,
+                    retry_ms: retry.as_millis() as u64,
+                };
+                actix::spawn(async move { emit.emit(&id, vec![ev]).await });
+                ctx.run_later(retry, |act, ctx| {
+                    if !act.stopped {
+                        act.reconcile(ctx, "retry");
+                    }
+                });
+            }
+        }
+    }
+
+    fn reconcile(&mut self, ctx: &mut Context<Self>, reason: &'static str) {
+        let reported = std::mem::take(&mut self.reported);
+        let fut = reconcile(self.h.clone(), reason, reported);
+        ctx.wait(actix::fut::wrap_future::<_, Self>(fut).map(|(res, reported), act, ctx| {
+            act.reported = reported;
+            act.after(res, ctx)
+        }));
+    }
+
+    /// Settled changes → what to parse and remove, and the file events to log.
+    fn classify(&self, settled: Vec<Settled>) -> Changes {
+        let root = &self.h.root;
+        let relevant = |p: &Path| self.filter.allows_file(p);
+        let mut c = Changes::default();
+        for s in settled {
+            match s {
+                Settled::Rescan => c.rescan = true,
+                Settled::Renamed { from, to } => {
+                    if root.join(&to).is_dir() {
+                        // A folder moved: its files have no events of their own.
+                        c.removed.push((from, true));
+                        c.rescan = true;
+                        continue;
+                    }
+                    let (f, t) = (rel_string(&from), rel_string(&to));
+                    match (relevant(&from), relevant(&to)) {
+                        (true, true) => {
+                            c.events.push(EventKind::FileRenamed {
+                                from: f.clone(),
+                                to: t.clone(),
+                                by_hash: false,
+                            });
+                            c.renamed.push((f, t));
+                        }
+                        (false, true) => c.events.push(EventKind::FileChanged { path: t }),
+                        (true, false) => c.events.push(EventKind::FileRemoved { path: f }),
+                        (false, false) => {}
+                    }
+                    if relevant(&to) {
+                        c.to_parse.push(to);
+                    }
+                    if relevant(&from) {
+                        c.removed.push((from, false));
+                    }
+                }
+                Settled::Removed(p) => {
+                    if relevant(&p) {
+                        c.events.push(EventKind::FileRemoved { path: rel_string(&p) });
+                        c.removed.push((p, false));
+                    } else if !cairn_ingest::is_markdown(&p) && self.filter.allows_dir(&p) {
+                        // Possibly a folder: the writer removes the pages under it, if any.
+                        c.removed.push((p, true));
+                    }
+                }
+                Settled::Changed(p) => {
+                    if root.join(&p).is_dir() {
+                        if self.filter.allows_dir(&p) {
+                            c.rescan = true;
+                        }
+                    } else if relevant(&p) {
+                        c.events.push(EventKind::FileChanged { path: rel_string(&p) });
+                        c.to_parse.push(p);
+                    }
+                }
+            }
+        }
+        c
+    }
+}
+
+fn backoff(failures: u32) -> Duration {
+    (Duration::from_millis(250) * 2u32.saturating_pow(failures.saturating_sub(1).min(8)))
+        .min(Duration::from_secs(30))
+}
+
+/// Changes of one tick.
+#[derive(Debug, Default)]
+struct Changes {
+    to_parse: Vec<PathBuf>,
+    /// With whether the path may be a folder.
+    removed: Vec<(PathBuf, bool)>,
+    renamed: Vec<(String, String)>,
+    events: Vec<EventKind>,
+    rescan: bool,
+}
+
+/// Log the file events, parse in groups, hand everything to the writer in order; then rescan if
+/// a folder appeared or events were lost.
+async fn process(h: Handles, c: Changes) -> Result<(), String> {
+    let rescan = c.rescan;
+    let found_dir = apply(&h, c).await?;
+    if rescan || found_dir {
+        reconcile(h, "rescan", HashSet::new()).await.0?;
+    }
+    Ok(())
+}
+
+/// Returns whether a directory stood where a file was expected.
+async fn apply(h: &Handles, mut c: Changes) -> Result<bool, String> {
+    h.emit.emit(&h.id, std::mem::take(&mut c.events)).await;
+    h.status.add_in_flight(&h.id, c.to_parse.len() + c.removed.len());
+    let mut found_dir = false;
+    let mut removed = std::mem::take(&mut c.removed);
+    let mut renamed = std::mem::take(&mut c.renamed);
+    let stopped = |e: MailboxError| format!("pipeline stopped: {e}");
+    if c.to_parse.is_empty() {
+        if !removed.is_empty() {
+            h.writer.send(Ingest { parsed: Vec::new(), removed, renamed }).await.map_err(stopped)?;
+            commit(h).await?;
+        }
+        return Ok(false);
+    }
+    for group in c.to_parse.chunks(PARSE_GROUP) {
+        let parsed = h
+            .parser
+            .send(Parse { source: h.id.clone(), root: h.root.clone(), files: group.to_vec() })
+            .await
+            .map_err(stopped)?;
+        found_dir |= parsed.iter().any(|p| matches!(p, Parsed::Directory { .. }));
+        let msg =
+            Ingest { parsed, removed: std::mem::take(&mut removed), renamed: std::mem::take(&mut renamed) };
+        h.writer.send(msg).await.map_err(stopped)?;
+    }
+    commit(h).await?;
+    Ok(found_dir)
+}
+
+/// The changes of a tick are all with the writer: commit them now rather than at its deadline.
+/// A failed commit is the writer's to report and retry; only a stopped writer is an error here.
+async fn commit(h: &Handles) -> Result<(), String> {
+    h.writer.send(Commit).await.map(|_| ()).map_err(|e| format!("pipeline stopped: {e}"))
+}
+
+/// Compare the folder with the index and apply the difference. Files whose path, size and
+/// modification time are those they were indexed with are not read (a stat cache, as git's).
+async fn reconcile(
+    h: Handles,
+    reason: &'static str,
+    mut reported: HashSet<(String, String)>,
+) -> (Result<(), String>, HashSet<(String, String)>) {
+    let res: Result<(), String> = async {
+        h.status.set_state(&h.id, "scanning", None);
+        let stopped = |e: MailboxError| format!("pipeline stopped: {e}");
+        let scan = h
+            .parser
+            .send(Scan { root: h.root.clone(), opts: h.scan.clone() })
+            .await
+            .map_err(stopped)?
+            .map_err(|e| format!("cannot scan {}: {e}", h.root.display()))?;
+        let states = h.writer.send(States).await.map_err(stopped)?;
+        let mut events = Vec::new();
+        for p in &scan.problems {
+            let key = (p.path().map(rel_string).unwrap_or_default(), p.kind().to_string());
+            if reported.insert(key.clone()) {
+                events.push(EventKind::PageFailed { path: key.0, kind: key.1, reason: p.to_string() });
+            }
+        }
+        let present: HashSet<&str> = scan.files.iter().map(|f| f.slug.as_str()).collect();
+        let removed: Vec<(PathBuf, bool)> = states
+            .iter()
+            .filter(|(s, _)| !present.contains(s.as_str()))
+            .map(|(_, st)| (PathBuf::from(&st.path), false))
+            .collect();
+        let to_parse: Vec<PathBuf> = scan
+            .files
+            .iter()
+            .filter(|f| {
+                !states.get(&f.slug).is_some_and(|s| {
+                    s.clean
+                        && f.mtime_ms != 0
+                        && s.mtime_ms == f.mtime_ms
+                        && s.bytes == f.size as i64
+                        && s.path == rel_string(&f.rel)
+                })
+            })
+            .map(|f| f.rel.clone())
+            .collect();
+        events.push(EventKind::Reconciled {
+            reason: reason.into(),
+            files: scan.files.len(),
+            changed: to_parse.len(),
+            removed: removed.len(),
+        });
+        h.emit.emit(&h.id, events).await;
+        apply(&h, Changes { to_parse, removed, ..Changes::default() }).await?;
+        h.status.set_state(&h.id, "watching", None);
+        Ok(())
+    }
+    .await;
+    if let Err(e) = &res {
+        h.status.set_state(&h.id, "retrying", Some(e.clone()));
+    }
+    (res, reported)
+}
+
+/// notify's event → raw events with vault-relative paths.
+fn translate(res: notify::Result<notify::Event>, root: &Path) -> Vec<RawEvent> {
+    use notify::EventKind as K;
+    use notify::event::{AccessKind, MetadataKind, ModifyKind, RenameMode};
+    let ev = match res {
+        Ok(ev) => ev,
+        Err(e) => {
+            tracing::warn!("file watcher error ({e}); rescanning");
+            return vec![RawEvent::Rescan];
+        }
+    };
+    if ev.need_rescan() {
+        return vec![RawEvent::Rescan];
+    }
+    let rel = |p: &PathBuf| -> Option<PathBuf> {
+        let r = p.strip_prefix(root).ok()?;
+        (!r.as_os_str().is_empty()).then(|| r.to_path_buf())
+    };
+    let paths: Vec<PathBuf> = ev.paths.iter().filter_map(rel).collect();
+    let cookie = ev.attrs.tracker().map(|t| t as u64);
+    match ev.kind {
+        K::Access(AccessKind::Close(_)) | K::Access(_) => Vec::new(),
+        K::Modify(ModifyKind::Metadata(MetadataKind::AccessTime)) => Vec::new(),
+        K::Create(_) => paths.into_iter().map(|path| RawEvent::Create { path }).collect(),
+        K::Remove(_) => paths.into_iter().map(|path| RawEvent::Remove { path }).collect(),
+        K::Modify(ModifyKind::Name(RenameMode::From)) => {
+            paths.into_iter().map(|path| RawEvent::RenameFrom { path, cookie }).collect()
+        }
+        K::Modify(ModifyKind::Name(RenameMode::To)) => {
+            paths.into_iter().map(|path| RawEvent::RenameTo { path, cookie }).collect()
+        }
+        K::Modify(ModifyKind::Name(RenameMode::Both)) => {
+            match (ev.paths.first().map(rel), ev.paths.get(1).map(rel)) {
+                (Some(Some(from)), Some(Some(to))) => vec![RawEvent::Rename { from, to }],
+                // One side outside the root: a move in or out.
+                (Some(None), Some(Some(to))) => vec![RawEvent::Create { path: to }],
+                (Some(Some(from)), Some(None)) => vec![RawEvent::Remove { path: from }],
+                _ => Vec::new(),
+            }
+        }
+        _ => paths.into_iter().map(|path| RawEvent::Modify { path }).collect(),
+    }
+}
+
+impl Actor for Watcher {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.set_mailbox_capacity(MAILBOX);
+        self.h.status.register(&self.h.id, &self.h.root.display().to_string());
+        if self.opts.notify
+            && let Err(e) = self.start_notify(ctx)
+        {
+            // Without live events the source is still kept current by the periodic and flush
+            // scans; the watch is retried at each of them.
+            tracing::error!("source `{}`: cannot watch {}: {e}", self.h.id, self.h.root.display());
+        }
+        self.reconcile(ctx, "catch-up");
+        if let Some(every) = self.opts.reconcile_every {
+            ctx.run_interval(every, |act, ctx| {
+                if act.stopped {
+                    return;
+                }
+                if act.opts.notify && act.notify.is_none() {
+                    let _ = act.start_notify(ctx);
+                }
+                act.reconcile(ctx, "periodic");
+            });
+        }
+    }
+}
+
+impl StreamHandler<RawEvent> for Watcher {
+    fn handle(&mut self, raw: RawEvent, ctx: &mut Context<Self>) {
+        self.push(raw, ctx);
+    }
+
+    /// The notify channel closed (the watch was dropped): keep the actor.
+    fn finished(&mut self, _: &mut Context<Self>) {}
+}
+
+/// A raw event from a replay (the same path notify's events take).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct Inject(pub RawEvent);
+
+impl Handler<Inject> for Watcher {
+    type Result = ();
+
+    fn handle(&mut self, msg: Inject, ctx: &mut Context<Self>) {
+        self.push(msg.0, ctx);
+    }
+}
+
+/// Make everything seen so far searchable: settle the debouncer, optionally compare the folder
+/// with the index (`rescan`), and commit. Answers with the table version.
+#[derive(Debug, Message)]
+#[rtype(result = "Result<u64, String>")]
+pub struct Flush {
+    pub rescan: bool,
+}
+
+impl Handler<Flush> for Watcher {
+    type Result = AtomicResponse<Self, Result<u64, String>>;
+
+    fn handle(&mut self, msg: Flush, ctx: &mut Context<Self>) -> Self::Result {
+        if let Some((_, handle)) = self.tick.take() {
+            ctx.cancel_future(handle);
+        }
+        // Events notify has already queued count as seen.
+        let queued: Vec<RawEvent> = match &self.queue {
+            Some(q) => {
+                let mut q = q.lock().unwrap_or_else(|p| p.into_inner());
+                std::iter::from_fn(|| q.try_recv().ok()).collect()
+            }
+            None => Vec::new(),
+        };
+        let now = self.h.emit.now();
+        for raw in queued {
+            self.debouncer.push(raw, now);
+        }
+        // One future, so the steps run in this order (actix runs the latest `ctx.wait` first).
+        let changes = self.settle(true, ctx);
+        let reported = std::mem::take(&mut self.reported);
+        let h = self.h.clone();
+        let fut = async move {
+            let mut res = match changes {
+                Some(c) => process(h.clone(), c).await,
+                None => Ok(()),
+            };
+            let reported = if msg.rescan && res.is_ok() {
+                let (r, reported) = reconcile(h.clone(), "flush", reported).await;
+                res = r;
+                reported
+            } else {
+                reported
+            };
+            let version = match res {
+                Ok(()) => {
+                    h.writer.send(Commit).await.map_err(|e| format!("pipeline stopped: {e}")).and_then(|r| r)
+                }
+                Err(e) => Err(e),
+            };
+            (version, reported)
+        };
+        AtomicResponse::new(Box::pin(actix::fut::wrap_future::<_, Self>(fut).map(
+            |(version, reported), act, _| {
+                act.reported.extend(reported);
+                version
+            },
+        )))
+    }
+}
+
+/// Stop watching (shutdown): no more file events are taken; pending ones are processed.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct StopWatching;
+
+impl Handler<StopWatching> for Watcher {
+    type Result = ();
+
+    fn handle(&mut self, _: StopWatching, _: &mut Context<Self>) {
+        self.notify = None;
+        self.stopped = true;
+        self.h.status.set_state(&self.h.id, "stopped", None);
+    }
+}

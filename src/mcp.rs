@@ -1,0 +1,138 @@
+//! `cairn mcp`: the live index as tools for agents, over the Model Context Protocol on stdio
+//! (the official Rust SDK, `rmcp`). It runs the same actor system as `cairn watch`, so the
+//! index stays current while the agent works. Logs go to stderr; stdout carries only protocol.
+
+use cairn_actors::{Cairn, Mode, SearchRequest};
+use rmcp::handler::server::{router::tool::ToolRouter, wrapper::Parameters};
+use rmcp::model::{ServerCapabilities, ServerConfig};
+use rmcp::{ErrorData, ServerHandler, ServiceExt, schemars, tool, tool_handler, tool_router};
+use serde::Deserialize;
+
+const INSTRUCTIONS: &str = "cairn indexes folders of markdown notes. Before writing a new page, \
+`search` for its subject: a result with create_safety = \"exists\" means the page is there (update it \
+instead of writing a new one); \"probable\" means look at it first; \"unknown\" is only weak \
+similarity. An answer while a source has pending changes (pending_changes > 0) is not proof that a \
+page is absent: wait and search again before creating one.";
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+pub struct SearchArgs {
+    /// What to look for: a page's title, one of its names, or a question about its subject.
+    pub query: String,
+    /// Only these source ids (default: every source).
+    #[serde(default)]
+    pub sources: Vec<String>,
+    /// `fast` (keyword, title, alias; no embedding), `balanced` (default) or `thorough`.
+    pub mode: Option<String>,
+    /// Results to return (default 10, at most 100).
+    pub limit: Option<usize>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+pub struct GetArgs {
+    /// The source id (as in search results).
+    pub source: String,
+    /// The page's slug (as in search results), e.g. `venues/amphitheater`.
+    pub slug: String,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+pub struct DiagnoseArgs {
+    /// The query that should have found the page.
+    pub query: String,
+    /// The page that should have been found: `SOURCE:SLUG`.
+    pub target: String,
+}
+
+/// The MCP server over a running cairn.
+#[derive(Clone)]
+pub struct CairnTools {
+    cairn: Cairn,
+    #[allow(dead_code)] // read by the `tool_handler` macro
+    tool_router: ToolRouter<Self>,
+}
+
+impl std::fmt::Debug for CairnTools {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CairnTools").field("cairn", &self.cairn).finish()
+    }
+}
+
+fn bad(e: impl std::fmt::Display) -> ErrorData {
+    ErrorData::invalid_params(e.to_string(), None)
+}
+
+fn json(v: &impl serde::Serialize) -> Result<String, ErrorData> {
+    serde_json::to_string(v).map_err(|e| ErrorData::internal_error(e.to_string(), None))
+}
+
+#[tool_router]
+impl CairnTools {
+    pub fn new(cairn: Cairn) -> Self {
+        Self { cairn, tool_router: Self::tool_router() }
+    }
+
+    #[tool(description = "Search the notes. Returns results (source, slug, title, path, score, evidence, \
+create_safety, best chunk), each source's status with pending changes and lag, and notes. \
+create_safety = \"exists\" means the page is there: update it instead of writing a new one. An answer \
+with pending_changes > 0 is not proof of absence.")]
+    async fn search(&self, Parameters(a): Parameters<SearchArgs>) -> Result<String, ErrorData> {
+        let mode: Mode = a.mode.as_deref().unwrap_or("balanced").parse().map_err(bad)?;
+        let mut req = SearchRequest::new(a.query);
+        req.sources = a.sources;
+        req.mode = mode;
+        req.limit = a.limit.unwrap_or(10);
+        let resp = self.cairn.search(req).await.map_err(bad)?;
+        json(&resp)
+    }
+
+    #[tool(description = "Read one page: title, aliases, tags, path, frontmatter, outgoing links and body.")]
+    async fn get(&self, Parameters(a): Parameters<GetArgs>) -> Result<String, ErrorData> {
+        match self.cairn.get(&a.source, &a.slug).await.map_err(bad)? {
+            Some(p) => json(&p),
+            None => Err(bad(format!(
+                "no page `{}` in source `{}`; use a slug from a search result",
+                a.slug, a.source
+            ))),
+        }
+    }
+
+    #[tool(description = "Explain why a page was or was not found for a query: its rank in each arm \
+(keyword, vector, title), the exact-name match, the fusion and the final rank, with a verdict.")]
+    async fn diagnose(&self, Parameters(a): Parameters<DiagnoseArgs>) -> Result<String, ErrorData> {
+        let Some((source, slug)) = a.target.split_once(':') else {
+            return Err(bad(format!("target `{}`: expected SOURCE:SLUG", a.target)));
+        };
+        let d = self.cairn.diagnose(&a.query, source, slug).await.map_err(bad)?;
+        json(&d)
+    }
+
+    #[tool(description = "Every source: pages, pending changes, lag, last event, files that could not \
+be indexed and why.")]
+    async fn status(&self) -> Result<String, ErrorData> {
+        json(&self.cairn.status())
+    }
+}
+
+#[tool_handler]
+impl ServerHandler for CairnTools {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_instructions(INSTRUCTIONS)
+    }
+}
+
+/// Serve MCP on stdin/stdout until the client closes stdin; then drain the pipeline like Ctrl-C.
+pub async fn serve(config: cairn_actors::Config) -> anyhow::Result<()> {
+    let cairn = Cairn::open(config).await?;
+    let server = CairnTools::new(cairn.clone()).serve(rmcp::transport::stdio()).await?;
+    let why = tokio::select! {
+        r = server.waiting() => { r?; "stdin closed" }
+        _ = crate::stop_signal() => "signal",
+    };
+    cairn.shutdown().await?;
+    eprintln!("cairn mcp: {why}; stopped cleanly");
+    Ok(())
+}

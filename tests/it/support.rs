@@ -1,0 +1,108 @@
+//! Helpers shared by the integration tests.
+
+use cairn_actors::event::{Event, EventKind};
+use cairn_index::{PageRecord, SourceStore};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+/// Write a file, creating its folders.
+pub fn write(root: &std::path::Path, rel: &str, text: &str) {
+    let p = root.join(rel);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, text).unwrap();
+}
+
+pub fn fixture_dir(rel: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(rel)
+}
+
+/// An actix system on a current-thread runtime with paused time: timers fire as soon as the
+/// runtime is idle, so nothing in a test sleeps.
+pub fn actix_paused() -> actix::SystemRunner {
+    actix::System::with_tokio_rt(|| {
+        tokio::runtime::Builder::new_current_thread().enable_all().start_paused(true).build().unwrap()
+    })
+}
+
+/// The tables hold no orphan and no missing chunk: every chunk belongs to a stored page and
+/// every page has exactly its `chunk_count` chunks, ordinals 0…n-1. Returns the pages.
+pub async fn check_tables(store: &SourceStore) -> Result<Vec<PageRecord>, String> {
+    let pages = store.all_pages().await.map_err(|e| e.to_string())?;
+    let chunks = store.chunk_keys().await.map_err(|e| e.to_string())?;
+    let mut by_page: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+    for (slug, ord, _) in &chunks {
+        by_page.entry(slug).or_default().push(*ord);
+    }
+    let slugs: BTreeSet<&str> = pages.iter().map(|p| p.slug.as_str()).collect();
+    if let Some(orphan) = by_page.keys().find(|s| !slugs.contains(*s)) {
+        return Err(format!("chunks of `{orphan}`, which has no page row"));
+    }
+    for p in &pages {
+        let want: Vec<i32> = (0..p.chunk_count).collect();
+        let have = by_page.get(p.slug.as_str()).cloned().unwrap_or_default();
+        if have != want {
+            return Err(format!("page `{}` has chunk ordinals {have:?}, want {want:?}", p.slug));
+        }
+    }
+    Ok(pages)
+}
+
+/// The events that say what happened to which file, as sorted unique lines (the order of events
+/// of different files and the batching of commits depend on timing; these do not).
+pub fn normalized_events(events: &[Event]) -> Vec<String> {
+    let set: BTreeSet<String> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::FileChanged { path } => Some(format!("file_changed {path}")),
+            EventKind::FileRemoved { path } => Some(format!("file_removed {path}")),
+            EventKind::FileRenamed { from, to, by_hash } => {
+                Some(format!("file_renamed {from} -> {to}{}", if *by_hash { " (by hash)" } else { "" }))
+            }
+            EventKind::PageFailed { path, kind, .. } => Some(format!("page_failed {path} ({kind})")),
+            EventKind::PageWarning { path, kind, .. } => Some(format!("page_warning {path} ({kind})")),
+            EventKind::PageIndexed { slug, .. } => Some(format!("page_indexed {slug}")),
+            EventKind::PageRemoved { slug, .. } => Some(format!("page_removed {slug}")),
+            _ => None,
+        })
+        .collect();
+    set.into_iter().collect()
+}
+
+/// Events matching each of `preds`, in whatever order they come (the halves of a move can
+/// settle in one tick or in two, and the log tells them in that order). Same deadline as
+/// [`next_matching`].
+pub async fn all_matching(
+    events: &mut futures::stream::BoxStream<'static, std::sync::Arc<Event>>,
+    preds: &[&dyn Fn(&Event) -> bool],
+) {
+    let mut seen = vec![false; preds.len()];
+    while seen.iter().any(|s| !s) {
+        let e = next_matching(events, |e| preds.iter().zip(&seen).any(|(p, s)| !s && p(e))).await;
+        for (p, s) in preds.iter().zip(seen.iter_mut()) {
+            *s |= p(&e);
+        }
+    }
+}
+
+/// The next event matching `pred`. Waits for the event itself; the deadline only turns a hang
+/// into a failure with a message.
+pub async fn next_matching(
+    events: &mut futures::stream::BoxStream<'static, std::sync::Arc<Event>>,
+    pred: impl Fn(&Event) -> bool,
+) -> std::sync::Arc<Event> {
+    use futures::StreamExt;
+    let found = tokio::time::timeout(std::time::Duration::from_secs(120), async {
+        while let Some(e) = events.next().await {
+            if pred(&e) {
+                return Some(e);
+            }
+        }
+        None
+    })
+    .await;
+    match found {
+        Ok(Some(e)) => e,
+        Ok(None) => panic!("the event stream ended before the awaited event"),
+        Err(_) => panic!("the awaited event did not come within 120 s"),
+    }
+}

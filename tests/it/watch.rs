@@ -1,0 +1,232 @@
+//! `cairn watch`'s engine end to end: real notify events on a real folder, the real model, a
+//! real LanceDB; and another process (`cairn search`) reading the same database meanwhile.
+
+use crate::support::{all_matching, check_tables, next_matching, write};
+use cairn_actors::event::EventKind;
+use cairn_actors::{Cairn, Config, SearchRequest, SourceConfig};
+use cairn_index::Database;
+use cairn_query::CreateSafety;
+use std::path::Path;
+use std::process::Command;
+
+/// `cairn search --json --mode fast` in a child process: its answer.
+fn other_process_json(db: &Path, query: &str) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(["search", "--json", "--mode", "fast", "--db", db.to_str().unwrap(), query])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "cairn search failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The slugs `cairn search` in a child process returns.
+fn other_process_search(db: &Path, query: &str) -> Vec<String> {
+    let v = other_process_json(db, query);
+    v["results"].as_array().unwrap().iter().map(|r| r["slug"].as_str().unwrap().to_string()).collect()
+}
+
+fn unwatched_note(v: &serde_json::Value) -> bool {
+    v["notes"].as_array().unwrap().iter().any(|n| n.as_str().unwrap().contains("no running `cairn watch`"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watching_reflects_new_edited_renamed_and_deleted_pages_for_every_reader() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (vault, db) = (tmp.path().join("vault"), tmp.path().join("db"));
+    write(
+        &vault,
+        "venues/amphitheater.md",
+        "---\ntitle: Indoor Greek Amphitheater\naliases: [Hall of Light]\n---\n\nFour hundred seats under glass.\n",
+    );
+    write(&vault, "owls.md", "# Owls\n\nBarn owls hunt by sound in complete darkness.\n");
+    write(&vault, "tides.md", "# Tides\n\nSpring tides follow the new and the full moon.\n");
+    let config = Config::new(
+        db.to_str().unwrap(),
+        vec![SourceConfig { id: "notes".into(), root: vault.clone(), include: vec![], exclude: vec![] }],
+    );
+    let cairn = Cairn::open(config).await.unwrap();
+    let mut events = cairn.subscribe();
+    cairn.flush().await.unwrap();
+
+    let hall = cairn.search(SearchRequest::new("hall of light")).await.unwrap();
+    assert_eq!(hall.results[0].slug, "venues/amphitheater");
+    assert_eq!(hall.results[0].create_safety, CreateSafety::Exists);
+    assert_eq!(hall.pending_changes, Some(0));
+    // The other process sees the watcher's freshness (a count, not "unknown").
+    let owls = other_process_json(&db, "barn owls");
+    assert_eq!(owls["results"][0]["slug"], "owls");
+    assert!(owls["sources"][0]["pending"].is_u64() && owls["pending_changes"].is_u64(), "{owls}");
+    assert!(!unwatched_note(&owls), "{owls}");
+
+    // A new page.
+    write(&vault, "herons.md", "# Herons\n\nGrey herons stand motionless in the shallows.\n");
+    next_matching(
+        &mut events,
+        |e| matches!(&e.kind, EventKind::PageIndexed { slug, .. } if slug == "herons"),
+    )
+    .await;
+    assert_eq!(other_process_search(&db, "grey herons shallows")[0], "herons");
+
+    // An edit.
+    write(&vault, "owls.md", "# Owls\n\nSnowy owls migrate south in hard winters.\n");
+    next_matching(&mut events, |e| matches!(&e.kind, EventKind::PageIndexed { slug, .. } if slug == "owls"))
+        .await;
+    assert_eq!(other_process_search(&db, "snowy owls migrate")[0], "owls");
+    assert!(!other_process_search(&db, "darkness").contains(&"owls".to_string()));
+
+    // A rename: the old slug goes, the new one comes, and it is told as a rename.
+    std::fs::create_dir_all(vault.join("archive")).unwrap();
+    std::fs::rename(vault.join("tides.md"), vault.join("archive/tides.md")).unwrap();
+    // A path event pairs the move, or (the folder new and not yet watched) the removal is
+    // committed first and the arrival is matched to it by content hash: either order.
+    all_matching(
+        &mut events,
+        &[
+            &|e| {
+                matches!(&e.kind, EventKind::FileRenamed { from, to, .. }
+                    if from == "tides.md" && to == "archive/tides.md")
+            },
+            &|e| matches!(&e.kind, EventKind::PageRemoved { slug, .. } if slug == "tides"),
+            &|e| matches!(&e.kind, EventKind::PageIndexed { slug, .. } if slug == "archive/tides"),
+        ],
+    )
+    .await;
+    assert_eq!(other_process_search(&db, "spring tides moon"), ["archive/tides"]);
+
+    // A delete.
+    std::fs::remove_file(vault.join("herons.md")).unwrap();
+    next_matching(
+        &mut events,
+        |e| matches!(&e.kind, EventKind::PageRemoved { slug, .. } if slug == "herons"),
+    )
+    .await;
+    assert!(other_process_search(&db, "grey herons shallows").is_empty());
+
+    // The old slug of the move is diagnosed as removed, the new one as indexed with every chunk
+    // stored; a file that cannot be read as text as failed, with why.
+    let gone = cairn.diagnose("spring tides", "notes", "tides").await.unwrap();
+    let ingest = gone.ingest.as_ref().unwrap();
+    assert_eq!((ingest.state.as_str(), ingest.file.as_deref()), ("removed", Some("tides.md")), "{gone:?}");
+    assert!(gone.verdict.contains("removed"), "{}", gone.verdict);
+    let moved = cairn.diagnose("spring tides", "notes", "archive/tides").await.unwrap();
+    let ingest = moved.ingest.as_ref().unwrap();
+    assert_eq!(ingest.state, "indexed");
+    assert!(ingest.chunks.is_some_and(|c| c > 0) && ingest.embedded == ingest.chunks, "{ingest:?}");
+    assert!(ingest.indexed_at_version.is_some() && ingest.table_version >= ingest.indexed_at_version);
+    std::fs::write(vault.join("broken.md"), b"# Broken\n\xff\xfe not text\n").unwrap();
+    next_matching(
+        &mut events,
+        |e| matches!(&e.kind, EventKind::PageFailed { path, .. } if path == "broken.md"),
+    )
+    .await;
+    let broken = cairn.diagnose("broken", "notes", "broken").await.unwrap();
+    assert_eq!(broken.ingest.as_ref().unwrap().state, "failed", "{broken:?}");
+    assert!(broken.verdict.contains("could not be indexed"), "{}", broken.verdict);
+
+    cairn.flush().await.unwrap();
+    let status = cairn.status();
+    assert_eq!(status.len(), 1);
+    assert_eq!(
+        (status[0].pages, status[0].pending, status[0].state.as_str()),
+        (3, 0, "watching"),
+        "{status:?}"
+    );
+    let page = cairn.get("notes", "archive/tides").await.unwrap().unwrap();
+    assert!(page.body.contains("Spring tides"));
+    cairn.shutdown().await.unwrap();
+
+    // Nothing watches the folder now: the answer says so instead of claiming zero pending.
+    let after = other_process_json(&db, "barn owls");
+    assert!(after["pending_changes"].is_null() && unwatched_note(&after), "{after}");
+    // Every answer of the other process is journaled beside the watcher's events.
+    let log = cairn_actors::log::read_log(&db.join("events/events.jsonl")).unwrap();
+    let outside = log
+        .iter()
+        .filter(|e| e.seq == 0 && matches!(&e.kind, EventKind::QueryAnswered(a) if a.unix_ms.is_some()))
+        .count();
+    assert_eq!(outside, 7, "one query_answered per `cairn search`");
+}
+
+/// Peak resident memory of this process (Linux), MiB.
+fn peak_rss_mib() -> f64 {
+    cairn::peak_rss_mib().unwrap_or(0.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_changes_at_once_are_all_reflected_after_flush() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (vault, db) = (tmp.path().join("vault"), tmp.path().join("db"));
+    write(&vault, "index.md", "# Index\n\nThe notes of the release.\n");
+    let config = Config::new(
+        db.to_str().unwrap(),
+        vec![SourceConfig { id: "bulk".into(), root: vault.clone(), include: vec![], exclude: vec![] }],
+    );
+    let cairn = Cairn::open(config).await.unwrap();
+    cairn.flush().await.unwrap();
+
+    // 10,000 files (the same text: this measures the pipeline, not the model) in 50 new folders,
+    // more events than inotify's default queue holds: the overflow must turn into a rescan.
+    let started = std::time::Instant::now();
+    for i in 0..10_000 {
+        write(
+            &vault,
+            &format!("bulk/{:02}/note-{i}.md", i % 50),
+            "Release note, checked out with the branch.\n",
+        );
+    }
+    let written = started.elapsed();
+    cairn.flush().await.unwrap();
+    let reflected = started.elapsed();
+    assert_eq!(cairn.status()[0].pages, 10_001);
+    let database = Database::open(db.to_str().unwrap()).await.unwrap();
+    let pages = check_tables(&database.open_existing("bulk").await.unwrap()).await.unwrap();
+    assert_eq!(pages.len(), 10_001);
+    eprintln!(
+        "10,000 changes written in {:.2} s, all searchable {:.1} s after the first; peak RSS {:.0} MiB",
+        written.as_secs_f64(),
+        reflected.as_secs_f64(),
+        peak_rss_mib()
+    );
+    // Notifications the kernel still delivers after the flush (duplicates of what the flush's
+    // scan indexed) settle as skipped pages.
+    let mut flushes = 1;
+    while cairn.status()[0].pending > 0 && flushes < 50 {
+        cairn.flush().await.unwrap();
+        flushes += 1;
+    }
+    assert_eq!(cairn.status()[0].pending, 0, "{:?}", cairn.status());
+    assert_eq!(cairn.status()[0].pages, 10_001);
+    cairn.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_that_fails_retries_with_backoff_while_the_others_go_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (good, missing, db) = (tmp.path().join("good"), tmp.path().join("later"), tmp.path().join("db"));
+    write(&good, "owls.md", "# Owls\n\nBarn owls hunt by sound.\n");
+    let config = Config::new(
+        db.to_str().unwrap(),
+        vec![
+            SourceConfig { id: "good".into(), root: good.clone(), include: vec![], exclude: vec![] },
+            SourceConfig { id: "later".into(), root: missing.clone(), include: vec![], exclude: vec![] },
+        ],
+    );
+    let cairn = Cairn::open(config).await.unwrap();
+    let mut events = cairn.subscribe();
+    // The missing folder fails its source's flush; the other source is searchable regardless.
+    assert!(cairn.flush().await.is_err());
+    let owls = cairn.search(SearchRequest::new("barn owls")).await.unwrap();
+    assert_eq!((owls.results[0].source.as_str(), owls.results[0].slug.as_str()), ("good", "owls"));
+    let later = cairn.status().into_iter().find(|s| s.source == "later").unwrap();
+    assert_eq!(later.state, "retrying", "{later:?}");
+    assert!(later.error.as_deref().unwrap_or_default().contains("later"), "{later:?}");
+
+    // The folder appears: the next retry picks it up.
+    write(&missing, "herons.md", "# Herons\n\nGrey herons wait in the shallows.\n");
+    next_matching(&mut events, |e| {
+        e.source == "later" && matches!(&e.kind, EventKind::PageIndexed { slug, .. } if slug == "herons")
+    })
+    .await;
+    cairn.flush().await.unwrap();
+    cairn.shutdown().await.unwrap();
+}

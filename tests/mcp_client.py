@@ -1,0 +1,67 @@
+"""Drives `cairn mcp` with the official Python MCP SDK (a client no one here wrote).
+
+Usage: mcp_client.py CAIRN_BINARY DB VAULT STDERR_LOG
+Exits non-zero with a message on the first expectation that fails.
+"""
+import asyncio
+import json
+import os
+import sys
+
+from mcp import ClientSession, MCPError, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+
+def text(result):
+    assert not result.is_error, f"tool error: {result.content}"
+    return json.loads(result.content[0].text)
+
+
+async def main(cairn, db, vault, log_path):
+    env = {k: v for k, v in os.environ.items() if k.startswith(("CAIRN_", "ORT_", "RUST_", "HOME", "PATH"))}
+    params = StdioServerParameters(command=cairn, args=["mcp", "--db", db, "--source", f"notes={vault}"], env=env)
+    with open(log_path, "w") as errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                tools = {t.name: t for t in (await session.list_tools()).tools}
+                assert {"search", "get", "diagnose", "status"} <= set(tools), sorted(tools)
+                assert "exists" in tools["search"].description, tools["search"].description
+
+                found = text(await session.call_tool("search", {"query": "hall of light"}))
+                top = found["results"][0]
+                assert top["slug"] == "venues/amphitheater", top
+                assert top["create_safety"] == "exists", top
+                assert "alias_hit" in top["evidence"], top
+                assert "pending_changes" in found, found.keys()
+
+                page = text(await session.call_tool("get", {"source": "notes", "slug": "venues/amphitheater"}))
+                assert page["title"] == "Indoor Greek Amphitheater", page
+                assert "glass roof" in page["body"], page["body"]
+
+                for bad in ({"query": "owls", "sources": ["nope"]}, {"query": "   "}, {"query": "x" * 5000}):
+                    try:
+                        r = await session.call_tool("search", bad)
+                    except MCPError as e:
+                        assert str(e), "an error without a message"
+                    else:
+                        raise AssertionError(f"{bad} was answered: {r}")
+                try:
+                    await session.call_tool("get", {"source": "notes", "slug": "no/such/page"})
+                    raise AssertionError("a missing page was answered")
+                except MCPError as e:
+                    assert "no page" in str(e), str(e)
+
+                # The server keeps serving after errors.
+                status = text(await session.call_tool("status", {}))
+                assert status[0]["source"] == "notes" and status[0]["pages"] >= 3, status
+                diag = text(await session.call_tool("diagnose", {"query": "hall of light", "target": "notes:venues/amphitheater"}))
+                assert diag["final_rank"] == 1, diag
+    with open(log_path) as f:
+        log = f.read()
+    assert "stopped cleanly" in log, f"the server did not report a clean stop:\n{log}"
+    print("mcp client: every check passed")
+
+
+if __name__ == "__main__":
+    asyncio.run(main(*sys.argv[1:5]))
