@@ -66,17 +66,25 @@ fn is_local(uri: &str) -> bool {
 }
 
 impl Database {
+    /// Open with strong read consistency: every read sees every commit made before it, by
+    /// this process or another.
     pub async fn open(uri: &str) -> Result<Self> {
+        Self::open_with_consistency(uri, Some(Duration::ZERO)).await
+    }
+
+    /// Open with reads that check for newer commits at most every `interval` (`None`: never;
+    /// the benchmarks use it to measure what strong consistency costs a read).
+    pub async fn open_with_consistency(uri: &str, interval: Option<Duration>) -> Result<Self> {
         let err = |message: String| Error::Storage { source_id: "*".into(), uri: uri.into(), message };
         if is_local(uri) {
             std::fs::create_dir_all(uri)
                 .map_err(|e| err(format!("cannot create the database folder: {e}")))?;
         }
-        let conn = lancedb::connect(uri)
-            .read_consistency_interval(Duration::ZERO)
-            .execute()
-            .await
-            .map_err(|e| err(e.to_string()))?;
+        let mut builder = lancedb::connect(uri);
+        if let Some(d) = interval {
+            builder = builder.read_consistency_interval(d);
+        }
+        let conn = builder.execute().await.map_err(|e| err(e.to_string()))?;
         Ok(Self { conn, uri: uri.into() })
     }
 
