@@ -60,13 +60,20 @@ pub async fn ingest_state(
     slug: &str,
     page: Option<&PageRecord>,
 ) -> IngestState {
-    let mut events: Vec<Event> = Vec::new();
-    for f in log_dir.map(log_files).unwrap_or_default() {
-        // A log that cannot be read only costs the history.
-        if let Ok(all) = read_log(&f) {
-            events.extend(all.into_iter().filter(|e| e.source == store.id() && names_page(e, slug)));
+    // The whole log, maybe tens of MiB: read off the async threads.
+    let (dir, source, page_slug) = (log_dir.map(Path::to_path_buf), store.id().to_string(), slug.to_string());
+    let events: Vec<Event> = tokio::task::spawn_blocking(move || {
+        let mut events = Vec::new();
+        for f in dir.as_deref().map(log_files).unwrap_or_default() {
+            // A log that cannot be read only costs the history.
+            if let Ok(all) = read_log(&f) {
+                events.extend(all.into_iter().filter(|e| e.source == source && names_page(e, &page_slug)));
+            }
         }
-    }
+        events
+    })
+    .await
+    .unwrap_or_default();
     let mut s = IngestState {
         file: page.map(|p| p.path.clone()),
         chunks: page.map(|p| p.chunk_count.max(0) as usize),
