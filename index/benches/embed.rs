@@ -18,9 +18,10 @@ fn env_or<T: std::str::FromStr>(key: &str, default: T) -> T {
 }
 
 fn main() {
-    let vault = std::env::var_os("CAIRN_BENCH_VAULT")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/eval/foldoc/vault"));
+    let vault = std::env::var_os("CAIRN_BENCH_VAULT").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("run by cargo"))
+            .join("../../shared/eval/foldoc/vault")
+    });
     let sample: usize = env_or("CAIRN_BENCH_CHUNKS", 600);
     let threads: usize = env_or("CAIRN_BENCH_THREADS", 2);
     let batches: Vec<usize> = std::env::var("CAIRN_BENCH_BATCHES")
@@ -67,7 +68,10 @@ fn main() {
         let rust_rate = refs.len() as f64 / wall;
 
         let py = Command::new("python3")
-            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/bench/reference_embeddings.py"))
+            .arg(
+                std::path::Path::new(&std::env::var_os("CARGO_MANIFEST_DIR").expect("run by cargo"))
+                    .join("../scripts/bench/reference_embeddings.py"),
+            )
             .arg(&model_dir)
             .arg("bench")
             .arg(&texts_file)

@@ -185,7 +185,8 @@ fn vectors_match_the_python_onnxruntime_reference() {
         text: String,
         vector: Vec<f32>,
     }
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/embeddings/reference.json");
+    let path = std::path::Path::new(&std::env::var_os("CARGO_MANIFEST_DIR").expect("run by cargo"))
+        .join("../fixtures/embeddings/reference.json");
     let reference: Reference = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     assert!(reference.sentences.len() >= 5);
     for s in &reference.sentences {

@@ -10,9 +10,10 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 fn main() {
-    let vault = std::env::var_os("CAIRN_BENCH_VAULT")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/eval/foldoc/vault"));
+    let vault = std::env::var_os("CAIRN_BENCH_VAULT").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("run by cargo"))
+            .join("../../shared/eval/foldoc/vault")
+    });
     let report = scan(&vault, &PathFilter::new(&ScanOptions::default()).unwrap())
         .unwrap_or_else(|e| panic!("benchmark vault missing: {e}"));
     assert!(!report.files.is_empty(), "no pages in {}", vault.display());

@@ -32,7 +32,8 @@ async fn an_mcp_client_searches_gets_and_gets_errors_then_the_server_exits_clean
     let spec = cairn::SourceSpec { id: "notes".into(), root: vault.clone() };
     cairn::index_sources(db.to_str().unwrap(), &[spec], false).await.unwrap();
 
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_client.py");
+    let script = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("run by cargo"))
+        .join("tests/mcp_client.py");
     let log = tmp.path().join("server.log");
     let out = Command::new(python())
         .arg(&script)

@@ -13,7 +13,7 @@ pub fn write(root: &std::path::Path, rel: &str, text: &str) {
 }
 
 pub fn fixture_dir(rel: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(rel)
+    PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("run by cargo")).join("fixtures").join(rel)
 }
 
 /// An actix system on a current-thread runtime with paused time: timers fire as soon as the
