@@ -172,10 +172,12 @@ pub async fn index_sources(db_uri: &str, specs: &[SourceSpec], rebuild: bool) ->
     Ok(summary)
 }
 
-/// The sources of a database opened for searching, with the model loaded once.
+/// The sources of a database opened for searching (read into memory, as a running `cairn watch`
+/// holds them), with the model loaded once.
 #[derive(Debug)]
 pub struct Searcher {
     stores: Vec<cairn_index::SourceStore>,
+    residents: Vec<cairn_index::Resident>,
     embedder: Option<OrtEmbedder>,
     /// Sources whose tables could not be opened, with why.
     broken: Vec<(String, String)>,
@@ -186,24 +188,39 @@ impl Searcher {
     /// `fast` mode).
     pub async fn open(db_uri: &str, with_model: bool) -> Result<Self> {
         let db = Database::open(db_uri).await?;
-        let mut stores = Vec::new();
-        let mut broken = Vec::new();
-        for id in db.source_ids().await? {
-            match db.open_existing(&id).await {
-                Ok(s) => stores.push(s),
-                Err(e) => broken.push((id, e.to_string())),
+        let model = async {
+            if with_model {
+                Ok::<_, anyhow::Error>(Some(
+                    tokio::task::spawn_blocking(|| OrtEmbedder::open(OrtOptions::default())).await??,
+                ))
+            } else {
+                Ok(None)
             }
-        }
-        let embedder = if with_model {
-            Some(tokio::task::spawn_blocking(|| OrtEmbedder::open(OrtOptions::default())).await??)
-        } else {
-            None
         };
-        Ok(Self { stores, embedder, broken })
+        let load = async {
+            let (mut stores, mut residents, mut broken) = (Vec::new(), Vec::new(), Vec::new());
+            for id in db.source_ids().await? {
+                let opened = match db.open_existing(&id).await {
+                    Ok(s) => cairn_index::Resident::load(&s).await.map(|r| (s, r)),
+                    Err(e) => Err(e),
+                };
+                match opened {
+                    Ok((s, r)) => {
+                        stores.push(s);
+                        residents.push(r);
+                    }
+                    Err(e) => broken.push((id, e.to_string())),
+                }
+            }
+            Ok::<_, anyhow::Error>((stores, residents, broken))
+        };
+        let (embedder, loaded) = futures::join!(model, load);
+        let (stores, residents, broken) = loaded?;
+        Ok(Self { stores, residents, embedder: embedder?, broken })
     }
 
-    fn parts(&self) -> (Vec<&cairn_index::SourceStore>, Option<&dyn Embedder>) {
-        (self.stores.iter().collect(), self.embedder.as_ref().map(|e| e as &dyn Embedder))
+    fn parts(&self) -> (Vec<&cairn_index::Resident>, Option<&dyn Embedder>) {
+        (self.residents.iter().collect(), self.embedder.as_ref().map(|e| e as &dyn Embedder))
     }
 
     pub async fn search(&self, req: &cairn_query::SearchRequest) -> Result<cairn_query::SearchResponse> {

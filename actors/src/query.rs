@@ -1,102 +1,31 @@
-//! `QueryActor`: owns the read handles of every source and the in-memory name map (slug,
-//! normalised title and aliases → pages) that the exact-lookup layer reads, kept current by the
+//! `QueryActor`: owns every source's resident index (the source in memory: pages, chunks with
+//! vectors, keyword and name indexes; LanceDB stays the store of record), kept current by the
 //! writers after each commit. Answers `Search` with the full query engine (`cairn-query`), adds
 //! each source's freshness (pending changes, lag), and records a `query_answered` event.
 //!
-//! Searches run as tasks on the runtime's worker threads (they embed the query and read LanceDB),
+//! Searches run as tasks on the runtime's worker threads (they embed the query and score in memory),
 //! so the actor itself only routes; concurrent searches do not queue behind each other.
 
 use crate::event::{EventKind, QUERY_STREAM, QueryAnswered, TopResult};
 use crate::log::Emitter;
 use crate::status::StatusBoard;
 use actix::prelude::*;
-use cairn_index::{ChunkHit, Embedder, PageNames, PageRecord, SourceStore};
-use cairn_query::{SearchRequest, SearchResponse, SourceReader};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, RwLock};
+use cairn_index::{Embedder, PageRecord, Prepared, Resident, SourceStore};
+use cairn_query::{SearchRequest, SearchResponse};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Mailbox bound: searches are routed at once (the work runs as tasks), so this only smooths
 /// bursts; a caller beyond it waits.
 const MAILBOX: usize = 64;
 
-/// Normalised name → slugs, for one source.
-#[derive(Debug, Default)]
-struct NameMap {
-    by_name: HashMap<String, BTreeSet<String>>,
-    names_of: HashMap<String, Vec<String>>,
-}
-
-impl NameMap {
-    fn remove(&mut self, slug: &str) {
-        for n in self.names_of.remove(slug).unwrap_or_default() {
-            if let Some(set) = self.by_name.get_mut(&n) {
-                set.remove(slug);
-                if set.is_empty() {
-                    self.by_name.remove(&n);
-                }
-            }
-        }
-    }
-
-    fn insert(&mut self, p: PageNames) {
-        self.remove(&p.slug);
-        let mut names = vec![p.slug.clone(), p.title_norm];
-        names.extend(p.aliases_norm);
-        names.retain(|n| !n.is_empty());
-        names.sort();
-        names.dedup();
-        for n in &names {
-            self.by_name.entry(n.clone()).or_default().insert(p.slug.clone());
-        }
-        self.names_of.insert(p.slug, names);
-    }
-}
-
-/// A source as the query engine reads it: LanceDB for the arms, the name map for exact lookups.
+/// A source as the query engine reads it: in memory (its resident index, kept current by its
+/// writer), with the store for reads outside the query path (`get`, `diagnose`'s ingest state).
 #[derive(Debug, Clone)]
 pub struct LiveSource {
     store: SourceStore,
-    names: Arc<RwLock<NameMap>>,
+    resident: Resident,
     root: Option<std::path::PathBuf>,
-}
-
-impl SourceReader for LiveSource {
-    fn id(&self) -> &str {
-        self.store.id()
-    }
-    async fn keyword(&self, query: &str, k: usize) -> cairn_index::Result<Vec<ChunkHit>> {
-        self.store.keyword(query, k).await
-    }
-    async fn vector(&self, query: &[f32], k: usize) -> cairn_index::Result<Vec<ChunkHit>> {
-        self.store.vector(query, k).await
-    }
-    async fn vector_within(
-        &self,
-        query: &[f32],
-        slugs: &[&str],
-        k: usize,
-    ) -> cairn_index::Result<Vec<ChunkHit>> {
-        self.store.vector_within(query, slugs, k).await
-    }
-    async fn titles(&self, query: &str, k: usize) -> cairn_index::Result<Vec<PageRecord>> {
-        self.store.titles(query, k).await
-    }
-    async fn alias(&self, normalized: &str) -> cairn_index::Result<Vec<PageRecord>> {
-        let slugs: Vec<String> = {
-            let map = self.names.read().unwrap_or_else(|p| p.into_inner());
-            map.by_name.get(normalized).map(|s| s.iter().cloned().collect()).unwrap_or_default()
-        };
-        if slugs.is_empty() {
-            return Ok(Vec::new());
-        }
-        let refs: Vec<&str> = slugs.iter().map(String::as_str).collect();
-        let mut pages = self.store.pages(&refs).await?;
-        pages.sort_by(|a, b| a.slug.cmp(&b.slug));
-        Ok(pages)
-    }
-    async fn pages(&self, slugs: &[&str]) -> cairn_index::Result<Vec<PageRecord>> {
-        self.store.pages(slugs).await
-    }
 }
 
 /// The query actor.
@@ -136,7 +65,8 @@ impl Actor for QueryActor {
     }
 }
 
-/// A source's tables are open: serve them (the name map is loaded from the pages table).
+/// A source's tables are open: load them into memory and serve them (a writer that restarts sends
+/// this again, so whatever it committed before it failed is read back from the tables).
 #[derive(Debug, Message)]
 #[rtype(result = "Result<(), String>")]
 pub struct AddSource {
@@ -151,42 +81,32 @@ impl Handler<AddSource> for QueryActor {
     fn handle(&mut self, msg: AddSource, _: &mut Context<Self>) -> Self::Result {
         let (store, root) = (msg.store, msg.root);
         let fut = async move {
-            let names = store.names().await.map_err(|e| e.to_string())?;
-            let mut map = NameMap::default();
-            for n in names {
-                map.insert(n);
-            }
-            Ok::<_, String>((store, map))
+            let resident = Resident::load(&store).await.map_err(|e| e.to_string())?;
+            Ok::<_, String>((store, resident))
         };
         AtomicResponse::new(Box::pin(actix::fut::wrap_future::<_, Self>(fut).map(|res, act, _| {
-            let (store, map) = res?;
+            let (store, resident) = res?;
             let id = store.id().to_string();
-            act.sources.insert(id, LiveSource { store, names: Arc::new(RwLock::new(map)), root });
+            act.sources.insert(id, LiveSource { store, resident, root });
             Ok(())
         })))
     }
 }
 
-/// A writer committed: these pages' names changed, these slugs are gone.
+/// A writer committed this batch (tokenised by the writer, so applying it is quick).
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
-pub struct NamesChanged {
+pub struct Committed {
     pub source: String,
-    pub upserts: Vec<PageNames>,
-    pub removed: Vec<String>,
+    pub batch: Prepared,
 }
 
-impl Handler<NamesChanged> for QueryActor {
+impl Handler<Committed> for QueryActor {
     type Result = ();
 
-    fn handle(&mut self, msg: NamesChanged, _: &mut Context<Self>) {
-        let Some(src) = self.sources.get(&msg.source) else { return };
-        let mut map = src.names.write().unwrap_or_else(|p| p.into_inner());
-        for s in &msg.removed {
-            map.remove(s);
-        }
-        for n in msg.upserts {
-            map.insert(n);
+    fn handle(&mut self, msg: Committed, _: &mut Context<Self>) {
+        if let Some(src) = self.sources.get(&msg.source) {
+            src.resident.apply(msg.batch);
         }
     }
 }
@@ -205,7 +125,7 @@ impl Handler<Search> for QueryActor {
         let (embedder, emit, status) = (self.embedder.clone(), self.emit.clone(), self.status.clone());
         Box::pin(async move {
             let task = tokio::spawn(async move {
-                let refs: Vec<&LiveSource> = sources.iter().collect();
+                let refs: Vec<&Resident> = sources.iter().map(|s| &s.resident).collect();
                 cairn_query::search(&refs, embedder.as_deref(), &req).await
             });
             let mut resp = task.await.map_err(|e| cairn_query::QueryError::Internal(e.to_string()))??;
@@ -354,7 +274,7 @@ impl Handler<Diagnose> for QueryActor {
         let (embedder, log_dir) = (self.embedder.clone(), self.log_dir.clone());
         Box::pin(async move {
             let task = tokio::spawn(async move {
-                let refs: Vec<&LiveSource> = sources.iter().collect();
+                let refs: Vec<&Resident> = sources.iter().map(|s| &s.resident).collect();
                 let d = cairn_query::diagnose(&refs, embedder.as_deref(), &msg.query, &msg.source, &msg.slug)
                     .await?;
                 let Some(src) = sources.iter().find(|s| s.store.id() == msg.source) else { return Ok(d) };

@@ -10,12 +10,12 @@
 
 use crate::event::EventKind;
 use crate::log::Emitter;
-use crate::query::{AddSource, NamesChanged, QueryActor};
+use crate::query::{AddSource, Committed as QueryCommitted, QueryActor};
 use crate::status::{FileFailure, StatusBoard};
 use crate::workers::{Embed, EmbedWorker, Parsed};
 use actix::prelude::*;
-use cairn_index::{Database, Manifest, PageNames, PageState, SourceStore, commit_pages};
-use cairn_ingest::{ParsedPage, normalize_name, rel_string, slugify_path};
+use cairn_index::{Database, Manifest, PageState, Prepared, SourceStore, commit_pages};
+use cairn_ingest::{ParsedPage, rel_string, slugify_path};
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -345,7 +345,7 @@ impl SourceWriter {
         let fut = async move {
             let started = std::time::Instant::now();
             let embed_ms = std::sync::atomic::AtomicU64::new(0);
-            let done = commit_pages(&store, pages.clone(), removals.clone(), |texts| async {
+            let (done, batch) = commit_pages(&store, pages.clone(), removals.clone(), |texts| async {
                 let t0 = std::time::Instant::now();
                 let vectors = embedder
                     .send(Embed { texts })
@@ -376,18 +376,11 @@ impl SourceWriter {
                 commit_ms: started.elapsed().as_millis() as u64,
                 version: done.version,
             });
-            let names = pages
-                .iter()
-                .map(|(p, _)| PageNames {
-                    slug: p.slug.clone(),
-                    title_norm: normalize_name(&p.title),
-                    aliases_norm: p.aliases_normalized.clone(),
-                })
-                .collect();
-            // The query actor's name map first, so an `page_indexed` subscriber can find the page.
-            let _ = query
-                .send(NamesChanged { source: id.clone(), upserts: names, removed: removals.clone() })
-                .await;
+            // The query actor's resident index first, so a `page_indexed` subscriber finds the page.
+            let batch = tokio::task::spawn_blocking(move || Prepared::batch(&batch))
+                .await
+                .map_err(|e| format!("preparing the committed batch for reading: {e}"))?;
+            let _ = query.send(QueryCommitted { source: id.clone(), batch }).await;
             emit.emit(&id, events).await;
             Ok::<_, String>((done.version, pages, removals))
         };

@@ -9,6 +9,8 @@ pub mod embed;
 mod error;
 pub mod provision;
 #[cfg(feature = "storage")]
+pub mod resident;
+#[cfg(feature = "storage")]
 pub mod schema;
 #[cfg(feature = "storage")]
 pub mod store;
@@ -18,6 +20,8 @@ pub mod sync;
 pub use embed::{Embedded, Embedder, OrtEmbedder, OrtOptions, QueryCache, RunTimes, cosine};
 pub use error::{Error, Result};
 pub use provision::{ModelFiles, provision, provision_with};
+#[cfg(feature = "storage")]
+pub use resident::{Prepared, Resident, ResidentIndex};
 #[cfg(feature = "storage")]
 pub use store::{
     ChunkHit, Database, Manifest, PageNames, PageRecord, PageState, PageWrite, SourceStore, WriteBatch,

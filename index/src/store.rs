@@ -423,6 +423,39 @@ impl SourceStore {
         Ok(pages)
     }
 
+    /// Every page with its chunks (hit, search text, vector) in order: what a
+    /// [`crate::resident::Resident`] is loaded from. Chunks of a page with no page row (a crash
+    /// between the two writes, redone at the next reconcile) are left out.
+    #[allow(clippy::type_complexity)]
+    pub async fn resident_pages(&self) -> Result<Vec<(PageRecord, Vec<(ChunkHit, String, Vec<f32>)>)>> {
+        let mut by_slug: HashMap<String, Vec<(ChunkHit, String, Vec<f32>)>> = HashMap::new();
+        let columns: Vec<&str> = CHUNK_COLUMNS.iter().copied().chain(["search_text", "vector"]).collect();
+        let q = self.chunks.query().select(Select::columns(&columns));
+        for b in self.collect(q.execute().await).await? {
+            let hits = chunk_hits(std::slice::from_ref(&b), |b| Ok(vec![0.0; b.num_rows()]))?;
+            let text = string(&b, "search_text")?;
+            let vectors = column::<FixedSizeListArray>(&b, "vector")?;
+            let values = vectors
+                .values()
+                .as_any()
+                .downcast_ref::<Float32Array>()
+                .ok_or_else(|| self.err("vector values are not f32"))?;
+            let dim = vectors.value_length() as usize;
+            for (i, hit) in hits.into_iter().enumerate() {
+                let start = vectors.value_offset(i) as usize;
+                let v = values.values()[start..start + dim].to_vec();
+                by_slug.entry(hit.slug.clone()).or_default().push((hit, text.value(i).to_string(), v));
+            }
+        }
+        let mut out = Vec::new();
+        for page in self.all_pages().await? {
+            let mut chunks = by_slug.remove(&page.slug).unwrap_or_default();
+            chunks.sort_by_key(|(h, _, _)| h.ordinal);
+            out.push((page, chunks));
+        }
+        Ok(out)
+    }
+
     /// Stored vectors by the hash of the text they embed (any page of this source): unchanged
     /// text, a moved page or a renamed file is never embedded twice.
     pub async fn vectors_by_text_hash(&self, hashes: &[&str]) -> Result<HashMap<String, Vec<f32>>> {
@@ -557,15 +590,8 @@ impl SourceStore {
             b.finish()
         };
         let json = |v: &dyn erased::Json| v.to_json();
-        let names: Vec<String> = pages
-            .iter()
-            .map(|p| {
-                std::iter::once(p.title.as_str())
-                    .chain(p.aliases.iter().map(String::as_str))
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            })
-            .collect();
+        let names: Vec<String> =
+            pages.iter().map(|p| crate::resident::names_text(&p.title, &p.aliases)).collect();
         let columns: Vec<ArrayRef> = vec![
             Arc::new(StringArray::from_iter_values(pages.iter().map(|p| p.slug.as_str()))),
             Arc::new(StringArray::from_iter_values(pages.iter().map(|p| p.path.as_str()))),

@@ -228,13 +228,14 @@ pub struct Committed {
 
 /// Vectors for every chunk of `pages` (stored ones reused by text hash, the rest embedded by
 /// `embed`, each distinct text once), then one write. Shared by `cairn index` and the pipeline's
-/// writer, which embed on different threads.
+/// writer, which embed on different threads. Returns the batch written, so a resident index can
+/// apply it.
 pub async fn commit_pages<F, Fut>(
     store: &SourceStore,
     pages: Vec<(ParsedPage, i64)>,
     removals: Vec<String>,
     embed: F,
-) -> Result<Committed>
+) -> Result<(Committed, WriteBatch)>
 where
     F: FnOnce(Vec<String>) -> Fut,
     Fut: std::future::Future<Output = Result<Vec<Vec<f32>>>>,
@@ -272,8 +273,9 @@ where
             PageWrite { page, vectors, mtime_ms }
         })
         .collect();
-    done.version = store.write(&WriteBatch { upserts, removals }).await?;
-    Ok(done)
+    let batch = WriteBatch { upserts, removals };
+    done.version = store.write(&batch).await?;
+    Ok((done, batch))
 }
 
 /// [`commit_pages`] with the embedder on a blocking thread, counted into `report`.
@@ -286,7 +288,7 @@ async fn commit(
 ) -> Result<()> {
     let e = embedder.clone();
     let spent = std::sync::Mutex::new(0.0);
-    let done = commit_pages(store, pages, removals, |texts| async {
+    let (done, _) = commit_pages(store, pages, removals, |texts| async {
         let t0 = Instant::now();
         let vectors = tokio::task::spawn_blocking(move || {
             let refs: Vec<&str> = texts.iter().map(String::as_str).collect();

@@ -142,3 +142,71 @@ async fn a_damaged_source_names_itself_and_leaves_the_others_working() {
     assert!(err.contains("reindex --source broken"), "{err}");
     assert!(db.open_source("good", &manifest()).await.is_ok());
 }
+
+/// The resident index a writer keeps by applying its commits answers exactly as one loaded from
+/// the tables afterwards, and ranks as LanceDB's own full-text and vector search do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resident_index_kept_by_commits_matches_the_tables() {
+    use cairn_index::{Prepared, Resident, ResidentIndex};
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path().to_str().unwrap()).await.unwrap();
+    let store = db.open_source("notes", &manifest()).await.unwrap();
+    let kept = Resident::new("notes", ResidentIndex::default());
+    let tide = "# Tides\n\nThe moon pulls the oceans; spring tides follow the full and new moon.\n";
+    let harbour =
+        "---\naliases: [Old Port]\n---\n# Harbour\n\nBoats wait for the tide to turn before they leave.\n";
+    let batches = [
+        WriteBatch {
+            upserts: vec![
+                page_write("notes", "projects/amphi.md", AMPHI),
+                page_write("notes", "sourdough.md", SOURDOUGH),
+                page_write("notes", "tides.md", tide),
+            ],
+            removals: vec![],
+        },
+        WriteBatch {
+            upserts: vec![
+                page_write("notes", "projects/amphi.md", &AMPHI.replace("slatted oak panels", "woven wool")),
+                page_write("notes", "harbour.md", harbour),
+            ],
+            removals: vec!["sourdough".into()],
+        },
+    ];
+    for b in &batches {
+        store.write(b).await.unwrap();
+        kept.apply(Prepared::batch(b));
+    }
+    store.optimize().await.unwrap();
+    let loaded = Resident::load(&store).await.unwrap();
+    let counts = store.counts().await.unwrap();
+    let queries = ["tide moon", "woven wool ceiling", "oak", "bread flour", "old port", "greek amphitheater"];
+    let mut lance = Vec::new();
+    for q in queries {
+        let v = embedder().embed_query(q).unwrap();
+        lance.push((store.keyword(q, 10).await.unwrap(), store.vector(&v, 10).await.unwrap(), v));
+    }
+    let (kept, loaded) = (kept.read(), loaded.read());
+    assert_eq!((kept.page_count(), kept.chunk_count()), counts);
+    assert_eq!((loaded.page_count(), loaded.chunk_count()), counts);
+    let ids = |h: &[cairn_index::ChunkHit]| h.iter().map(|h| h.chunk_id.clone()).collect::<Vec<_>>();
+    for (q, (lance_kw, lance_vec, v)) in queries.into_iter().zip(&lance) {
+        assert_eq!(kept.keyword(q, 10), loaded.keyword(q, 10), "{q}");
+        assert_eq!(kept.titles(q, 10), loaded.titles(q, 10), "{q}");
+        assert_eq!(ids(&kept.keyword(q, 10)), ids(lance_kw), "{q}: the same chunks as LanceDB, in order");
+        for (a, b) in kept.keyword(q, 10).iter().zip(lance_kw) {
+            assert!(
+                (a.score - b.score).abs() < 1e-3 * b.score.max(1.0),
+                "{q}: BM25 {} vs LanceDB {}",
+                a.score,
+                b.score
+            );
+        }
+        assert_eq!(kept.vector(v, None, 10), loaded.vector(v, None, 10), "{q}");
+        assert_eq!(ids(&kept.vector(v, None, 10)), ids(lance_vec), "{q}: the same chunks as LanceDB");
+        assert!((kept.vector(v, None, 1)[0].score - lance_vec[0].score).abs() < 1e-4);
+    }
+    assert_eq!(kept.alias("old port"), loaded.alias("old port"));
+    assert_eq!(kept.alias("old port")[0].slug, "harbour");
+    assert!(kept.keyword("oak", 10).is_empty(), "the edited-out words are gone");
+    assert!(kept.alias("sourdough").is_empty() && kept.pages(&["sourdough"]).is_empty());
+}

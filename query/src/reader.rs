@@ -1,7 +1,9 @@
-//! What the query engine reads from one source. [`cairn_index::SourceStore`] implements it over
-//! LanceDB; [`memory::MemoryReader`] is the test double for unit tests of the layers.
+//! What the query engine reads from one source. [`cairn_index::Resident`] (the source in memory,
+//! kept current by its writer) is what searches read; [`cairn_index::SourceStore`] implements it
+//! straight over LanceDB, which the benchmark measures as the floor; [`memory::MemoryReader`]
+//! is the test double for unit tests of the layers.
 
-use cairn_index::{ChunkHit, PageRecord, Result, SourceStore};
+use cairn_index::{ChunkHit, PageRecord, Resident, Result, SourceStore};
 use std::future::Future;
 
 /// The per-source read primitives the gather step fans out to.
@@ -46,6 +48,30 @@ impl SourceReader for SourceStore {
     }
     async fn pages(&self, slugs: &[&str]) -> Result<Vec<PageRecord>> {
         SourceStore::pages(self, slugs).await
+    }
+}
+
+impl SourceReader for Resident {
+    fn id(&self) -> &str {
+        Resident::id(self)
+    }
+    async fn keyword(&self, query: &str, k: usize) -> Result<Vec<ChunkHit>> {
+        Ok(self.read().keyword(query, k))
+    }
+    async fn vector(&self, query: &[f32], k: usize) -> Result<Vec<ChunkHit>> {
+        Ok(self.read().vector(query, None, k))
+    }
+    async fn vector_within(&self, query: &[f32], slugs: &[&str], k: usize) -> Result<Vec<ChunkHit>> {
+        Ok(self.read().vector(query, Some(slugs), k))
+    }
+    async fn titles(&self, query: &str, k: usize) -> Result<Vec<PageRecord>> {
+        Ok(self.read().titles(query, k))
+    }
+    async fn alias(&self, normalized: &str) -> Result<Vec<PageRecord>> {
+        Ok(self.read().alias(normalized))
+    }
+    async fn pages(&self, slugs: &[&str]) -> Result<Vec<PageRecord>> {
+        Ok(self.read().pages(slugs))
     }
 }
 

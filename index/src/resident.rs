@@ -1,0 +1,569 @@
+//! A source held in memory for reading: its pages, its chunks with their vectors, BM25 inverted
+//! indexes over chunk text and over page names, and the exact-name map. LanceDB stays the store
+//! of record: a resident index is loaded from a source's tables once, then kept current by
+//! applying every batch the writer commits ([`Resident::apply`]).
+//!
+//! Why: each LanceDB read costs tens of milliseconds here (its full-text search alone 67 ms over
+//! three sources; BENCHMARKS.md), far above a 20 ms query budget, while the same work in memory
+//! over FOLDOC (14k chunks) takes about a millisecond. Text is tokenised exactly as LanceDB's
+//! full-text index does (its own tokenizer crate with LanceDB's defaults: simple split, tokens
+//! over 40 bytes dropped, lowercase, English stemming, English stop words, ASCII folding), and
+//! scored with the same BM25 (k1 1.2, b 0.75, idf ln(1 + (N − n + ½)/(n + ½))); vectors are
+//! scored by exact cosine, as LanceDB does below its vector-index threshold.
+
+use crate::store::{ChunkHit, PageRecord, WriteBatch};
+use cairn_ingest::chunk::PATH_SEPARATOR;
+use cairn_ingest::{ParsedPage, normalize_name};
+use lance_tokenizer::{
+    AsciiFoldingFilter, Language, LowerCaser, RemoveLongFilter, SimpleTokenizer, Stemmer, StopWordFilter,
+    TextAnalyzer,
+};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, RwLock, RwLockReadGuard};
+
+const K1: f32 = 1.2;
+const B: f32 = 0.75;
+
+fn analyzer() -> TextAnalyzer {
+    let mut b = TextAnalyzer::builder(SimpleTokenizer::default())
+        .dynamic()
+        .filter_dynamic(RemoveLongFilter::limit(40))
+        .filter_dynamic(LowerCaser)
+        .filter_dynamic(Stemmer::new(Language::English));
+    if let Some(stop) = StopWordFilter::new(Language::English) {
+        b = b.filter_dynamic(stop);
+    }
+    b.filter_dynamic(AsciiFoldingFilter).build()
+}
+
+thread_local! {
+    static ANALYZER: std::cell::RefCell<TextAnalyzer> = std::cell::RefCell::new(analyzer());
+}
+
+/// The terms of a text, as LanceDB's full-text index sees them.
+pub fn terms(text: &str) -> Vec<String> {
+    ANALYZER.with(|a| {
+        let mut a = a.borrow_mut();
+        let mut out = Vec::new();
+        a.token_stream(text).process(&mut |t| out.push(t.text.clone()));
+        out
+    })
+}
+
+/// What the title arm searches: the title and every alias.
+pub fn names_text(title: &str, aliases: &[String]) -> String {
+    std::iter::once(title).chain(aliases.iter().map(String::as_str)).collect::<Vec<_>>().join("\n")
+}
+
+/// BM25 over documents identified by small integers (slots owned by the caller).
+#[derive(Debug, Default)]
+struct Bm25 {
+    term_ids: HashMap<String, u32>,
+    /// Per term: (document, term frequency).
+    postings: Vec<Vec<(u32, u32)>>,
+    /// Per document: its distinct terms (to take it out again) and its length in terms.
+    doc_terms: Vec<Vec<u32>>,
+    doc_len: Vec<u32>,
+    docs: usize,
+    total_len: u64,
+}
+
+impl Bm25 {
+    fn insert(&mut self, doc: u32, terms: &[String]) {
+        let d = doc as usize;
+        if self.doc_len.len() <= d {
+            self.doc_len.resize(d + 1, 0);
+            self.doc_terms.resize_with(d + 1, Vec::new);
+        }
+        let mut tf: HashMap<u32, u32> = HashMap::new();
+        for t in terms {
+            let next = self.term_ids.len() as u32;
+            let id = *self.term_ids.entry(t.clone()).or_insert(next);
+            if id == next {
+                self.postings.push(Vec::new());
+            }
+            *tf.entry(id).or_default() += 1;
+        }
+        let mut distinct: Vec<u32> = tf.keys().copied().collect();
+        distinct.sort_unstable();
+        for &t in &distinct {
+            self.postings[t as usize].push((doc, tf[&t]));
+        }
+        self.doc_terms[d] = distinct;
+        self.doc_len[d] = terms.len() as u32;
+        self.docs += 1;
+        self.total_len += terms.len() as u64;
+    }
+
+    fn remove(&mut self, doc: u32) {
+        let d = doc as usize;
+        for t in std::mem::take(&mut self.doc_terms[d]) {
+            let list = &mut self.postings[t as usize];
+            if let Some(i) = list.iter().position(|(x, _)| *x == doc) {
+                list.swap_remove(i);
+            }
+        }
+        self.total_len -= self.doc_len[d] as u64;
+        self.doc_len[d] = 0;
+        self.docs -= 1;
+    }
+
+    /// Every document holding a query term, with its score (unordered).
+    fn scores(&self, query: &[String]) -> Vec<(u32, f32)> {
+        if self.docs == 0 {
+            return Vec::new();
+        }
+        let n = self.docs as f32;
+        let avg = (self.total_len as f32 / n).max(f32::MIN_POSITIVE);
+        // Each distinct term once, in text order, so the sums do not depend on insertion order.
+        let mut query: Vec<&String> = query.iter().collect();
+        query.sort();
+        query.dedup();
+        let ids = query.into_iter().filter_map(|t| self.term_ids.get(t).copied());
+        let mut acc: HashMap<u32, f32> = HashMap::new();
+        for t in ids {
+            let list = &self.postings[t as usize];
+            let df = list.len() as f32;
+            let idf = ((n - df + 0.5) / (df + 0.5) + 1.0).ln();
+            for &(doc, tf) in list {
+                let (tf, len) = (tf as f32, self.doc_len[doc as usize] as f32);
+                let s = idf * (K1 + 1.0) * tf / (tf + K1 * (1.0 - B + B * len / avg));
+                *acc.entry(doc).or_default() += s;
+            }
+        }
+        acc.into_iter().collect()
+    }
+}
+
+/// The best `k` of `scored`, best first; ties by `key` (ascending) so answers are stable.
+fn top_k<T, K: Ord>(mut scored: Vec<(f32, T)>, k: usize, key: impl Fn(&T) -> K) -> Vec<(f32, T)> {
+    let order = |a: &(f32, T), b: &(f32, T)| b.0.total_cmp(&a.0).then_with(|| key(&a.1).cmp(&key(&b.1)));
+    if k == 0 {
+        return Vec::new();
+    }
+    if scored.len() > k {
+        scored.select_nth_unstable_by(k - 1, order);
+        scored.truncate(k);
+    }
+    scored.sort_by(order);
+    scored
+}
+
+fn normalized(mut v: Vec<f32>) -> Box<[f32]> {
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        v.iter_mut().for_each(|x| *x /= norm);
+    }
+    v.into_boxed_slice()
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// A chunk ready to go in: its hit (score 0), its tokenised search text and its unit vector.
+#[derive(Debug, Clone)]
+pub struct PreparedChunk {
+    hit: ChunkHit,
+    terms: Vec<String>,
+    vector: Box<[f32]>,
+}
+
+/// A page ready to go in.
+#[derive(Debug, Clone)]
+pub struct PreparedPage {
+    record: PageRecord,
+    names: Vec<String>,
+    name_terms: Vec<String>,
+    chunks: Vec<PreparedChunk>,
+}
+
+/// A committed batch, tokenised: the expensive half of applying it, done before any lock is taken.
+#[derive(Debug, Clone, Default)]
+pub struct Prepared {
+    upserts: Vec<PreparedPage>,
+    removals: Vec<String>,
+}
+
+impl PreparedPage {
+    /// A stored page and its stored chunks (`(hit, search text, vector)`).
+    pub fn stored(record: PageRecord, chunks: Vec<(ChunkHit, String, Vec<f32>)>) -> Self {
+        let mut names = vec![record.slug.clone(), normalize_name(&record.title)];
+        names.extend(record.aliases.iter().map(|a| normalize_name(a)));
+        let name_terms = terms(&names_text(&record.title, &record.aliases));
+        let chunks = chunks
+            .into_iter()
+            .map(|(hit, text, v)| PreparedChunk { hit, terms: terms(&text), vector: normalized(v) })
+            .collect();
+        Self { record: PageRecord { score: 0.0, ..record }, names, name_terms, chunks }
+    }
+
+    fn parsed(page: &ParsedPage, vectors: &[Vec<f32>], mtime_ms: i64) -> Self {
+        let record = PageRecord {
+            slug: page.slug.clone(),
+            path: page.path.clone(),
+            title: page.title.clone(),
+            aliases: page.aliases.clone(),
+            tags: page.tags.clone(),
+            page_type: page.page_type.clone(),
+            frontmatter: page.frontmatter.clone(),
+            links: serde_json::to_value(&page.links).unwrap_or_default(),
+            content_hash: page.content_hash.clone(),
+            mtime_ms,
+            chunk_count: page.chunks.len() as i32,
+            problems: serde_json::to_value(&page.problems).unwrap_or_default(),
+            score: 0.0,
+        };
+        let chunks = page
+            .chunks
+            .iter()
+            .zip(vectors)
+            .map(|(c, v)| {
+                let hit = ChunkHit {
+                    slug: page.slug.clone(),
+                    chunk_id: c.id.clone(),
+                    ordinal: c.ordinal as i32,
+                    heading_path: c.heading_path.join(PATH_SEPARATOR),
+                    text: c.text.clone(),
+                    line_start: c.line_start as i32,
+                    line_end: c.line_end as i32,
+                    score: 0.0,
+                };
+                (hit, c.embed_text(), v.clone())
+            })
+            .collect();
+        Self::stored(record, chunks)
+    }
+}
+
+impl Prepared {
+    /// Tokenise a batch the writer has committed.
+    pub fn batch(batch: &WriteBatch) -> Self {
+        Self {
+            upserts: batch
+                .upserts
+                .iter()
+                .map(|w| PreparedPage::parsed(&w.page, &w.vectors, w.mtime_ms))
+                .collect(),
+            removals: batch.removals.clone(),
+        }
+    }
+
+    /// Pages as they were read from storage.
+    pub fn pages(upserts: Vec<PreparedPage>) -> Self {
+        Self { upserts, removals: Vec::new() }
+    }
+}
+
+#[derive(Debug)]
+struct Page {
+    record: PageRecord,
+    doc: u32,
+    chunks: Vec<u32>,
+    names: Vec<String>,
+}
+
+#[derive(Debug)]
+struct Chunk {
+    hit: ChunkHit,
+    vector: Box<[f32]>,
+}
+
+/// One source in memory.
+#[derive(Debug, Default)]
+pub struct ResidentIndex {
+    pages: HashMap<String, Page>,
+    /// Page slot → slug (the title arm's documents).
+    page_slots: Vec<Option<String>>,
+    free_pages: Vec<u32>,
+    chunks: Vec<Option<Chunk>>,
+    free_chunks: Vec<u32>,
+    chunk_text: Bm25,
+    page_names: Bm25,
+    by_name: HashMap<String, BTreeSet<String>>,
+}
+
+fn slot<T>(slots: &mut Vec<Option<T>>, free: &mut Vec<u32>, value: T) -> u32 {
+    match free.pop() {
+        Some(i) => {
+            slots[i as usize] = Some(value);
+            i
+        }
+        None => {
+            slots.push(Some(value));
+            (slots.len() - 1) as u32
+        }
+    }
+}
+
+impl ResidentIndex {
+    pub fn apply(&mut self, batch: Prepared) {
+        for s in &batch.removals {
+            self.remove(s);
+        }
+        for p in batch.upserts {
+            self.insert(p);
+        }
+    }
+
+    fn remove(&mut self, slug: &str) {
+        let Some(page) = self.pages.remove(slug) else { return };
+        for c in page.chunks {
+            self.chunk_text.remove(c);
+            self.chunks[c as usize] = None;
+            self.free_chunks.push(c);
+        }
+        self.page_names.remove(page.doc);
+        self.page_slots[page.doc as usize] = None;
+        self.free_pages.push(page.doc);
+        for n in page.names {
+            if let Some(set) = self.by_name.get_mut(&n) {
+                set.remove(slug);
+                if set.is_empty() {
+                    self.by_name.remove(&n);
+                }
+            }
+        }
+    }
+
+    fn insert(&mut self, p: PreparedPage) {
+        let slug = p.record.slug.clone();
+        self.remove(&slug);
+        let doc = slot(&mut self.page_slots, &mut self.free_pages, slug.clone());
+        self.page_names.insert(doc, &p.name_terms);
+        let mut chunks = Vec::with_capacity(p.chunks.len());
+        for c in p.chunks {
+            let id = slot(&mut self.chunks, &mut self.free_chunks, Chunk { hit: c.hit, vector: c.vector });
+            self.chunk_text.insert(id, &c.terms);
+            chunks.push(id);
+        }
+        let mut names: Vec<String> = p.names.into_iter().filter(|n| !n.is_empty()).collect();
+        names.sort();
+        names.dedup();
+        for n in &names {
+            self.by_name.entry(n.clone()).or_default().insert(slug.clone());
+        }
+        self.pages.insert(slug, Page { record: p.record, doc, chunks, names });
+    }
+
+    pub fn page_count(&self) -> usize {
+        self.pages.len()
+    }
+
+    pub fn chunk_count(&self) -> usize {
+        self.chunks.len() - self.free_chunks.len()
+    }
+
+    fn hit(&self, slot: u32, score: f32) -> ChunkHit {
+        let c = self.chunks[slot as usize].as_ref().expect("a live chunk slot");
+        ChunkHit { score, ..c.hit.clone() }
+    }
+
+    fn chunk_id(&self, slot: u32) -> &str {
+        self.chunks[slot as usize].as_ref().map_or("", |c| c.hit.chunk_id.as_str())
+    }
+
+    /// Keyword arm: chunks by BM25 over their search text, best first.
+    pub fn keyword(&self, query: &str, k: usize) -> Vec<ChunkHit> {
+        let scored = self.chunk_text.scores(&terms(query)).into_iter().map(|(d, s)| (s, d)).collect();
+        top_k(scored, k, |d| self.chunk_id(*d)).into_iter().map(|(s, d)| self.hit(d, s)).collect()
+    }
+
+    /// Vector arm: chunks by exact cosine, best first; `within` restricts it to some pages.
+    pub fn vector(&self, query: &[f32], within: Option<&[&str]>, k: usize) -> Vec<ChunkHit> {
+        let q = normalized(query.to_vec());
+        let scored: Vec<(f32, u32)> = match within {
+            None => self
+                .chunks
+                .iter()
+                .enumerate()
+                .filter_map(|(i, c)| c.as_ref().map(|c| (dot(&q, &c.vector), i as u32)))
+                .collect(),
+            Some(slugs) => slugs
+                .iter()
+                .filter_map(|s| self.pages.get(*s))
+                .flat_map(|p| p.chunks.iter())
+                .map(|&i| (dot(&q, &self.chunks[i as usize].as_ref().expect("a live chunk").vector), i))
+                .collect(),
+        };
+        top_k(scored, k, |d| self.chunk_id(*d)).into_iter().map(|(s, d)| self.hit(d, s)).collect()
+    }
+
+    /// Title arm: pages by BM25 over title and aliases, best first.
+    pub fn titles(&self, query: &str, k: usize) -> Vec<PageRecord> {
+        let scored: Vec<(f32, &str)> = self
+            .page_names
+            .scores(&terms(query))
+            .into_iter()
+            .filter_map(|(d, s)| self.page_slots[d as usize].as_deref().map(|slug| (s, slug)))
+            .collect();
+        top_k(scored, k, |s| *s)
+            .into_iter()
+            .map(|(score, slug)| PageRecord { score, ..self.pages[slug].record.clone() })
+            .collect()
+    }
+
+    /// Pages whose slug, normalised title or one normalised alias equals `normalized`, by slug.
+    pub fn alias(&self, normalized: &str) -> Vec<PageRecord> {
+        self.by_name
+            .get(normalized)
+            .map(|slugs| slugs.iter().filter_map(|s| self.pages.get(s)).map(|p| p.record.clone()).collect())
+            .unwrap_or_default()
+    }
+
+    /// Several pages at once (missing slugs are skipped).
+    pub fn pages(&self, slugs: &[&str]) -> Vec<PageRecord> {
+        slugs.iter().filter_map(|s| self.pages.get(*s)).map(|p| p.record.clone()).collect()
+    }
+}
+
+/// A [`ResidentIndex`] shared between the writer that keeps it current and the readers.
+#[derive(Debug, Clone)]
+pub struct Resident {
+    id: Arc<str>,
+    index: Arc<RwLock<ResidentIndex>>,
+}
+
+impl Resident {
+    pub fn new(id: &str, index: ResidentIndex) -> Self {
+        Self { id: id.into(), index: Arc::new(RwLock::new(index)) }
+    }
+
+    /// Load a source's tables into memory.
+    pub async fn load(store: &crate::SourceStore) -> crate::Result<Self> {
+        let pages = store.resident_pages().await?;
+        let prepared = tokio::task::spawn_blocking(move || {
+            Prepared::pages(pages.into_iter().map(|(r, c)| PreparedPage::stored(r, c)).collect())
+        })
+        .await
+        .map_err(|e| crate::Error::Io(std::io::Error::other(e)))?;
+        let mut index = ResidentIndex::default();
+        index.apply(prepared);
+        Ok(Self::new(store.id(), index))
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Apply a committed batch (tokenise it first with [`Prepared::batch`], outside the lock).
+    pub fn apply(&self, batch: Prepared) {
+        self.index.write().unwrap_or_else(|p| p.into_inner()).apply(batch);
+    }
+
+    /// Read access (held for one synchronous read, never across an await).
+    pub fn read(&self) -> RwLockReadGuard<'_, ResidentIndex> {
+        self.index.read().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn page(slug: &str, title: &str, aliases: &[&str], bodies: &[(&str, Vec<f32>)]) -> PreparedPage {
+        let record = PageRecord {
+            slug: slug.into(),
+            path: format!("{slug}.md"),
+            title: title.into(),
+            aliases: aliases.iter().map(|a| a.to_string()).collect(),
+            tags: vec![],
+            page_type: None,
+            frontmatter: serde_json::Value::Null,
+            links: serde_json::Value::Null,
+            content_hash: String::new(),
+            mtime_ms: 0,
+            chunk_count: bodies.len() as i32,
+            problems: serde_json::Value::Null,
+            score: 0.0,
+        };
+        let chunks = bodies
+            .iter()
+            .enumerate()
+            .map(|(i, (text, v))| {
+                let hit = ChunkHit {
+                    slug: slug.into(),
+                    chunk_id: format!("{slug}#{i}"),
+                    ordinal: i as i32,
+                    heading_path: title.into(),
+                    text: text.to_string(),
+                    line_start: 1,
+                    line_end: 1,
+                    score: 0.0,
+                };
+                (hit, format!("{title}\n\n{text}"), v.clone())
+            })
+            .collect();
+        PreparedPage::stored(record, chunks)
+    }
+
+    fn index(pages: Vec<PreparedPage>) -> ResidentIndex {
+        let mut i = ResidentIndex::default();
+        i.apply(Prepared::pages(pages));
+        i
+    }
+
+    #[test]
+    fn terms_are_lancedb_s_stemmed_lowercase_words_without_stop_words() {
+        assert_eq!(terms("The Running Dogs of Café"), vec!["run", "dog", "cafe"]);
+    }
+
+    #[test]
+    fn bm25_matches_the_formula_and_prefers_the_rarer_term() {
+        let i = index(vec![
+            page("a", "A", &[], &[("tides tides moon", vec![1.0, 0.0])]),
+            page("b", "B", &[], &[("moon", vec![0.0, 1.0])]),
+            page("c", "C", &[], &[("sun", vec![0.0, 1.0])]),
+        ]);
+        let hits = i.keyword("tides", 10);
+        assert_eq!(hits.iter().map(|h| h.slug.as_str()).collect::<Vec<_>>(), ["a"]);
+        // Search text "A\n\ntides tides moon": "a" is a stop word, so 3 terms; average (3+2+2)/3.
+        let (n, df, tf, len, avg) = (3.0f32, 1.0f32, 2.0f32, 3.0f32, 7.0f32 / 3.0);
+        let idf = ((n - df + 0.5) / (df + 0.5) + 1.0).ln();
+        let want = idf * (K1 + 1.0) * tf / (tf + K1 * (1.0 - B + B * len / avg));
+        assert!((hits[0].score - want).abs() < 1e-5, "{} against {want}", hits[0].score);
+        let both = i.keyword("tides moon", 10);
+        assert_eq!(both.iter().map(|h| h.slug.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+    }
+
+    #[test]
+    fn vectors_score_by_cosine_and_within_restricts_to_pages() {
+        let i = index(vec![
+            page("a", "A", &[], &[("x", vec![3.0, 4.0]), ("y", vec![0.0, 2.0])]),
+            page("b", "B", &[], &[("z", vec![1.0, 0.0])]),
+        ]);
+        let hits = i.vector(&[1.0, 0.0], None, 10);
+        assert_eq!(hits.iter().map(|h| h.chunk_id.as_str()).collect::<Vec<_>>(), ["b#0", "a#0", "a#1"]);
+        assert!((hits[1].score - 0.6).abs() < 1e-6);
+        let within = i.vector(&[1.0, 0.0], Some(&["a"]), 1);
+        assert_eq!(within.iter().map(|h| h.chunk_id.as_str()).collect::<Vec<_>>(), ["a#0"]);
+    }
+
+    #[test]
+    fn upserts_replace_and_removals_forget_everything_about_a_page() {
+        let mut i = index(vec![
+            page("hall", "Indoor Greek Amphitheater", &["Hall of Light"], &[("stone seats", vec![1.0, 0.0])]),
+            page("dock", "Dock", &[], &[("boats", vec![0.0, 1.0])]),
+        ]);
+        assert_eq!(i.alias("hall of light").len(), 1);
+        assert_eq!(i.titles("greek amphitheater", 5)[0].slug, "hall");
+        i.apply(Prepared {
+            upserts: vec![page("hall", "Odeon", &[], &[("marble", vec![1.0, 0.0])])],
+            removals: vec![],
+        });
+        assert!(i.alias("hall of light").is_empty());
+        assert!(i.titles("greek", 5).is_empty());
+        assert!(i.keyword("stone", 5).is_empty());
+        assert_eq!(i.keyword("marble", 5)[0].slug, "hall");
+        assert_eq!(i.chunk_count(), 2);
+        i.apply(Prepared { upserts: vec![], removals: vec!["hall".into(), "missing".into()] });
+        assert_eq!((i.page_count(), i.chunk_count()), (1, 1));
+        assert!(i.keyword("marble", 5).is_empty());
+        assert!(i.pages(&["hall"]).is_empty());
+        assert_eq!(i.vector(&[1.0, 0.0], None, 5).len(), 1);
+        // Freed slots are reused and stay consistent.
+        i.apply(Prepared::pages(vec![page("new", "New", &[], &[("marble", vec![1.0, 0.0])])]));
+        assert_eq!(i.keyword("marble", 5)[0].slug, "new");
+        assert_eq!(i.chunk_count(), 2);
+    }
+}
