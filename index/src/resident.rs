@@ -157,8 +157,19 @@ fn normalized(mut v: Vec<f32>) -> Box<[f32]> {
     v.into_boxed_slice()
 }
 
+/// Dot product in 16 independent lanes: a single running sum is a chain the compiler may not
+/// reorder (float addition is not associative), so it would not vectorise.
 fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
+    const LANES: usize = 16;
+    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
+    let mut acc = [0.0f32; LANES];
+    for (x, y) in ca.zip(cb) {
+        for i in 0..LANES {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
 }
 
 /// A chunk ready to go in: its hit (score 0), its tokenised search text and its unit vector.
@@ -263,12 +274,6 @@ struct Page {
     names: Vec<String>,
 }
 
-#[derive(Debug)]
-struct Chunk {
-    hit: ChunkHit,
-    vector: Box<[f32]>,
-}
-
 /// One source in memory.
 #[derive(Debug, Default)]
 pub struct ResidentIndex {
@@ -276,8 +281,12 @@ pub struct ResidentIndex {
     /// Page slot → slug (the title arm's documents).
     page_slots: Vec<Option<String>>,
     free_pages: Vec<u32>,
-    chunks: Vec<Option<Chunk>>,
+    chunks: Vec<Option<ChunkHit>>,
     free_chunks: Vec<u32>,
+    /// Every chunk slot's unit vector, one after another (`dim` floats each): the vector arm
+    /// reads them in one sequential pass, which the memory system streams.
+    vectors: Vec<f32>,
+    dim: usize,
     chunk_text: Bm25,
     page_names: Bm25,
     by_name: HashMap<String, BTreeSet<String>>,
@@ -333,7 +342,8 @@ impl ResidentIndex {
         self.page_names.insert(doc, &p.name_terms);
         let mut chunks = Vec::with_capacity(p.chunks.len());
         for c in p.chunks {
-            let id = slot(&mut self.chunks, &mut self.free_chunks, Chunk { hit: c.hit, vector: c.vector });
+            let id = slot(&mut self.chunks, &mut self.free_chunks, c.hit);
+            self.put_vector(id, &c.vector);
             self.chunk_text.insert(id, &c.terms);
             chunks.push(id);
         }
@@ -346,6 +356,21 @@ impl ResidentIndex {
         self.pages.insert(slug, Page { record: p.record, doc, chunks, names });
     }
 
+    fn put_vector(&mut self, slot: u32, v: &[f32]) {
+        if self.dim == 0 {
+            self.dim = v.len();
+        }
+        let at = slot as usize * self.dim;
+        self.vectors.resize(self.vectors.len().max(at + self.dim), 0.0);
+        // The store refuses vectors of another dimension; one here could only match nothing.
+        let dest = &mut self.vectors[at..at + self.dim];
+        if v.len() == dest.len() {
+            dest.copy_from_slice(v);
+        } else {
+            dest.fill(0.0);
+        }
+    }
+
     pub fn page_count(&self) -> usize {
         self.pages.len()
     }
@@ -356,11 +381,11 @@ impl ResidentIndex {
 
     fn hit(&self, slot: u32, score: f32) -> ChunkHit {
         let c = self.chunks[slot as usize].as_ref().expect("a live chunk slot");
-        ChunkHit { score, ..c.hit.clone() }
+        ChunkHit { score, ..c.clone() }
     }
 
     fn chunk_id(&self, slot: u32) -> &str {
-        self.chunks[slot as usize].as_ref().map_or("", |c| c.hit.chunk_id.as_str())
+        self.chunks[slot as usize].as_ref().map_or("", |c| c.chunk_id.as_str())
     }
 
     /// Keyword arm: chunks by BM25 over their search text, best first.
@@ -371,19 +396,24 @@ impl ResidentIndex {
 
     /// Vector arm: chunks by exact cosine, best first; `within` restricts it to some pages.
     pub fn vector(&self, query: &[f32], within: Option<&[&str]>, k: usize) -> Vec<ChunkHit> {
+        if self.dim == 0 {
+            return Vec::new();
+        }
         let q = normalized(query.to_vec());
+        let at = |i: usize| &self.vectors[i * self.dim..(i + 1) * self.dim];
         let scored: Vec<(f32, u32)> = match within {
             None => self
-                .chunks
-                .iter()
+                .vectors
+                .chunks_exact(self.dim)
                 .enumerate()
-                .filter_map(|(i, c)| c.as_ref().map(|c| (dot(&q, &c.vector), i as u32)))
+                .filter(|(i, _)| self.chunks[*i].is_some())
+                .map(|(i, v)| (dot(&q, v), i as u32))
                 .collect(),
             Some(slugs) => slugs
                 .iter()
                 .filter_map(|s| self.pages.get(*s))
                 .flat_map(|p| p.chunks.iter())
-                .map(|&i| (dot(&q, &self.chunks[i as usize].as_ref().expect("a live chunk").vector), i))
+                .map(|&i| (dot(&q, at(i as usize)), i))
                 .collect(),
         };
         top_k(scored, k, |d| self.chunk_id(*d)).into_iter().map(|(s, d)| self.hit(d, s)).collect()
@@ -562,8 +592,10 @@ mod tests {
         assert!(i.pages(&["hall"]).is_empty());
         assert_eq!(i.vector(&[1.0, 0.0], None, 5).len(), 1);
         // Freed slots are reused and stay consistent.
-        i.apply(Prepared::pages(vec![page("new", "New", &[], &[("marble", vec![1.0, 0.0])])]));
+        i.apply(Prepared::pages(vec![page("new", "New", &[], &[("marble", vec![-1.0, 0.0])])]));
         assert_eq!(i.keyword("marble", 5)[0].slug, "new");
         assert_eq!(i.chunk_count(), 2);
+        let v = i.vector(&[-1.0, 0.0], None, 5);
+        assert_eq!((v[0].slug.as_str(), v[0].score), ("new", 1.0), "the reused slot holds the new vector");
     }
 }
