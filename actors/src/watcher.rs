@@ -303,8 +303,16 @@ struct Changes {
 
 /// Log the file events, parse in groups, hand everything to the writer in order; then rescan if
 /// a folder appeared or events were lost.
-async fn process(h: Handles, c: Changes) -> Result<(), String> {
+async fn process(h: Handles, mut c: Changes) -> Result<(), String> {
     let rescan = c.rescan;
+    if rescan {
+        // The rescan removes whatever left the folder, in one batch with whatever it finds: a file
+        // moved into a folder created a moment before (whose arrival has no event, only the
+        // rescan sees it) then leaves and arrives together and keeps its stored vectors. Removed
+        // first on its own, its chunks would be gone before the arrival was matched to them.
+        let renamed_from: HashSet<String> = c.renamed.iter().map(|(from, _)| from.clone()).collect();
+        c.removed.retain(|(p, _)| renamed_from.contains(&rel_string(p)));
+    }
     let found_dir = apply(&h, c).await?;
     if rescan || found_dir {
         reconcile(h, "rescan", HashSet::new()).await.0?;

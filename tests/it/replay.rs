@@ -42,8 +42,13 @@ async fn replay_one(file: &Path, embedders: &Embedders) -> Result<(), String> {
             dump()
         ));
     }
-    if scenario.name == "rename-storm" {
-        // 21 pages embedded once at start; renames re-use every vector.
+    // Scenarios of moves: every page embedded once at start, the moves re-use every vector.
+    let want_embedded = match scenario.name.as_str() {
+        "rename-storm" => Some(21),
+        "move-into-new-folder" => Some(2),
+        _ => None,
+    };
+    if let Some(want) = want_embedded {
         let embedded: usize =
             events
                 .iter()
@@ -55,8 +60,11 @@ async fn replay_one(file: &Path, embedders: &Embedders) -> Result<(), String> {
                     }
                 })
                 .sum();
-        if embedded != 21 {
-            return Err(format!("renames embedded text again: {embedded} chunks embedded, want 21"));
+        if embedded != want {
+            return Err(format!(
+                "moves embedded text again: {embedded} chunks embedded, want {want}\n{}",
+                dump()
+            ));
         }
     }
 

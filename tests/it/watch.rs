@@ -91,6 +91,12 @@ async fn watching_reflects_new_edited_renamed_and_deleted_pages_for_every_reader
         ],
     )
     .await;
+    // Both halves meet in one commit, so the moved page keeps its vectors.
+    let moved = next_matching(&mut events, |e| matches!(e.kind, EventKind::Committed { .. })).await;
+    assert!(
+        matches!(moved.kind, EventKind::Committed { chunks_embedded: 0, chunks_reused: 1.., .. }),
+        "the move re-embedded: {moved:?}"
+    );
     assert_eq!(other_process_search(&db, "spring tides moon"), ["archive/tides"]);
 
     // A delete.
