@@ -4,7 +4,7 @@
 //! ```text
 //! notify ─▶ Watcher ─▶ Parser (SyncArbiter) ─▶ SourceWriter ─▶ EmbedWorker (SyncArbiter) ─▶ LanceDB
 //!            (debounce, scans)                  (batches, commits)                           │
-//!  Cairn::search ─▶ QueryActor (read handles, name map) ◀──── names after each commit ───────┘
+//!  Cairn::search ─▶ QueryActor (resident indexes) ◀──── each committed batch ────────────────┘
 //!                         every step ─▶ EventLog (JSON lines) ─▶ subscribers
 //! ```
 //!

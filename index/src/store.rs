@@ -379,8 +379,8 @@ impl SourceStore {
         Ok(out)
     }
 
-    /// Every page's names: slug, normalised title and normalised aliases (the query actor's
-    /// in-memory exact-lookup map is built from this once, then kept current by the writers).
+    /// Every page's names: slug, normalised title and normalised aliases (`cairn stats` counts
+    /// the names several pages claim).
     pub async fn names(&self) -> Result<Vec<PageNames>> {
         let q = self.pages.query().select(Select::columns(&["slug", "title_norm", "aliases_norm"]));
         let mut out = Vec::new();
@@ -432,6 +432,7 @@ impl SourceStore {
         let columns: Vec<&str> = CHUNK_COLUMNS.iter().copied().chain(["search_text", "vector"]).collect();
         let q = self.chunks.query().select(Select::columns(&columns));
         for b in self.collect(q.execute().await).await? {
+            // Equal scores and a stable sort: the hits stay in row order, aligned with the columns.
             let hits = chunk_hits(std::slice::from_ref(&b), |b| Ok(vec![0.0; b.num_rows()]))?;
             let text = string(&b, "search_text")?;
             let vectors = column::<FixedSizeListArray>(&b, "vector")?;

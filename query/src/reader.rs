@@ -1,9 +1,8 @@
 //! What the query engine reads from one source. [`cairn_index::Resident`] (the source in memory,
-//! kept current by its writer) is what searches read; [`cairn_index::SourceStore`] implements it
-//! straight over LanceDB, which the benchmark measures as the floor; [`memory::MemoryReader`]
-//! is the test double for unit tests of the layers.
+//! loaded from its LanceDB tables and kept current by its writer) is what searches read;
+//! [`memory::MemoryReader`] is the test double for unit tests of the layers.
 
-use cairn_index::{ChunkHit, PageRecord, Resident, Result, SourceStore};
+use cairn_index::{ChunkHit, PageRecord, Resident, Result};
 use std::future::Future;
 
 /// The per-source read primitives the gather step fans out to.
@@ -25,30 +24,6 @@ pub trait SourceReader: Sync {
     /// Pages whose slug, title or alias equals the normalised name.
     fn alias(&self, normalized: &str) -> impl Future<Output = Result<Vec<PageRecord>>> + Send;
     fn pages(&self, slugs: &[&str]) -> impl Future<Output = Result<Vec<PageRecord>>> + Send;
-}
-
-impl SourceReader for SourceStore {
-    fn id(&self) -> &str {
-        SourceStore::id(self)
-    }
-    async fn keyword(&self, query: &str, k: usize) -> Result<Vec<ChunkHit>> {
-        SourceStore::keyword(self, query, k).await
-    }
-    async fn vector(&self, query: &[f32], k: usize) -> Result<Vec<ChunkHit>> {
-        SourceStore::vector(self, query, k).await
-    }
-    async fn vector_within(&self, query: &[f32], slugs: &[&str], k: usize) -> Result<Vec<ChunkHit>> {
-        SourceStore::vector_within(self, query, slugs, k).await
-    }
-    async fn titles(&self, query: &str, k: usize) -> Result<Vec<PageRecord>> {
-        SourceStore::titles(self, query, k).await
-    }
-    async fn alias(&self, normalized: &str) -> Result<Vec<PageRecord>> {
-        SourceStore::alias(self, normalized).await
-    }
-    async fn pages(&self, slugs: &[&str]) -> Result<Vec<PageRecord>> {
-        SourceStore::pages(self, slugs).await
-    }
 }
 
 impl SourceReader for Resident {
