@@ -189,6 +189,12 @@ impl SourceWriter {
                             && !self.removals.contains(&page.slug)
                     }) && !self.buffer.iter().any(|(b, _)| b.slug == page.slug);
                     if unchanged {
+                        // Touched, not changed: remember the file as it is now, so the next scan's
+                        // stat check passes and does not read it again.
+                        if let Some(s) = self.known.get_mut(&page.slug) {
+                            s.mtime_ms = mtime_ms;
+                            s.bytes = page.bytes as i64;
+                        }
                         events.push(EventKind::PageSkipped {
                             path: page.path.clone(),
                             slug: page.slug.clone(),

@@ -129,6 +129,15 @@ async fn watching_reflects_new_edited_renamed_and_deleted_pages_for_every_reader
     assert_eq!(broken.ingest.as_ref().unwrap().state, "failed", "{broken:?}");
     assert!(broken.verdict.contains("could not be indexed"), "{}", broken.verdict);
 
+    // A file touched without a change is read by the next scan and remembered as it is now:
+    // the scan after that does not read it again.
+    std::fs::File::options()
+        .write(true)
+        .open(vault.join("venues/amphitheater.md"))
+        .unwrap()
+        .set_modified(std::time::SystemTime::now() + std::time::Duration::from_secs(60))
+        .unwrap();
+    cairn.flush().await.unwrap();
     cairn.flush().await.unwrap();
     let status = cairn.status();
     assert_eq!(status.len(), 1);
@@ -151,6 +160,13 @@ async fn watching_reflects_new_edited_renamed_and_deleted_pages_for_every_reader
         .filter(|e| e.seq == 0 && matches!(&e.kind, EventKind::QueryAnswered(a) if a.unix_ms.is_some()))
         .count();
     assert_eq!(outside, 7, "one query_answered per `cairn search`");
+    let touched = log
+        .iter()
+        .filter(
+            |e| matches!(&e.kind, EventKind::PageSkipped { path, .. } if path == "venues/amphitheater.md"),
+        )
+        .count();
+    assert_eq!(touched, 1, "the touched file is read once, not at every scan");
 }
 
 /// Peak resident memory of this process (Linux), MiB.
