@@ -423,6 +423,23 @@ impl SourceStore {
         Ok(pages)
     }
 
+    /// The `vector` column of a batch, one vector per row.
+    fn vectors(&self, b: &RecordBatch) -> Result<Vec<Vec<f32>>> {
+        let vectors = column::<FixedSizeListArray>(b, "vector")?;
+        let values = vectors
+            .values()
+            .as_any()
+            .downcast_ref::<Float32Array>()
+            .ok_or_else(|| self.err("vector values are not f32"))?;
+        let dim = vectors.value_length() as usize;
+        Ok((0..b.num_rows())
+            .map(|i| {
+                let start = vectors.value_offset(i) as usize;
+                values.values()[start..start + dim].to_vec()
+            })
+            .collect())
+    }
+
     /// Every page with its chunks (hit, search text, vector) in order: what a
     /// [`crate::resident::Resident`] is loaded from. Chunks of a page with no page row (a crash
     /// between the two writes, redone at the next reconcile) are left out.
@@ -435,16 +452,7 @@ impl SourceStore {
             // Equal scores and a stable sort: the hits stay in row order, aligned with the columns.
             let hits = chunk_hits(std::slice::from_ref(&b), |b| Ok(vec![0.0; b.num_rows()]))?;
             let text = string(&b, "search_text")?;
-            let vectors = column::<FixedSizeListArray>(&b, "vector")?;
-            let values = vectors
-                .values()
-                .as_any()
-                .downcast_ref::<Float32Array>()
-                .ok_or_else(|| self.err("vector values are not f32"))?;
-            let dim = vectors.value_length() as usize;
-            for (i, hit) in hits.into_iter().enumerate() {
-                let start = vectors.value_offset(i) as usize;
-                let v = values.values()[start..start + dim].to_vec();
+            for (i, (hit, v)) in hits.into_iter().zip(self.vectors(&b)?).enumerate() {
                 by_slug.entry(hit.slug.clone()).or_default().push((hit, text.value(i).to_string(), v));
             }
         }
@@ -469,16 +477,8 @@ impl SourceStore {
                 .select(Select::columns(&["text_hash", "vector"]));
             for b in self.collect(q.execute().await).await? {
                 let hash = string(&b, "text_hash")?;
-                let vectors = column::<FixedSizeListArray>(&b, "vector")?;
-                let values = vectors
-                    .values()
-                    .as_any()
-                    .downcast_ref::<Float32Array>()
-                    .ok_or_else(|| self.err("vector values are not f32"))?;
-                let dim = vectors.value_length() as usize;
-                for i in 0..b.num_rows() {
-                    let start = vectors.value_offset(i) as usize;
-                    out.insert(hash.value(i).to_string(), values.values()[start..start + dim].to_vec());
+                for (i, v) in self.vectors(&b)?.into_iter().enumerate() {
+                    out.insert(hash.value(i).to_string(), v);
                 }
             }
         }
