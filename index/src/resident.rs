@@ -492,39 +492,14 @@ mod tests {
     use super::*;
 
     fn page(slug: &str, title: &str, aliases: &[&str], bodies: &[(&str, Vec<f32>)]) -> PreparedPage {
-        let record = PageRecord {
-            slug: slug.into(),
-            path: format!("{slug}.md"),
-            title: title.into(),
-            aliases: aliases.iter().map(|a| a.to_string()).collect(),
-            tags: vec![],
-            page_type: None,
-            frontmatter: serde_json::Value::Null,
-            links: serde_json::Value::Null,
-            content_hash: String::new(),
-            mtime_ms: 0,
-            chunk_count: bodies.len() as i32,
-            problems: serde_json::Value::Null,
-            score: 0.0,
-        };
         let chunks = bodies
             .iter()
             .enumerate()
             .map(|(i, (text, v))| {
-                let hit = ChunkHit {
-                    slug: slug.into(),
-                    chunk_id: format!("{slug}#{i}"),
-                    ordinal: i as i32,
-                    heading_path: title.into(),
-                    text: text.to_string(),
-                    line_start: 1,
-                    line_end: 1,
-                    score: 0.0,
-                };
-                (hit, format!("{title}\n\n{text}"), v.clone())
+                (ChunkHit::numbered(slug, i, title, text), format!("{title}\n\n{text}"), v.clone())
             })
             .collect();
-        PreparedPage::stored(record, chunks)
+        PreparedPage::stored(PageRecord::named(slug, title, aliases, bodies.len()), chunks)
     }
 
     fn index(pages: Vec<PreparedPage>) -> ResidentIndex {

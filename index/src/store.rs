@@ -276,6 +276,46 @@ pub struct PageRecord {
     pub score: f32,
 }
 
+/// Records built by hand, for unit tests of the read and ranking layers.
+#[cfg(any(test, feature = "testing"))]
+impl PageRecord {
+    /// A page at `<slug>.md` with these names and `chunk_count` chunks; everything else empty.
+    pub fn named(slug: &str, title: &str, aliases: &[&str], chunk_count: usize) -> Self {
+        Self {
+            slug: slug.into(),
+            path: format!("{slug}.md"),
+            title: title.into(),
+            aliases: aliases.iter().map(|a| a.to_string()).collect(),
+            tags: vec![],
+            page_type: None,
+            frontmatter: serde_json::Value::Null,
+            links: serde_json::Value::Null,
+            content_hash: String::new(),
+            mtime_ms: 0,
+            chunk_count: chunk_count as i32,
+            problems: serde_json::Value::Null,
+            score: 0.0,
+        }
+    }
+}
+
+#[cfg(any(test, feature = "testing"))]
+impl ChunkHit {
+    /// Chunk `ordinal` of a page (id `<slug>#<ordinal>`, on line `ordinal + 1`), score 0.
+    pub fn numbered(slug: &str, ordinal: usize, heading_path: &str, text: &str) -> Self {
+        Self {
+            slug: slug.into(),
+            chunk_id: format!("{slug}#{ordinal}"),
+            ordinal: ordinal as i32,
+            heading_path: heading_path.into(),
+            text: text.into(),
+            line_start: ordinal as i32 + 1,
+            line_end: ordinal as i32 + 1,
+            score: 0.0,
+        }
+    }
+}
+
 /// One source's tables.
 #[derive(Clone)]
 pub struct SourceStore {

@@ -78,37 +78,12 @@ pub mod memory {
         bodies: &[&str],
     ) -> (PageRecord, Vec<(ChunkHit, Vec<f32>)>) {
         let e = HashEmbedder::default();
-        let record = PageRecord {
-            slug: slug.into(),
-            path: format!("{slug}.md"),
-            title: title.into(),
-            aliases: aliases.iter().map(|a| a.to_string()).collect(),
-            tags: vec![],
-            page_type: None,
-            frontmatter: serde_json::Value::Null,
-            links: serde_json::Value::Null,
-            content_hash: String::new(),
-            mtime_ms: 0,
-            chunk_count: bodies.len() as i32,
-            problems: serde_json::Value::Null,
-            score: 0.0,
-        };
+        let record = PageRecord::named(slug, title, aliases, bodies.len());
         let chunks = bodies
             .iter()
             .enumerate()
             .map(|(i, b)| {
-                let text = format!("{title}\n\n{b}");
-                let hit = ChunkHit {
-                    slug: slug.into(),
-                    chunk_id: format!("{slug}#{i}"),
-                    ordinal: i as i32,
-                    heading_path: title.into(),
-                    text: b.to_string(),
-                    line_start: i as i32 + 1,
-                    line_end: i as i32 + 1,
-                    score: 0.0,
-                };
-                (hit, e.embed_query(&text).unwrap())
+                (ChunkHit::numbered(slug, i, title, b), e.embed_query(&format!("{title}\n\n{b}")).unwrap())
             })
             .collect();
         (record, chunks)
