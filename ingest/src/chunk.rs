@@ -2,6 +2,7 @@
 //! split at block, then sentence, then word boundaries (code, tables and HTML only between
 //! lines), with a small overlap; tiny chunks merge with a neighbour.
 
+use crate::budget::{Budget, OverBudget};
 use crate::hash::hex_digest;
 use crate::markdown::{Block, BlockKind};
 use std::ops::Range;
@@ -24,7 +25,19 @@ impl Default for ChunkOptions {
 }
 
 /// Bumped when chunk boundaries or embedded text can change for the same input.
-pub const CHUNKER_VERSION: u32 = 1;
+pub const CHUNKER_VERSION: u32 = 2;
+
+/// Longest name (title or heading) carried into heading paths and the embedded text, in
+/// characters: every chunk of a section repeats its path, so a 10 MB heading line must not.
+pub const MAX_NAME_CHARS: usize = 200;
+
+/// `name` cut to [`MAX_NAME_CHARS`] characters (with `…` when cut).
+pub fn clip_name(name: &str) -> String {
+    match name.char_indices().nth(MAX_NAME_CHARS) {
+        Some((at, _)) => format!("{}…", name[..at].trim_end()),
+        None => name.to_string(),
+    }
+}
 
 /// Separator of heading paths (`Page › Section › Subsection`).
 pub const PATH_SEPARATOR: &str = " › ";
@@ -110,9 +123,20 @@ pub struct PageText<'a> {
 /// Chunk a page body. A page without body text gets one chunk built from its title and aliases
 /// so that it is still findable.
 pub fn chunk_page(page: PageText<'_>, blocks: &[Block], opts: &ChunkOptions) -> Vec<Chunk> {
+    chunk_page_within(page, blocks, opts, &Budget::unlimited()).expect("no deadline")
+}
+
+/// [`chunk_page`] within a time budget.
+pub fn chunk_page_within(
+    page: PageText<'_>,
+    blocks: &[Block],
+    opts: &ChunkOptions,
+    budget: &Budget,
+) -> Result<Vec<Chunk>, OverBudget> {
     let max = opts.max_tokens.max(8);
     let mut drafts = Vec::new();
-    for (path, units) in sections(page, blocks, max) {
+    for (path, units) in sections(page, blocks, max, budget)? {
+        budget.tick()?;
         pack(path, units, max, opts.overlap_tokens.min(max / 2), &mut drafts);
     }
     let drafts = merge_tiny(page.body, drafts, max, opts.min_tokens);
@@ -142,7 +166,7 @@ pub fn chunk_page(page: PageText<'_>, blocks: &[Block], opts: &ChunkOptions) -> 
         let last_line = (page.body_line_offset + page.body.lines().count()).max(1) as u32;
         chunks.push(make_chunk(page, 0, vec![page.title.to_string()], text, 1, last_line));
     }
-    chunks
+    Ok(chunks)
 }
 
 fn make_chunk(
@@ -174,52 +198,70 @@ fn make_chunk(
 }
 
 /// Group blocks into sections by heading, each with its heading path and its units.
-fn sections(page: PageText<'_>, blocks: &[Block], max: usize) -> Vec<(Vec<String>, Vec<Unit>)> {
+#[allow(clippy::type_complexity)]
+fn sections(
+    page: PageText<'_>,
+    blocks: &[Block],
+    max: usize,
+    budget: &Budget,
+) -> Result<Vec<(Vec<String>, Vec<Unit>)>, OverBudget> {
     let mut out: Vec<(Vec<String>, Vec<Unit>)> = vec![(vec![page.title.to_string()], Vec::new())];
     let mut stack: Vec<(u8, String)> = Vec::new();
     let mut seen_heading = false;
     for block in blocks {
+        budget.tick()?;
         if let BlockKind::Heading(level) = block.kind {
             // A leading `# Title` that repeats the page title is not a path level of its own.
-            let repeats_title = !seen_heading && level == 1 && block.text == page.title;
+            let repeats_title = !seen_heading && level == 1 && clip_name(&block.text) == page.title;
             seen_heading = true;
             if !repeats_title {
                 stack.retain(|(l, _)| *l < level);
-                stack.push((level, block.text.clone()));
+                stack.push((level, clip_name(&block.text)));
             }
             let mut path = vec![page.title.to_string()];
             path.extend(stack.iter().map(|(_, t)| t.clone()));
             out.push((path, Vec::new()));
         }
         let units = &mut out.last_mut().expect("at least the preamble").1;
-        split_block(page.body, block, max, units);
+        split_block(page.body, block, max, units, budget)?;
     }
     out.retain(|(_, units)| !units.is_empty());
-    out
+    Ok(out)
 }
 
 /// One unit per block, or, for a block over the budget, its sentences (prose) or lines (code,
-/// tables, HTML); a sentence still over the budget is cut between words.
-fn split_block(body: &str, block: &Block, max: usize, out: &mut Vec<Unit>) {
+/// tables, HTML); a piece still over the budget is cut between words, and a word longer than
+/// the budget (a run without spaces) into pieces of the budget.
+fn split_block(
+    body: &str,
+    block: &Block,
+    max: usize,
+    out: &mut Vec<Unit>,
+    budget: &Budget,
+) -> Result<(), OverBudget> {
     let tokens = estimate_tokens(&body[block.range.clone()]);
-    if tokens <= max || matches!(block.kind, BlockKind::Heading(_)) {
+    if tokens <= max {
         out.push(Unit { range: block.range.clone(), tokens });
-        return;
+        return Ok(());
     }
     let pieces = match block.kind {
-        BlockKind::Lines => boundaries(body, block.range.clone(), |text, i| text[..i].ends_with('\n')),
-        _ => boundaries(body, block.range.clone(), sentence_end),
+        BlockKind::Lines => {
+            boundaries(body, block.range.clone(), |text, i| text[..i].ends_with('\n'), budget)?
+        }
+        BlockKind::Heading(_) => vec![block.range.clone()],
+        BlockKind::Prose => boundaries(body, block.range.clone(), sentence_end, budget)?,
     };
     for piece in pieces {
         let tokens = estimate_tokens(&body[piece.clone()]);
-        if tokens > max && block.kind != BlockKind::Lines {
-            for words in word_windows(body, piece, max) {
+        if tokens > max {
+            for words in word_windows(body, piece, max, budget)? {
                 out.push(Unit { tokens: estimate_tokens(&body[words.clone()]), range: words });
             }
         } else if tokens > 0 {
             out.push(Unit { range: piece, tokens });
         }
     }
+    Ok(())
 }
 
 /// A sentence ends after `.`, `!`, `?` (or a line break) followed by white space.
@@ -230,10 +272,16 @@ fn sentence_end(text: &str, i: usize) -> bool {
 }
 
 /// Split `range` of `body` at every char boundary `i` where `is_cut(body, i)`.
-fn boundaries(body: &str, range: Range<usize>, is_cut: impl Fn(&str, usize) -> bool) -> Vec<Range<usize>> {
+fn boundaries(
+    body: &str,
+    range: Range<usize>,
+    is_cut: impl Fn(&str, usize) -> bool,
+    budget: &Budget,
+) -> Result<Vec<Range<usize>>, OverBudget> {
     let mut out = Vec::new();
     let mut start = range.start;
     for (offset, _) in body[range.clone()].char_indices().skip(1) {
+        budget.tick()?;
         let i = range.start + offset;
         if is_cut(&body[..range.end], i) {
             out.push(start..i);
@@ -242,16 +290,36 @@ fn boundaries(body: &str, range: Range<usize>, is_cut: impl Fn(&str, usize) -> b
     }
     out.push(start..range.end);
     out.retain(|r| !body[r.clone()].trim().is_empty());
-    out
+    Ok(out)
 }
 
-fn word_windows(body: &str, range: Range<usize>, max: usize) -> Vec<Range<usize>> {
+/// Runs of words of at most `max` tokens; a single word over `max` is cut into pieces.
+fn word_windows(
+    body: &str,
+    range: Range<usize>,
+    max: usize,
+    budget: &Budget,
+) -> Result<Vec<Range<usize>>, OverBudget> {
     let mut out = Vec::new();
     let (mut start, mut tokens) = (range.start, 0usize);
     let text = &body[range.clone()];
     let mut pos = 0;
     for word in text.split_inclusive(char::is_whitespace) {
+        budget.tick()?;
         let cost = estimate_tokens(word);
+        if cost > max {
+            if tokens > 0 {
+                out.push(start..range.start + pos);
+            }
+            out.extend(
+                word_pieces(word, max, budget)?
+                    .into_iter()
+                    .map(|r| r.start + range.start + pos..r.end + range.start + pos),
+            );
+            pos += word.len();
+            (start, tokens) = (range.start + pos, 0);
+            continue;
+        }
         if tokens + cost > max && tokens > 0 {
             out.push(start..range.start + pos);
             start = range.start + pos;
@@ -260,8 +328,32 @@ fn word_windows(body: &str, range: Range<usize>, max: usize) -> Vec<Range<usize>
         tokens += cost;
         pos += word.len();
     }
-    out.push(start..range.end);
-    out
+    if start < range.end {
+        out.push(start..range.end);
+    }
+    Ok(out)
+}
+
+/// A word (no white space inside) cut into pieces of at most `max` tokens by
+/// [`estimate_tokens`]'s own count: a letter or digit is a fifth of a token, anything else one.
+fn word_pieces(word: &str, max: usize, budget: &Budget) -> Result<Vec<Range<usize>>, OverBudget> {
+    let mut out = Vec::new();
+    let (mut start, mut alnum, mut punct) = (0usize, 0usize, 0usize);
+    for (i, c) in word.char_indices() {
+        budget.tick()?;
+        let (a, p) = if c.is_alphanumeric() { (alnum + 1, punct) } else { (alnum, punct + 1) };
+        if a.div_ceil(5) + p > max && i > start {
+            out.push(start..i);
+            start = i;
+            (alnum, punct) = if c.is_alphanumeric() { (1, 0) } else { (0, 1) };
+        } else {
+            (alnum, punct) = (a, p);
+        }
+    }
+    if start < word.len() {
+        out.push(start..word.len());
+    }
+    Ok(out)
 }
 
 /// Greedy packing of a section's units into chunks, carrying up to `overlap` tokens of trailing
@@ -441,6 +533,30 @@ mod tests {
         assert_eq!(cs.len(), 1);
         assert_eq!(cs[0].text, "Hall\naliases: Hall of Light");
         assert_eq!((cs[0].line_start, cs[0].line_end), (1, 3));
+    }
+
+    #[test]
+    fn runs_without_spaces_and_huge_headings_are_cut_to_the_budget() {
+        let opts = ChunkOptions::default();
+        for body in [
+            "a".repeat(200_000),
+            "[".repeat(50_000),
+            format!("# {}\n\ntext\n", "h".repeat(50_000)),
+            format!("```\n{}\n```\n", "x;".repeat(40_000)),
+        ] {
+            let cs = chunks(&body, &opts);
+            assert!(cs.len() > 10, "{} chunks", cs.len());
+            for c in &cs {
+                assert!(
+                    estimate_tokens(&c.text) <= opts.max_tokens,
+                    "a chunk of {} tokens",
+                    estimate_tokens(&c.text)
+                );
+                assert!(c.heading_path.iter().all(|h| h.chars().count() <= MAX_NAME_CHARS + 1));
+            }
+        }
+        assert_eq!(clip_name(&"é".repeat(300)).chars().count(), MAX_NAME_CHARS + 1);
+        assert_eq!(clip_name("short"), "short");
     }
 
     #[test]

@@ -36,9 +36,43 @@ pub enum Error {
 
     #[error(
         "{path}: {size} bytes is larger than the {cap}-byte cap for one page; split the note, or \
-         raise `max_page_bytes` in cairn.toml"
+         raise `limits.max_page_bytes` in cairn.toml"
     )]
     TooLarge { path: PathBuf, size: u64, cap: u64 },
+
+    /// The frontmatter block, or what its YAML aliases expand to, is over the cap (`bytes` is
+    /// `None` when the expansion was stopped at the cap).
+    #[error(
+        "{path}: the frontmatter is {} over the {cap}-byte cap{}; shorten it, or raise \
+         `limits.max_frontmatter_bytes` in cairn.toml",
+        bytes.map_or_else(|| "more than that".to_string(), |b| format!("{b} bytes")),
+        if *expanded { " once its YAML aliases (`*name`) are expanded" } else { "" }
+    )]
+    FrontmatterTooLarge { path: PathBuf, bytes: Option<u64>, expanded: bool, cap: u64 },
+
+    #[error(
+        "{path}: the frontmatter nests deeper than {cap} levels; flatten it, or raise \
+         `limits.max_frontmatter_depth` in cairn.toml"
+    )]
+    FrontmatterTooDeep { path: PathBuf, cap: u64 },
+
+    #[error(
+        "{path}: parsing took longer than {limit_ms} ms and was stopped; split the note, or raise \
+         `limits.parse_timeout_ms` in cairn.toml"
+    )]
+    ParseTimeout { path: PathBuf, limit_ms: u64 },
+
+    /// Indexed with its first `cap` chunks only.
+    #[error(
+        "{path}: {chunks} chunks is more than the {cap} one page may have, so only the first {cap} \
+         are indexed; split the note, or raise `limits.max_page_chunks` in cairn.toml"
+    )]
+    Truncated { path: PathBuf, chunks: u64, cap: u64 },
+
+    /// Remembered from an earlier attempt (by the file's content): the page is not tried again
+    /// until the file changes.
+    #[error("{path}: skipped until the file changes: {reason}")]
+    Poisoned { path: PathBuf, reason: String },
 
     #[error(
         "{path}: has the same slug `{slug}` as {kept}, which is indexed instead; rename one of \
@@ -71,6 +105,11 @@ impl Error {
             | Error::NotUtf8 { path, .. }
             | Error::Binary { path, .. }
             | Error::TooLarge { path, .. }
+            | Error::FrontmatterTooLarge { path, .. }
+            | Error::FrontmatterTooDeep { path, .. }
+            | Error::ParseTimeout { path, .. }
+            | Error::Poisoned { path, .. }
+            | Error::Truncated { path, .. }
             | Error::DuplicateSlug { path, .. }
             | Error::NoSlug { path }
             | Error::SymlinkOutsideRoot { path, .. }
@@ -88,6 +127,11 @@ impl Error {
             Error::NotUtf8 { .. } => "not_utf8",
             Error::Binary { .. } => "binary",
             Error::TooLarge { .. } => "too_large",
+            Error::FrontmatterTooLarge { .. } => "frontmatter_too_large",
+            Error::FrontmatterTooDeep { .. } => "frontmatter_too_deep",
+            Error::ParseTimeout { .. } => "parse_timeout",
+            Error::Poisoned { .. } => "poisoned",
+            Error::Truncated { .. } => "truncated",
             Error::DuplicateSlug { .. } => "duplicate_slug",
             Error::NoSlug { .. } => "no_slug",
             Error::SymlinkOutsideRoot { .. } => "symlink_outside_root",

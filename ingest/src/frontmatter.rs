@@ -65,6 +65,91 @@ pub struct YamlProblem {
     pub message: String,
 }
 
+/// Bounds on a frontmatter block, checked before anything is built from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct YamlLimits {
+    /// Bytes of the block, and of what it expands to through YAML aliases.
+    pub max_bytes: u64,
+    /// Collections inside collections.
+    pub max_depth: u64,
+}
+
+impl Default for YamlLimits {
+    fn default() -> Self {
+        Self { max_bytes: 64 * 1024, max_depth: 64 }
+    }
+}
+
+/// Why a block was refused before it was parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Over `max_bytes`: as written (`bytes` known), or once aliases expand (`expanded`).
+    TooLarge {
+        bytes: Option<u64>,
+        expanded: bool,
+    },
+    TooDeep,
+}
+
+/// Weight of a node beyond its text: what one value costs once built.
+const NODE_BYTES: u64 = 16;
+
+/// Refuse a block whose expansion through YAML aliases, or whose nesting, is over the limits.
+///
+/// YAML aliases (`*a`) copy the node they name when the document is loaded, so eleven levels
+/// of nine aliases each turn 700 bytes into 9^11 nodes. This walks the parser's events (linear in
+/// the text, nothing built) and adds each alias's expanded size, so such a block is refused in
+/// microseconds instead of exhausting memory; deep nesting is refused here too, because loading
+/// and converting a document recurse once per level. Syntax errors are left to the loader, which
+/// reports them with their position.
+pub fn check_yaml(yaml: &str, limits: &YamlLimits) -> Result<(), Refusal> {
+    use yaml_rust2::parser::{Event, Parser};
+    let raw = yaml.len() as u64;
+    if raw > limits.max_bytes {
+        return Err(Refusal::TooLarge { bytes: Some(raw), expanded: false });
+    }
+    let mut parser = Parser::new_from_str(yaml);
+    // Open collections: (anchor id, weight when opened).
+    let mut open: Vec<(usize, u64)> = Vec::new();
+    let mut sizes: std::collections::HashMap<usize, u64> = std::collections::HashMap::new();
+    let (mut weight, mut aliased) = (0u64, false);
+    loop {
+        let Ok((event, _)) = parser.next_token() else { return Ok(()) };
+        match event {
+            Event::StreamEnd => return Ok(()),
+            Event::Scalar(text, _, anchor, _) => {
+                let w = text.len() as u64 + NODE_BYTES;
+                weight += w;
+                if anchor > 0 {
+                    sizes.insert(anchor, w);
+                }
+            }
+            Event::SequenceStart(anchor, _) | Event::MappingStart(anchor, _) => {
+                open.push((anchor, weight));
+                weight += NODE_BYTES;
+                if open.len() as u64 > limits.max_depth {
+                    return Err(Refusal::TooDeep);
+                }
+            }
+            Event::SequenceEnd | Event::MappingEnd => {
+                if let Some((anchor, start)) = open.pop()
+                    && anchor > 0
+                {
+                    sizes.insert(anchor, weight - start);
+                }
+            }
+            Event::Alias(id) => {
+                aliased = true;
+                weight = weight.saturating_add(sizes.get(&id).copied().unwrap_or(0));
+            }
+            _ => {}
+        }
+        if aliased && weight > limits.max_bytes {
+            return Err(Refusal::TooLarge { bytes: None, expanded: true });
+        }
+    }
+}
+
 /// Parse the YAML of a frontmatter block into JSON (an object). An empty block is an empty
 /// object. Positions in errors are file positions (the block starts on file line 2).
 pub fn parse_yaml(yaml: &str) -> Result<Map<String, Value>, YamlProblem> {
@@ -253,6 +338,51 @@ mod tests {
         let list = parse_yaml("tags: ['#x', y]\ntitle: 42").unwrap();
         assert_eq!(fields(&list).tags, ["x", "y"]);
         assert_eq!(fields(&list).title.as_deref(), Some("42"));
+    }
+
+    /// Eleven levels of nine aliases each: 9^11 copies of `x` once loaded.
+    fn alias_bomb(levels: usize, fan: usize) -> String {
+        let mut s = format!("a0: &a0 [{}]\n", vec!["x"; fan].join(", "));
+        for i in 1..levels {
+            s.push_str(&format!("a{i}: &a{i} [{}]\n", vec![format!("*a{}", i - 1); fan].join(", ")));
+        }
+        s.push_str(&format!("aliases: *a{}\n", levels - 1));
+        s
+    }
+
+    #[test]
+    fn alias_bombs_are_refused_before_they_are_built() {
+        let limits = YamlLimits::default();
+        let bomb = alias_bomb(12, 9);
+        assert!(bomb.len() < 1000);
+        assert_eq!(check_yaml(&bomb, &limits), Err(Refusal::TooLarge { bytes: None, expanded: true }));
+        // A mapping anchor expanded by merge keys, and one huge scalar repeated.
+        let merge = format!(
+            "base: &b {{k: {}}}\n{}",
+            "v".repeat(4000),
+            (0..40).map(|i| format!("m{i}: *b\n")).collect::<String>()
+        );
+        assert!(check_yaml(&merge, &limits).is_err());
+        // Modest reuse of an anchor is fine, and parses.
+        let fine = "defaults: &d {lang: en}\none: *d\ntwo: *d\naliases: [A, B]\n";
+        assert_eq!(check_yaml(fine, &limits), Ok(()));
+        assert_eq!(fields(&parse_yaml(fine).unwrap()).aliases, ["A", "B"]);
+    }
+
+    #[test]
+    fn deep_nesting_and_oversize_blocks_are_refused() {
+        let limits = YamlLimits::default();
+        let deep = format!("a: {}x{}\n", "[".repeat(100), "]".repeat(100));
+        assert_eq!(check_yaml(&deep, &limits), Err(Refusal::TooDeep));
+        let block: String = (0..80).map(|i| format!("{}k{i}:\n", " ".repeat(i))).collect();
+        assert_eq!(check_yaml(&block, &limits), Err(Refusal::TooDeep));
+        let big = format!("title: {}\n", "t".repeat(70_000));
+        assert_eq!(
+            check_yaml(&big, &limits),
+            Err(Refusal::TooLarge { bytes: Some(big.len() as u64), expanded: false })
+        );
+        // Syntax errors are the loader's to report, with their position.
+        assert_eq!(check_yaml("title: [oops\n", &limits), Ok(()));
     }
 
     #[test]

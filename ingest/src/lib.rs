@@ -7,6 +7,7 @@
 //! (time injected). It does not own threads, async runtimes, storage or models: no actix,
 //! tokio, LanceDB or ort here. Bad files are values ([`Error`]), never panics.
 
+mod budget;
 pub mod chunk;
 pub mod debounce;
 mod error;
@@ -17,6 +18,7 @@ pub mod page;
 pub mod scan;
 pub mod slug;
 
+pub use budget::{Budget, OverBudget};
 pub use chunk::{CHUNKER_VERSION, Chunk, ChunkOptions, estimate_tokens};
 pub use debounce::{Debouncer, RawEvent, Settled};
 pub use error::{Error, Result};

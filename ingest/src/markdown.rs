@@ -1,8 +1,16 @@
 //! One pass of `pulldown-cmark` over a page body: its top-level blocks (with byte ranges), the
 //! headings, the first `#` heading, the code spans to ignore, and the outgoing links.
 
+use crate::budget::{Budget, OverBudget};
 use pulldown_cmark::{CodeBlockKind, Event, HeadingLevel, LinkType, Options, Parser, Tag, TagEnd};
 use std::ops::Range;
+
+/// Bytes of markdown given to the parser at once. pulldown-cmark holds about 60 bytes per inline
+/// item of the block it is parsing, so one 10 MB paragraph of `[` costs 600 MB. A body over this
+/// size is parsed in pieces cut at blank lines outside fenced code (where blocks end anyway), or,
+/// in a block longer than this, at a line break or a space: memory stays near 64 × this, whatever
+/// the file.
+pub const SEGMENT_BYTES: usize = 256 * 1024;
 
 /// What a top-level block is, as far as chunking cares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,14 +62,38 @@ fn options() -> Options {
 
 /// Analyse a body (frontmatter already removed, LF line endings).
 pub fn analyze(body: &str) -> Analysis {
+    analyze_within(body, &Budget::unlimited()).expect("no deadline")
+}
+
+/// [`analyze`] within a time budget.
+pub fn analyze_within(body: &str, budget: &Budget) -> Result<Analysis, OverBudget> {
     let mut out = Analysis::default();
+    let mut code_ranges: Vec<Range<usize>> = Vec::new();
+    for seg in segments(body, SEGMENT_BYTES) {
+        analyze_segment(&body[seg.clone()], seg.start, budget, &mut out, &mut code_ranges)?;
+    }
+    let wiki = wikilinks(body, code_ranges, budget)?;
+    out.links.splice(0..0, wiki);
+    Ok(out)
+}
+
+/// One piece of the body, whose ranges start at `base`.
+fn analyze_segment(
+    text: &str,
+    base: usize,
+    budget: &Budget,
+    out: &mut Analysis,
+    code_ranges: &mut Vec<Range<usize>>,
+) -> Result<(), OverBudget> {
     let mut depth = 0usize;
     let mut block_start: Option<(BlockKind, usize)> = None;
     let mut heading_text: Option<String> = None;
-    let mut code_ranges: Vec<Range<usize>> = Vec::new();
     let mut md_link: Option<(String, String)> = None;
+    let shift = |r: Range<usize>| r.start + base..r.end + base;
 
-    for (event, range) in Parser::new_ext(body, options()).into_offset_iter() {
+    for (event, range) in Parser::new_ext(text, options()).into_offset_iter() {
+        budget.tick()?;
+        let range = shift(range);
         match event {
             Event::Start(tag) => {
                 if depth == 0 {
@@ -128,8 +160,69 @@ pub fn analyze(body: &str) -> Analysis {
             _ => {}
         }
     }
-    out.links.splice(0..0, wikilinks(body, &code_ranges));
+    Ok(())
+}
+
+/// A fence line's character and length (` ``` ` or `~~~`, up to three spaces in).
+fn fence(line: &str) -> Option<(u8, usize)> {
+    let t = line.trim_start_matches(' ');
+    if line.len() - t.len() > 3 {
+        return None;
+    }
+    let c = *t.as_bytes().first()?;
+    let n = t.bytes().take_while(|&b| b == c).count();
+    ((c == b'`' || c == b'~') && n >= 3).then_some((c, n))
+}
+
+/// Cut `body` into pieces of at most `max` bytes (see [`SEGMENT_BYTES`]).
+fn segments(body: &str, max: usize) -> Vec<Range<usize>> {
+    if body.len() <= max {
+        return vec![0..body.len()];
+    }
+    let mut out = Vec::new();
+    let (mut start, mut pos) = (0usize, 0usize);
+    // The end of the last blank line outside fenced code: the best place to cut.
+    let mut blank: Option<usize> = None;
+    let mut open_fence: Option<(u8, usize)> = None;
+    for line in body.split_inclusive('\n') {
+        pos += line.len();
+        match (open_fence, fence(line)) {
+            (None, Some(f)) => open_fence = Some(f),
+            (Some((c, n)), Some((c2, n2))) if c == c2 && n2 >= n && line.trim().len() == n2 => {
+                open_fence = None
+            }
+            _ => {}
+        }
+        if open_fence.is_none() && line.trim().is_empty() {
+            blank = Some(pos);
+        }
+        while pos - start > max {
+            let cut = match blank.filter(|&b| b > start) {
+                Some(b) if b - start <= max => b,
+                _ => fallback_cut(body, start, max),
+            };
+            out.push(start..cut);
+            start = cut;
+        }
+    }
+    if start < body.len() {
+        out.push(start..body.len());
+    }
     out
+}
+
+/// Where to cut a run of `max` bytes from `start` with no blank line in it: after its last line
+/// break, else after its last space, else at a character boundary.
+fn fallback_cut(body: &str, start: usize, max: usize) -> usize {
+    let mut end = (start + max).min(body.len());
+    while !body.is_char_boundary(end) {
+        end -= 1;
+    }
+    let window = &body[start..end];
+    let after = |i: Option<usize>| i.map(|i| start + i + 1).filter(|&c| c > start);
+    after(window.rfind('\n')).or_else(|| after(window.rfind(|c: char| c.is_whitespace()))).unwrap_or(
+        if end > start { end } else { start + body[start..].chars().next().map_or(1, char::len_utf8) },
+    )
 }
 
 fn push_text(heading: &mut Option<String>, link: &mut Option<(String, String)>, text: &str) {
@@ -200,33 +293,63 @@ fn percent_decode(s: &str) -> String {
 }
 
 /// Wikilinks in the raw body, outside code: `[[target]]`, `[[target|label]]`,
-/// `[[target#heading]]`, and embeds `![[…]]`.
-fn wikilinks(body: &str, code: &[Range<usize>]) -> Vec<Link> {
-    let mut links = Vec::new();
-    let mut from = 0;
-    while let Some(open) = body[from..].find("[[").map(|i| i + from) {
-        let Some(close) = body[open + 2..].find("]]").map(|i| i + open + 2) else { break };
-        from = close + 2;
-        let inner = &body[open + 2..close];
-        if inner.contains('\n') || inner.contains("[[") || code.iter().any(|r| r.contains(&open)) {
-            from = open + 2;
-            continue;
+/// `[[target#heading]]`, and embeds `![[…]]`. One pass: a `[[` opens a link, a later `[[` on
+/// the same line opens it again, a line break abandons it, `]]` closes it.
+fn wikilinks(body: &str, mut code: Vec<Range<usize>>, budget: &Budget) -> Result<Vec<Link>, OverBudget> {
+    // Code ranges as disjoint, sorted spans, so "is this in code" is a binary search.
+    code.sort_by_key(|r| r.start);
+    let mut spans: Vec<Range<usize>> = Vec::with_capacity(code.len());
+    for r in code {
+        match spans.last_mut() {
+            Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
+            _ => spans.push(r),
         }
-        let (target_part, label) = match inner.split_once('|') {
-            Some((t, l)) => (t, Some(l.trim().to_string()).filter(|l| !l.is_empty())),
-            None => (inner, None),
-        };
-        let (target, heading) = match target_part.split_once('#') {
-            Some((t, h)) => (t.trim(), Some(h.trim().to_string()).filter(|h| !h.is_empty())),
-            None => (target_part.trim(), None),
-        };
-        if target.is_empty() {
-            continue;
-        }
-        let embed = open > 0 && body.as_bytes()[open - 1] == b'!';
-        links.push(Link { target: target.to_string(), label, heading, embed });
     }
-    links
+    let in_code = |at: usize| {
+        let i = spans.partition_point(|r| r.start <= at);
+        i > 0 && spans[i - 1].end > at
+    };
+    let bytes = body.as_bytes();
+    let mut links = Vec::new();
+    let mut open: Option<usize> = None;
+    let mut i = 0;
+    while i + 1 < bytes.len() {
+        budget.tick()?;
+        match (bytes[i], bytes[i + 1]) {
+            (b'[', b'[') => {
+                open = Some(i);
+                i += 2;
+                continue;
+            }
+            (b']', b']') if open.is_some() => {
+                let start = open.take().expect("checked");
+                if !in_code(start)
+                    && let Some(link) = wikilink(&body[start + 2..i], start > 0 && bytes[start - 1] == b'!')
+                {
+                    links.push(link);
+                }
+                i += 2;
+                continue;
+            }
+            (b'\n', _) => open = None,
+            _ => {}
+        }
+        i += 1;
+    }
+    Ok(links)
+}
+
+/// The inside of `[[…]]`.
+fn wikilink(inner: &str, embed: bool) -> Option<Link> {
+    let (target_part, label) = match inner.split_once('|') {
+        Some((t, l)) => (t, Some(l.trim().to_string()).filter(|l| !l.is_empty())),
+        None => (inner, None),
+    };
+    let (target, heading) = match target_part.split_once('#') {
+        Some((t, h)) => (t.trim(), Some(h.trim().to_string()).filter(|h| !h.is_empty())),
+        None => (target_part.trim(), None),
+    };
+    (!target.is_empty()).then(|| Link { target: target.to_string(), label, heading, embed })
 }
 
 #[cfg(test)]
@@ -264,6 +387,43 @@ mod tests {
             kinds,
             [BlockKind::Heading(2), BlockKind::Lines, BlockKind::Heading(1), BlockKind::Heading(1)]
         );
+    }
+
+    #[test]
+    fn wikilinks_reopen_at_the_last_open_and_stop_at_line_ends() {
+        let a = analyze("[[a [[b]] and [[c\nd]] and [[e]]]\n");
+        let targets: Vec<&str> = a.links.iter().map(|l| l.target.as_str()).collect();
+        assert_eq!(targets, ["b", "e"]);
+        // Many opens before one close: linear, not a rescan per open.
+        let many = format!("{}x]]", "[[".repeat(200_000));
+        assert_eq!(analyze(&many).links.len(), 1);
+    }
+
+    #[test]
+    fn a_large_body_is_parsed_in_pieces_with_positions_kept() {
+        let para = "Some words here. ".repeat(40);
+        let body: String = (0..2000).map(|i| format!("## H{i}\n\n{para}[[T{i}]]\n\n")).collect();
+        assert!(body.len() > 3 * SEGMENT_BYTES);
+        let a = analyze(&body);
+        assert_eq!(a.links.len(), 2000);
+        let headings: Vec<&Block> =
+            a.blocks.iter().filter(|b| matches!(b.kind, BlockKind::Heading(2))).collect();
+        assert_eq!(headings.len(), 2000);
+        for (i, h) in headings.iter().enumerate() {
+            assert_eq!(
+                &body[h.range.clone()],
+                format!("## H{i}\n"),
+                "block ranges point into the whole body"
+            );
+        }
+        // A fenced block with blank lines is not cut inside.
+        let fenced = format!("```\n{}```\n", "line\n\n".repeat(60_000));
+        let pieces = segments(&fenced, SEGMENT_BYTES);
+        assert!(pieces.len() > 1, "a block longer than a segment is cut at a line break");
+        let one_line = "[".repeat(3 * SEGMENT_BYTES + 7);
+        let pieces = segments(&one_line, SEGMENT_BYTES);
+        assert_eq!(pieces.iter().map(|r| r.len()).sum::<usize>(), one_line.len());
+        assert!(pieces.iter().all(|r| r.len() <= SEGMENT_BYTES));
     }
 
     #[test]

@@ -1,25 +1,40 @@
 //! A markdown file → a [`ParsedPage`]: decoding, frontmatter, title, links, hash and chunks.
 
-use crate::chunk::{Chunk, ChunkOptions, PageText, chunk_page};
+use crate::budget::Budget;
+use crate::chunk::{Chunk, ChunkOptions, PageText, chunk_page_within, clip_name};
 use crate::error::{Error, Result};
-use crate::frontmatter;
+use crate::frontmatter::{self, Refusal, YamlLimits};
 use crate::hash::hex_digest;
-use crate::markdown::{Link, analyze};
+use crate::markdown::{Link, analyze_within};
 use crate::slug::{normalize_name, slugify_path};
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
 
-/// Parsing knobs.
+/// Parsing knobs: the bounds one page must stay within (each a `[limits]` key of cairn.toml,
+/// named in the error of a page over it) and the chunking.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ParseOptions {
     /// Files larger than this are refused (default 10 MB).
     pub max_page_bytes: u64,
+    /// The frontmatter block's size (also once YAML aliases expand) and nesting.
+    pub frontmatter: YamlLimits,
+    /// Wall time for parsing and chunking one page (0: none).
+    pub parse_timeout_ms: u64,
+    /// Chunks embedded per page: the first ones are kept (a 10 MB line of brackets would
+    /// otherwise cost the model half an hour).
+    pub max_page_chunks: usize,
     pub chunking: ChunkOptions,
 }
 
 impl Default for ParseOptions {
     fn default() -> Self {
-        Self { max_page_bytes: 10_000_000, chunking: ChunkOptions::default() }
+        Self {
+            max_page_bytes: 10_000_000,
+            frontmatter: YamlLimits::default(),
+            parse_timeout_ms: 30_000,
+            max_page_chunks: 1000,
+            chunking: ChunkOptions::default(),
+        }
     }
 }
 
@@ -92,10 +107,21 @@ pub fn parse_page(source_id: &str, rel: &Path, bytes: &[u8], opts: &ParseOptions
         return Err(Error::TooLarge { path, size: bytes.len() as u64, cap: opts.max_page_bytes });
     }
     let slug = slugify_path(rel).ok_or_else(|| Error::NoSlug { path: path.clone() })?;
+    let budget = Budget::new(std::time::Duration::from_millis(opts.parse_timeout_ms));
+    let timeout = |_| Error::ParseTimeout { path: path.clone(), limit_ms: opts.parse_timeout_ms };
     let text = decode(rel, bytes)?;
     let mut problems = Vec::new();
 
     let split = frontmatter::split(&text);
+    if let Some(yaml) = split.yaml {
+        let limits = &opts.frontmatter;
+        frontmatter::check_yaml(yaml, limits).map_err(|r| match r {
+            Refusal::TooLarge { bytes, expanded } => {
+                Error::FrontmatterTooLarge { path: path.clone(), bytes, expanded, cap: limits.max_bytes }
+            }
+            Refusal::TooDeep => Error::FrontmatterTooDeep { path: path.clone(), cap: limits.max_depth },
+        })?;
+    }
     if split.unclosed {
         problems.push(Error::UnclosedFrontmatter { path: path.clone() });
     }
@@ -113,13 +139,14 @@ pub fn parse_page(source_id: &str, rel: &Path, bytes: &[u8], opts: &ParseOptions
         }
     };
     let fields = frontmatter::fields(&map);
-    let analysis = analyze(split.body);
+    let analysis = analyze_within(split.body, &budget).map_err(timeout)?;
     let file_name = file_stem(rel);
     let (title, title_source) = match (fields.title, analysis.first_h1.clone()) {
         (Some(t), _) => (t, TitleSource::Frontmatter),
         (None, Some(h)) => (h, TitleSource::Heading),
         (None, None) => (file_name, TitleSource::FileName),
     };
+    let title = clip_name(&title);
     let content_hash = hex_digest(&[
         frontmatter::stable_json(&map).as_bytes(),
         split.body.as_bytes(),
@@ -134,7 +161,13 @@ pub fn parse_page(source_id: &str, rel: &Path, bytes: &[u8], opts: &ParseOptions
         body: split.body,
         body_line_offset: split.body_line_offset,
     };
-    let chunks = chunk_page(page_text, &analysis.blocks, &opts.chunking);
+    let mut chunks =
+        chunk_page_within(page_text, &analysis.blocks, &opts.chunking, &budget).map_err(timeout)?;
+    if chunks.len() > opts.max_page_chunks.max(1) {
+        let cap = opts.max_page_chunks.max(1);
+        problems.push(Error::Truncated { path: path.clone(), chunks: chunks.len() as u64, cap: cap as u64 });
+        chunks.truncate(cap);
+    }
     Ok(ParsedPage {
         source_id: source_id.to_string(),
         path: rel_string(rel),
@@ -234,6 +267,44 @@ mod tests {
         let c = parse("a.md", "---\ntitle: A\n---\nbody changed\n").unwrap();
         assert_eq!(a.content_hash, b.content_hash);
         assert_ne!(a.content_hash, c.content_hash);
+    }
+
+    #[test]
+    fn frontmatter_over_its_bounds_fails_the_page_naming_the_key() {
+        let mut bomb = String::from("---\na0: &a0 [x, x, x, x, x, x, x, x, x]\n");
+        for i in 1..12 {
+            bomb.push_str(&format!("a{i}: &a{i} [{}]\n", vec![format!("*a{}", i - 1); 9].join(", ")));
+        }
+        bomb.push_str("aliases: *a11\n---\nbody\n");
+        let e = parse("bomb.md", &bomb).unwrap_err();
+        assert_eq!(e.kind(), "frontmatter_too_large");
+        assert!(
+            e.to_string().contains("bomb.md") && e.to_string().contains("limits.max_frontmatter_bytes"),
+            "{e}"
+        );
+        let deep = format!("---\na: {}1{}\n---\nbody\n", "[".repeat(200), "]".repeat(200));
+        let e = parse("deep.md", &deep).unwrap_err();
+        assert_eq!(e.kind(), "frontmatter_too_deep");
+        assert!(e.to_string().contains("limits.max_frontmatter_depth"), "{e}");
+    }
+
+    #[test]
+    fn a_page_with_too_many_chunks_keeps_the_first_ones_and_says_so() {
+        let opts = ParseOptions { max_page_chunks: 3, ..ParseOptions::default() };
+        let body = "[".repeat(5000);
+        let p = parse_page("s", Path::new("brackets.md"), body.as_bytes(), &opts).unwrap();
+        assert_eq!(p.chunks.len(), 3);
+        assert_eq!(p.problems.iter().map(Error::kind).collect::<Vec<_>>(), ["truncated"]);
+        assert!(p.problems[0].to_string().contains("limits.max_page_chunks"));
+    }
+
+    #[test]
+    fn a_page_over_its_time_budget_fails_naming_the_key() {
+        let opts = ParseOptions { parse_timeout_ms: 1, ..ParseOptions::default() };
+        let body = "word. ".repeat(1_000_000);
+        let e = parse_page("s", Path::new("slow.md"), body.as_bytes(), &opts).unwrap_err();
+        assert_eq!(e.kind(), "parse_timeout");
+        assert!(e.to_string().contains("limits.parse_timeout_ms"), "{e}");
     }
 
     #[test]
