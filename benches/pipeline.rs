@@ -13,7 +13,7 @@
 //! data is never written. Run by `scripts/bench/pipeline`; prints markdown tables.
 
 use cairn_actors::event::EventKind;
-use cairn_actors::{Cairn, Config, Mode, SearchRequest, SourceConfig};
+use cairn_actors::{Config, Mode, Pipeline as Cairn, SearchRequest, SourceConfig};
 use futures::StreamExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

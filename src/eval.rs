@@ -2,7 +2,7 @@
 //! Hit@1/3, MRR@10, Recall@10/100, nDCG@10 and forbidden-clean@3, overall and per family;
 //! gate files set floors and every breach is named.
 
-use crate::Searcher;
+use crate::Cairn;
 use anyhow::{Context, Result, bail};
 use cairn_query::metrics::{Judged, QueryScore, Summary, by_family, score};
 use cairn_query::{Mode, SearchRequest};
@@ -87,7 +87,7 @@ pub struct EvalReport {
 /// Run every query (at most `k` results each; Recall@100 needs `k` = 100) and score the
 /// rankings. Queries run a few at a time: each spends most of its time waiting on LanceDB.
 pub async fn run(
-    searcher: &Searcher,
+    searcher: &Cairn,
     queries: &[Judged],
     sources: &[String],
     mode: Mode,
@@ -105,13 +105,13 @@ pub async fn run(
                 explain: false,
                 pooled_baseline,
             };
-            match searcher.search(&req).await {
+            // A query of punctuation only is still a query (that finds nothing).
+            if !q.query.chars().any(char::is_alphanumeric) {
+                return Ok(Vec::new());
+            }
+            match searcher.search(req).await {
                 Ok(resp) => Ok(resp.results.into_iter().map(|r| r.slug).collect()),
-                // A query of punctuation only is still a query; other errors are infrastructure.
-                Err(e) if matches!(e.downcast_ref(), Some(cairn_query::QueryError::EmptyQuery)) => {
-                    Ok(Vec::new())
-                }
-                Err(e) => Err(e),
+                Err(e) => Err(anyhow::Error::from(e)),
             }
         })
         .buffered(4)

@@ -1,16 +1,23 @@
 //! cairn keeps a hybrid (keyword + vector) index of folders of markdown notes up to date and
 //! answers queries with evidence. This crate is the embedded API and the CLI's wiring; the work
 //! happens in `cairn-ingest`, `cairn-index`, `cairn-query` and `cairn-actors`.
+//!
+//! [`Cairn`] is the one handle: the owner of a database (its pipeline, model and indexes), a
+//! client of the process that owns it, or, for a one-shot command when no process does, a
+//! reader of its tables.
 
 use anyhow::{Context, Result, bail};
-use cairn_index::{
-    Database, Embedder, Manifest, OrtEmbedder, OrtOptions, SyncOptions, SyncReport, sync_source,
-};
-use cairn_ingest::{ParseOptions, PathFilter, ScanOptions, read_page, scan};
+use cairn_actors::event::{Event, EventKind};
+use cairn_ingest::{ParseOptions, PathFilter, ScanOptions, parse_page, scan};
 use serde::Serialize;
-use std::io::IsTerminal;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+
+pub use cairn_actors::{Cairn, Config, OpenOptions, Role, SourceConfig, Status};
+
+pub mod eval;
+pub mod mcp;
+pub mod swamp;
 
 /// A source id: `^[a-z0-9][a-z0-9-]{0,31}$`.
 pub fn validate_source_id(id: &str) -> Result<()> {
@@ -55,6 +62,10 @@ impl SourceSpec {
     pub fn from_dir(dir: &Path) -> Result<Self> {
         Ok(Self { id: source_id_from_dir(dir)?, root: dir.to_path_buf() })
     }
+
+    pub fn config(&self) -> SourceConfig {
+        SourceConfig { id: self.id.clone(), root: self.root.clone(), include: vec![], exclude: vec![] }
+    }
 }
 
 /// Positional folders and `--source id=dir`s, ids checked for duplicates.
@@ -74,20 +85,115 @@ pub fn source_specs(dirs: &[PathBuf], assignments: &[String]) -> Result<Vec<Sour
 
 /// The database URI: `--db`, else `$CAIRN_DB`, else the user's data directory + `cairn`.
 pub fn default_db_uri() -> String {
-    dirs::data_dir().unwrap_or_else(|| PathBuf::from(".")).join("cairn").display().to_string()
+    cairn_actors::config::default_db_uri()
+}
+
+/// The configuration of any subcommand: `--config` if given (its sources, limits, model and
+/// database), plus the command line's folders; the database is `--db` / `$CAIRN_DB`, else the
+/// config's, else the default.
+pub fn config(
+    config: Option<&Path>,
+    dirs: &[PathBuf],
+    assignments: &[String],
+    db: Option<String>,
+) -> Result<Config> {
+    let specs = source_specs(dirs, assignments)?;
+    let mut c = match config {
+        Some(path) => Config::load(path).map_err(anyhow::Error::msg)?,
+        None => Config::new(default_db_uri(), Vec::new()),
+    };
+    for s in specs {
+        c.sources.retain(|x| x.id != s.id);
+        c.sources.push(s.config());
+    }
+    if let Some(db) = db {
+        c.db = db;
+    }
+    c.validate().map_err(anyhow::Error::msg)?;
+    Ok(c)
+}
+
+/// A file that could not be indexed (or a page indexed with a warning).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Failure {
+    pub source: String,
+    pub path: String,
+    pub kind: String,
+    pub reason: String,
+}
+
+impl Failure {
+    /// A failure of one file of `source`.
+    pub fn of(source: &str, e: &cairn_ingest::Error) -> Self {
+        Failure {
+            source: source.into(),
+            path: e.path().map(cairn_ingest::rel_string).unwrap_or_default(),
+            kind: e.kind().into(),
+            reason: e.to_string(),
+        }
+    }
+}
+
+/// What indexing did to pages and chunks; summed over sources.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Counts {
+    pub pages_indexed: usize,
+    pub pages_unchanged: usize,
+    pub pages_removed: usize,
+    pub pages_failed: usize,
+    pub failures: Vec<Failure>,
+    /// Pages indexed despite a problem (e.g. broken frontmatter: body indexed).
+    pub warnings: Vec<Failure>,
+    pub chunks_embedded: usize,
+    pub chunks_reused: usize,
+    /// Time inside the embedding model.
+    pub embed_seconds: f64,
+}
+
+impl Counts {
+    fn add(&mut self, o: &Counts) {
+        self.pages_indexed += o.pages_indexed;
+        self.pages_unchanged += o.pages_unchanged;
+        self.pages_removed += o.pages_removed;
+        self.pages_failed += o.pages_failed;
+        self.failures.extend(o.failures.iter().cloned());
+        self.warnings.extend(o.warnings.iter().cloned());
+        self.chunks_embedded += o.chunks_embedded;
+        self.chunks_reused += o.chunks_reused;
+        self.embed_seconds += o.embed_seconds;
+    }
+}
+
+/// What a run did to one source.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SourceReport {
+    pub source: String,
+    #[serde(flatten)]
+    pub counts: Counts,
+    pub commits: usize,
+    pub table_version: u64,
 }
 
 /// What `cairn index` reports: totals over every source, then each source.
 #[derive(Debug, Default, Serialize)]
 pub struct IndexSummary {
     #[serde(flatten)]
-    pub counts: cairn_index::Counts,
+    pub counts: Counts,
     pub seconds: f64,
     /// Sources that could not be indexed at all (unreadable root, damaged tables), with why.
     pub sources_failed: Vec<Failure>,
-    pub sources: Vec<SyncReport>,
+    pub sources: Vec<SourceReport>,
+    /// The process that did the work: this one (`owner`) or the database's owner (`client`).
+    pub role: Option<Role>,
     /// Peak resident memory of this process so far, in MiB (Linux; absent elsewhere).
     pub peak_rss_mib: Option<f64>,
+}
+
+impl IndexSummary {
+    /// Whether anything is in the index for the sources named.
+    pub fn anything_indexed(&self) -> bool {
+        self.counts.pages_indexed + self.counts.pages_unchanged > 0
+    }
 }
 
 /// Peak resident set size of this process (`VmHWM`), in MiB.
@@ -98,194 +204,185 @@ pub fn peak_rss_mib() -> Option<f64> {
     Some(kb / 1024.0)
 }
 
-impl IndexSummary {
-    fn add(&mut self, r: SyncReport) {
-        self.counts.add(&r.counts);
-        self.sources.push(r);
+/// The events of one run, summed per source. Pages are counted once each, however many
+/// commits touched them; `pages` gives each source's page count at the end (for the unchanged
+/// ones).
+pub fn summarize(events: &[Event], status: &[cairn_actors::SourceStatus]) -> IndexSummary {
+    #[derive(Default)]
+    struct Acc {
+        indexed: BTreeSet<String>,
+        removed: BTreeSet<String>,
+        failed: BTreeMap<String, Failure>,
+        warned: BTreeMap<(String, String), Failure>,
+        report: SourceReport,
     }
+    let mut by: BTreeMap<String, Acc> = BTreeMap::new();
+    for e in events {
+        let a = by.entry(e.source.clone()).or_default();
+        let failure = |path: &str, kind: &str, reason: &str| Failure {
+            source: e.source.clone(),
+            path: path.into(),
+            kind: kind.into(),
+            reason: reason.into(),
+        };
+        match &e.kind {
+            EventKind::PageIndexed { slug, path, version, .. } => {
+                a.indexed.insert(slug.clone());
+                a.removed.remove(slug);
+                a.failed.remove(path);
+                a.report.table_version = a.report.table_version.max(*version);
+            }
+            EventKind::PageRemoved { slug, version } => {
+                a.removed.insert(slug.clone());
+                a.report.table_version = a.report.table_version.max(*version);
+            }
+            EventKind::PageFailed { path, kind, reason } => {
+                a.failed.insert(path.clone(), failure(path, kind, reason));
+            }
+            EventKind::PageWarning { path, kind, reason } => {
+                a.warned.insert((path.clone(), kind.clone()), failure(path, kind, reason));
+            }
+            EventKind::Committed { chunks_embedded, chunks_reused, embed_ms, version, .. } => {
+                a.report.counts.chunks_embedded += chunks_embedded;
+                a.report.counts.chunks_reused += chunks_reused;
+                a.report.counts.embed_seconds += *embed_ms as f64 / 1000.0;
+                a.report.commits += 1;
+                a.report.table_version = a.report.table_version.max(*version);
+            }
+            _ => {}
+        }
+    }
+    let mut summary = IndexSummary::default();
+    for s in status {
+        let mut a = by.remove(&s.source).unwrap_or_default();
+        let r = &mut a.report;
+        r.source = s.source.clone();
+        r.table_version = r.table_version.max(s.version);
+        r.counts.pages_indexed = a.indexed.len();
+        r.counts.pages_removed = a.removed.len();
+        r.counts.pages_unchanged = s.pages.saturating_sub(r.counts.pages_indexed);
+        // Links out of the root are reported, not counted as pages that failed.
+        r.counts.pages_failed = a
+            .failed
+            .values()
+            .filter(|f| f.kind != "symlink_outside_root" && f.kind != "symlink_loop")
+            .count();
+        r.counts.failures = a.failed.into_values().collect();
+        r.counts.warnings = a.warned.into_values().collect();
+        summary.counts.add(&r.counts);
+        summary.sources.push(a.report);
+    }
+    summary
+}
 
-    /// Whether anything is in the index for the sources named.
-    pub fn anything_indexed(&self) -> bool {
-        self.counts.pages_indexed + self.counts.pages_unchanged > 0
+/// Open a database to index it: its owner when free, else a client of a long-running owner; a
+/// one-shot owner (another `cairn index`) is waited for, since it exits when its run is done.
+async fn open_for_index(config: Config, purpose: &str) -> Result<Cairn> {
+    let paths = config.paths();
+    let mut told = false;
+    loop {
+        let client = cairn_actors::client::Client::new(&paths.socket(), purpose);
+        match client.hello().await {
+            Ok((_, owner)) if owner.purpose == "index" || owner.purpose == "reindex" => {
+                if !told {
+                    eprintln!(
+                        "cairn: waiting for pid {} (cairn {}) to finish with {}",
+                        owner.pid, owner.purpose, config.db
+                    );
+                    told = true;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+            _ => {
+                // Sources are added to a running owner after subscribing (see `index`).
+                let opts = OpenOptions { purpose: purpose.into(), standby: false, register_sources: false };
+                return Ok(Cairn::open_with(config, opts).await?);
+            }
+        }
     }
 }
 
-/// Index (incrementally) every source into the database at `db_uri`. A source that fails is
-/// reported and the others go on; `rebuild` drops each source's tables first.
-pub async fn index_sources(db_uri: &str, specs: &[SourceSpec], rebuild: bool) -> Result<IndexSummary> {
+/// Index the configuration's sources (with `reindex`, from scratch): one run of the pipeline
+/// `cairn watch` runs (catch-up scan, renames by content, include/exclude, the event log), in this
+/// process when it can take the database, else through the process that owns it. Returns once
+/// every page is searchable by meaning too; the report is summed from the run's events.
+pub async fn index(config: Config, reindex: bool, progress: bool) -> Result<IndexSummary> {
+    use futures::StreamExt;
     let started = std::time::Instant::now();
-    let db = Database::open(db_uri).await?;
-    let embedder: Arc<dyn Embedder> =
-        Arc::new(tokio::task::spawn_blocking(|| OrtEmbedder::open(OrtOptions::default())).await??);
-    let manifest = Manifest::current(embedder.model_id(), embedder.dim());
-    let mut summary = IndexSummary::default();
-    let show_progress = std::io::stderr().is_terminal();
-    for spec in specs {
-        let store = if rebuild {
-            db.rebuild_source(&spec.id, &manifest).await
-        } else {
-            match db.open_source(&spec.id, &manifest).await {
-                Err(cairn_index::Error::ManifestMismatch { .. }) => {
-                    eprintln!("source `{}` was built by another model or version; rebuilding it", spec.id);
-                    db.rebuild_source(&spec.id, &manifest).await
-                }
-                other => other,
-            }
-        };
-        let result = match store {
-            Ok(store) => {
-                let id = spec.id.clone();
-                sync_source(&store, &spec.root, embedder.clone(), &SyncOptions::default(), |p| {
-                    if show_progress {
-                        let rate = p.chunks_embedded as f64 / p.elapsed.as_secs_f64().max(1e-3);
-                        let left = p.pages_total.saturating_sub(p.pages_done);
-                        let eta = if p.pages_done > 0 {
-                            p.elapsed.as_secs_f64() / p.pages_done as f64 * left as f64
-                        } else {
-                            0.0
-                        };
-                        eprint!(
-                            "\r{id}: {}/{} pages, {rate:.1} chunks/s, ETA {eta:.0} s   ",
-                            p.pages_done, p.pages_total
-                        );
-                    }
-                })
-                .await
-            }
-            Err(e) => Err(e),
-        };
-        if show_progress {
-            eprintln!();
-        }
-        match result {
-            Ok(report) => summary.add(report),
-            Err(e) => summary.sources_failed.push(Failure {
-                source: spec.id.clone(),
-                path: spec.root.display().to_string(),
-                kind: "source".into(),
-                reason: e.to_string(),
-            }),
+    let ids: Vec<String> = config.sources.iter().map(|s| s.id.clone()).collect();
+    let sources = config.sources.clone();
+    // A one-shot run: the catch-up scan and the flush's, no file watches.
+    let config = Config { watch: false, ..config };
+    let cairn = open_for_index(config, if reindex { "reindex" } else { "index" }).await?;
+    let mut events = cairn.subscribe().await?;
+    if cairn.role() == Role::Client {
+        for s in sources {
+            cairn.add_source(s).await?;
         }
     }
+    let token = (std::process::id() as u64) << 32 | started.elapsed().subsec_nanos() as u64;
+    let collector = tokio::spawn(async move {
+        let mut run = Vec::new();
+        while let Some(e) = events.next().await {
+            if matches!(e.kind, EventKind::Flushed { token: t } if t == token) {
+                break;
+            }
+            if progress && let EventKind::Committed { chunks_pending, .. } = &e.kind {
+                let pages =
+                    run.iter().filter(|e: &&Event| matches!(e.kind, EventKind::PageIndexed { .. })).count();
+                eprint!("\r{}: {pages} pages searchable, {chunks_pending} chunks to embed   ", e.source);
+            }
+            run.push((*e).clone());
+        }
+        run
+    });
+    let mut sources_failed = Vec::new();
+    if reindex {
+        for id in &ids {
+            if let Err(e) = cairn.reindex(id).await {
+                sources_failed.push(Failure {
+                    source: id.clone(),
+                    path: String::new(),
+                    kind: "source".into(),
+                    reason: e.to_string(),
+                });
+            }
+        }
+    }
+    let flushed = cairn.flush_marked(true, Some(token)).await;
+    let run = match flushed {
+        // A source that failed (its folder is missing…) is reported below; the others are done.
+        Ok(()) | Err(cairn_actors::Error::Pipeline(_)) => collector.await.unwrap_or_default(),
+        Err(e) => {
+            collector.abort();
+            cairn.shutdown().await?;
+            return Err(e.into());
+        }
+    };
+    if progress {
+        eprintln!();
+    }
+    let status = cairn.status().await?;
+    let role = cairn.role();
+    cairn.shutdown().await?;
+    let named: Vec<cairn_actors::SourceStatus> =
+        status.sources.iter().filter(|s| ids.is_empty() || ids.contains(&s.source)).cloned().collect();
+    let mut summary = summarize(&run, &named);
+    for s in &named {
+        if let Some(error) = s.error.as_ref().filter(|_| s.state == "retrying") {
+            sources_failed.push(Failure {
+                source: s.source.clone(),
+                path: s.root.clone(),
+                kind: "source".into(),
+                reason: error.clone(),
+            });
+        }
+    }
+    summary.sources_failed = sources_failed;
+    summary.role = Some(role);
     summary.seconds = started.elapsed().as_secs_f64();
     summary.peak_rss_mib = peak_rss_mib();
     Ok(summary)
-}
-
-/// The sources of a database opened for searching (read into memory, as a running `cairn watch`
-/// holds them), with the model loaded once.
-#[derive(Debug)]
-pub struct Searcher {
-    stores: Vec<cairn_index::SourceStore>,
-    residents: Vec<cairn_index::Resident>,
-    embedder: Option<OrtEmbedder>,
-    /// Sources whose tables could not be opened, with why.
-    broken: Vec<(String, String)>,
-}
-
-impl Searcher {
-    /// Open every source in the database; `with_model` loads the embedder (not needed for
-    /// `fast` mode).
-    pub async fn open(db_uri: &str, with_model: bool) -> Result<Self> {
-        let db = Database::open(db_uri).await?;
-        let model = async {
-            if with_model {
-                Ok::<_, anyhow::Error>(Some(
-                    tokio::task::spawn_blocking(|| OrtEmbedder::open(OrtOptions::default())).await??,
-                ))
-            } else {
-                Ok(None)
-            }
-        };
-        let load = async {
-            let (mut stores, mut residents, mut broken) = (Vec::new(), Vec::new(), Vec::new());
-            for id in db.source_ids().await? {
-                let opened = match db.open_existing(&id).await {
-                    Ok(s) => cairn_index::Resident::load(&s).await.map(|r| (s, r)),
-                    Err(e) => Err(e),
-                };
-                match opened {
-                    Ok((s, r)) => {
-                        stores.push(s);
-                        residents.push(r);
-                    }
-                    Err(e) => broken.push((id, e.to_string())),
-                }
-            }
-            Ok::<_, anyhow::Error>((stores, residents, broken))
-        };
-        let (embedder, loaded) = futures::join!(model, load);
-        let (stores, residents, broken) = loaded?;
-        Ok(Self { stores, residents, embedder: embedder?, broken })
-    }
-
-    fn parts(&self) -> (Vec<&cairn_index::Resident>, Option<&dyn Embedder>) {
-        (self.residents.iter().collect(), self.embedder.as_ref().map(|e| e as &dyn Embedder))
-    }
-
-    pub async fn search(&self, req: &cairn_query::SearchRequest) -> Result<cairn_query::SearchResponse> {
-        let (refs, embedder) = self.parts();
-        let mut resp = cairn_query::search(&refs, embedder, req).await?;
-        for (id, why) in &self.broken {
-            resp.degraded.push(format!("source_failed:{id}"));
-            resp.notes.push(format!("{id}: {why}"));
-        }
-        Ok(resp)
-    }
-
-    /// Where one page stands at every layer for a query, with its ingest state (from the
-    /// event log in `log_dir`, when there is one).
-    pub async fn diagnose(
-        &self,
-        query: &str,
-        source: &str,
-        slug: &str,
-        log_dir: Option<&Path>,
-    ) -> Result<cairn_query::Diagnosis> {
-        let (refs, embedder) = self.parts();
-        let d = cairn_query::diagnose(&refs, embedder, query, source, slug).await?;
-        let Some(store) = self.stores.iter().find(|s| s.id() == source) else { return Ok(d) };
-        let ingest = cairn_actors::history::ingest_state(store, log_dir, slug, d.page.as_ref()).await;
-        Ok(d.with_ingest(ingest))
-    }
-}
-
-/// Answer one query over the sources stored in the database.
-///
-/// As `cairn search` does it from its own process: each source's pending changes and lag come
-/// from the status a running `cairn watch` publishes (a source nothing watches is said so), and
-/// the answer is journaled as a `query_answered` event in the database's event log.
-pub async fn search_db(
-    db_uri: &str,
-    req: &cairn_query::SearchRequest,
-) -> Result<cairn_query::SearchResponse> {
-    let searcher = Searcher::open(db_uri, req.mode != cairn_query::Mode::Fast).await?;
-    let mut resp = searcher.search(req).await?;
-    let Some(log_dir) = cairn_actors::Config::new(db_uri, vec![]).event_log_dir() else {
-        return Ok(resp);
-    };
-    let published = cairn_actors::published::read(&log_dir);
-    cairn_actors::query::apply_freshness(&mut resp, |s| cairn_actors::published::freshness(&published, s));
-    let kind = cairn_actors::EventKind::QueryAnswered(Box::new(cairn_actors::query::telemetry(&resp)));
-    if let Err(e) = cairn_actors::log::append_from_outside(&log_dir, cairn_actors::event::QUERY_STREAM, kind)
-    {
-        tracing::warn!("event log {}: {e}; this answer is not journaled", log_dir.display());
-    }
-    Ok(resp)
-}
-
-pub mod eval;
-pub mod swamp;
-
-/// A stored page, as `cairn get` prints it.
-pub async fn get_page(db_uri: &str, source: &str, slug: &str) -> Result<cairn_index::PageRecord> {
-    let db = Database::open(db_uri).await?;
-    let store = db.open_existing(source).await?;
-    store.page(slug).await?.with_context(|| {
-        format!(
-            "no page `{slug}` in source `{source}`; slugs are vault paths without .md, e.g. notes/my-page"
-        )
-    })
 }
 
 /// What `cairn scan` reports for one source.
@@ -310,8 +407,6 @@ pub struct PageSummary {
     pub problems: Vec<String>,
 }
 
-pub use cairn_index::Failure;
-
 impl ScanSummary {
     pub fn print_table(&self) {
         println!(
@@ -335,13 +430,22 @@ impl ScanSummary {
     }
 }
 
-/// Scan and parse one source without storing anything.
-pub fn scan_source(id: &str, root: &Path) -> Result<ScanSummary> {
+/// Scan and parse one source without storing anything (with the limits of `opts`).
+pub fn scan_source(id: &str, root: &Path, opts: &ParseOptions) -> Result<ScanSummary> {
     let report = scan(root, &PathFilter::new(&ScanOptions::default())?)?;
     let mut failures: Vec<Failure> = report.problems.iter().map(|e| Failure::of(id, e)).collect();
     let mut pages = Vec::new();
     for file in &report.files {
-        match read_page(id, root, &file.rel, &ParseOptions::default()) {
+        let parsed = match std::fs::read(root.join(&file.rel)) {
+            Ok(bytes) if bytes.len() as u64 > opts.max_page_bytes => Err(cairn_ingest::Error::TooLarge {
+                path: file.rel.clone(),
+                size: bytes.len() as u64,
+                cap: opts.max_page_bytes,
+            }),
+            Ok(bytes) => parse_page(id, &file.rel, &bytes, opts),
+            Err(e) => Err(cairn_ingest::Error::Io { path: file.rel.clone(), message: e.to_string() }),
+        };
+        match parsed {
             Ok(p) => pages.push(PageSummary {
                 problems: p.problems.iter().map(ToString::to_string).collect(),
                 slug: p.slug,
@@ -357,35 +461,6 @@ pub fn scan_source(id: &str, root: &Path) -> Result<ScanSummary> {
     }
     Ok(ScanSummary { source: id.to_string(), root: root.display().to_string(), pages, failures })
 }
-
-pub use cairn_actors::{Cairn, Config, SourceConfig};
-
-/// The configuration of `cairn watch` / `cairn mcp`: `--config` if given (its sources, plus
-/// any given on the command line), else the command line's folders; the database is `--db` /
-/// `$CAIRN_DB`, else the config's, else the default.
-pub fn live_config(
-    config: Option<&Path>,
-    dirs: &[PathBuf],
-    assignments: &[String],
-    db: Option<String>,
-) -> Result<Config> {
-    let specs = source_specs(dirs, assignments)?;
-    let extra =
-        specs.into_iter().map(|s| SourceConfig { id: s.id, root: s.root, include: vec![], exclude: vec![] });
-    let mut c = match config {
-        Some(path) => Config::load(path).map_err(anyhow::Error::msg)?,
-        None => Config::new(default_db_uri(), Vec::new()),
-    };
-    c.sources.extend(extra);
-    if let Some(db) = db {
-        c.db = db;
-    }
-    c.validate().map_err(anyhow::Error::msg)?;
-    Ok(c)
-}
-
-pub mod mcp;
-pub mod stats;
 
 /// Ctrl-C or SIGTERM.
 pub async fn stop_signal() {

@@ -1,6 +1,7 @@
 //! The `cairn` command line. Only wiring: each subcommand calls the library crates.
 
 use anyhow::Result;
+use cairn::{Cairn, Role};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -8,20 +9,26 @@ use std::process::ExitCode;
 #[derive(Parser, Debug)]
 #[command(name = "cairn", version, about = "A live hybrid index of folders of markdown notes")]
 struct Cli {
+    #[command(flatten)]
+    common: Common,
     #[command(subcommand)]
     command: Command,
 }
 
-/// Where the index lives.
-#[derive(Args, Debug)]
-struct DbArg {
-    /// Database URI: a folder, or an object-store URI (s3://…) passed to LanceDB unchanged.
-    #[arg(long, env = "CAIRN_DB", default_value_t = cairn::default_db_uri())]
-    db: String,
+/// Where the index lives and how it is configured (every subcommand).
+#[derive(Args, Debug, Clone)]
+struct Common {
+    /// Database URI: a folder, or an object-store URI (s3://…) passed to LanceDB (default: the
+    /// config's, else the user's data directory).
+    #[arg(long, env = "CAIRN_DB", global = true)]
+    db: Option<String>,
+    /// A cairn.toml: database, sources, model, limits, debounce.
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
 }
 
 /// Which folders to index.
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone, Default)]
 struct SourcesArg {
     /// Folders to index; each is a source whose id is the folder's name.
     dirs: Vec<PathBuf>,
@@ -30,47 +37,63 @@ struct SourcesArg {
     sources: Vec<String>,
 }
 
-/// What a running pipeline (`watch`, `mcp`) is configured by.
-#[derive(Args, Debug)]
-struct LiveArgs {
-    #[command(flatten)]
-    sources: SourcesArg,
-    /// Database URI (default: the config's, else the user's data directory).
-    #[arg(long, env = "CAIRN_DB")]
-    db: Option<String>,
-    /// A cairn.toml with sources, db, model and debounce settings.
-    #[arg(long)]
-    config: Option<PathBuf>,
+/// How a search runs (search, diagnose).
+#[derive(Args, Debug, Clone)]
+struct SearchArgs {
+    /// Only these sources (repeatable).
+    #[arg(long = "source", value_name = "ID")]
+    sources: Vec<String>,
+    /// fast (no embedding), balanced, thorough.
+    #[arg(long, default_value = "balanced")]
+    mode: String,
+    #[arg(long, default_value_t = 10)]
+    limit: usize,
 }
 
-impl LiveArgs {
-    /// The configuration, or the exit code of bad usage (the message is printed).
-    fn config(self) -> Result<cairn::Config, ExitCode> {
-        let s = self.sources;
-        cairn::live_config(self.config.as_deref(), &s.dirs, &s.sources, self.db).map_err(|e| {
-            eprintln!("error: {e:#}");
-            ExitCode::from(2)
+impl SearchArgs {
+    fn request(&self, query: String, explain: bool) -> Result<cairn_query::SearchRequest, Usage> {
+        let mode: cairn_query::Mode =
+            self.mode.parse().map_err(|e: cairn_query::QueryError| Usage(e.to_string()))?;
+        Ok(cairn_query::SearchRequest {
+            query,
+            sources: self.sources.clone(),
+            mode,
+            limit: self.limit,
+            explain,
+            pooled_baseline: false,
         })
     }
 }
 
+/// A mistake in the command line: exit code 2.
+#[derive(Debug)]
+struct Usage(String);
+
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Usage {}
+
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Index folders into the database (incrementally: unchanged pages cost nothing).
+    /// Index folders into the database: one run of the pipeline `watch` runs (incremental;
+    /// unchanged pages cost nothing). Through the database's owner when one runs.
     Index {
         #[command(flatten)]
         sources: SourcesArg,
-        #[command(flatten)]
-        db: DbArg,
         /// One JSON summary on stdout.
         #[arg(long)]
         json: bool,
     },
     /// Index folders, then keep the index current as files change (Ctrl-C stops, after
-    /// committing what is pending).
+    /// committing what is pending). When another process owns the database, its sources are
+    /// added to that owner and this one stands by to take over.
     Watch {
         #[command(flatten)]
-        live: LiveArgs,
+        sources: SourcesArg,
         /// Every event as one JSON line on stdout.
         #[arg(long)]
         json: bool,
@@ -78,10 +101,11 @@ enum Command {
         #[arg(long)]
         once: bool,
     },
-    /// Serve the live index to agents over MCP (stdio): tools search, get, diagnose, status.
+    /// Serve the live index to agents over MCP (stdio). With no folders, the sources the
+    /// database holds.
     Mcp {
         #[command(flatten)]
-        live: LiveArgs,
+        sources: SourcesArg,
     },
     /// Replay a recorded scenario (fixtures/events/*.jsonl) into a folder and a database.
     Replay {
@@ -89,17 +113,12 @@ enum Command {
         /// Where to write the scenario's files (default: a new temporary folder).
         #[arg(long)]
         into: Option<PathBuf>,
-        /// Database to build (default: `db` next to the folder).
-        #[arg(long)]
-        db: Option<String>,
         #[arg(long)]
         json: bool,
     },
     /// What the index holds and how its answers have scored over time (from the event log).
     Stats {
-        #[command(flatten)]
-        db: DbArg,
-        /// The event log folder (default: `events/` in the database folder).
+        /// The event log folder (default: the database's).
         #[arg(long)]
         log: Option<PathBuf>,
         /// Only the last N days of queries, with the drift against the N days before.
@@ -108,33 +127,35 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Drop the sources' tables and index them again from scratch.
-    Reindex {
-        #[command(flatten)]
-        sources: SourcesArg,
-        #[command(flatten)]
-        db: DbArg,
+    /// Who owns the database, and every source's state: pages, chunks waiting for vectors,
+    /// pending changes, failures.
+    Status {
         #[arg(long)]
         json: bool,
     },
+    /// Drop sources' tables and index them again from scratch: `cairn reindex ID`, a folder, or
+    /// `--source ID`.
+    Reindex {
+        /// Source ids (or folders).
+        targets: Vec<String>,
+        /// A source id, or ID=DIR (repeatable).
+        #[arg(long = "source", value_name = "ID")]
+        sources: Vec<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a source from the database: its tables and state (the notes are not touched).
+    Forget { id: String },
     /// Search the index: results with evidence and create_safety.
     Search {
         query: String,
-        /// Only these sources (repeatable).
-        #[arg(long = "source")]
-        sources: Vec<String>,
-        /// fast (no embedding), balanced, thorough.
-        #[arg(long, default_value = "balanced")]
-        mode: String,
-        #[arg(long, default_value_t = 10)]
-        limit: usize,
+        #[command(flatten)]
+        search: SearchArgs,
         #[arg(long)]
         json: bool,
         /// Per result: each arm's rank and score, the fusion, boosts and why the evidence is what it is.
         #[arg(long)]
         explain: bool,
-        #[command(flatten)]
-        db: DbArg,
     },
     /// Run judged queries and report retrieval metrics; with --gate, fail below the floors.
     Eval {
@@ -162,19 +183,17 @@ enum Command {
         gate: Option<PathBuf>,
         #[arg(long)]
         json: bool,
-        #[command(flatten)]
-        db: DbArg,
     },
-    /// Walk the query layers for one page: where it was found or lost.
+    /// Walk the query layers for one page, for the search as you ran it: where it was found or lost.
     Diagnose {
         query: String,
         /// SOURCE:SLUG of the page that should have been found.
         #[arg(long)]
         target: String,
+        #[command(flatten)]
+        search: SearchArgs,
         #[arg(long)]
         json: bool,
-        #[command(flatten)]
-        db: DbArg,
     },
     /// Test data: write the source-swamp set's bulk source (near-empty stubs) into DIR.
     SwampStubs {
@@ -182,12 +201,13 @@ enum Command {
         #[arg(long, default_value_t = 5000)]
         n: usize,
     },
-    /// Print a stored page: `cairn get SOURCE:SLUG`.
+    /// Print a stored page with its body: `cairn get SOURCE:SLUG`.
     Get {
         /// SOURCE:SLUG, e.g. notes:projects/amphitheater
         target: String,
-        #[command(flatten)]
-        db: DbArg,
+        /// The record and body as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Scan and parse folders and print what cairn extracts from each page (nothing stored).
     Scan {
@@ -205,6 +225,7 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
+    // Bad flags exit 2 (clap's own code for usage errors).
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
@@ -213,31 +234,90 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(run(cli)) {
+    match runtime.block_on(run(cli.command, cli.common)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::from(1)
+            ExitCode::from(exit_code(&e))
         }
     }
 }
 
-async fn run(cli: Cli) -> Result<ExitCode> {
-    match cli.command {
-        Command::Index { sources, db, json } => index(sources, db, json, false).await,
-        Command::Reindex { sources, db, json } => index(sources, db, json, true).await,
-        Command::Watch { live, json, once } => match live.config() {
-            Ok(config) => watch(config, json, once).await,
-            Err(code) => Ok(code),
-        },
-        Command::Mcp { live } => match live.config() {
-            Ok(config) => cairn::mcp::serve(config).await.map(|()| ExitCode::SUCCESS),
-            Err(code) => Ok(code),
-        },
-        Command::Replay { log, into, db, json } => {
+/// 2 for a mistake in the request (bad flag values, an empty query, limit 0, an unknown source
+/// or mode), 1 for a failure the message explains.
+fn exit_code(e: &anyhow::Error) -> u8 {
+    for cause in e.chain() {
+        if cause.downcast_ref::<Usage>().is_some()
+            || cause.downcast_ref::<cairn_actors::Error>().is_some_and(cairn_actors::Error::is_usage)
+            || cause.downcast_ref::<cairn_query::QueryError>().is_some_and(cairn_query::QueryError::is_usage)
+        {
+            return 2;
+        }
+    }
+    1
+}
+
+fn config(common: &Common, sources: &SourcesArg) -> Result<cairn::Config> {
+    cairn::config(common.config.as_deref(), &sources.dirs, &sources.sources, common.db.clone())
+        .map_err(|e| Usage(format!("{e:#}")).into())
+}
+
+/// `SOURCE:SLUG`.
+fn target(t: &str) -> Result<(String, String)> {
+    t.split_once(':')
+        .map(|(s, g)| (s.to_string(), g.to_string()))
+        .ok_or_else(|| Usage(format!("`{t}`: expected SOURCE:SLUG, e.g. notes:projects/amphitheater")).into())
+}
+
+/// A handle for a one-shot command: a client of the owner, or a reader of the tables.
+async fn attach(common: &Common, purpose: &str, with_model: bool) -> Result<Cairn> {
+    Ok(Cairn::attach(config(common, &SourcesArg::default())?, purpose, with_model).await?)
+}
+
+async fn run(command: Command, common: Common) -> Result<ExitCode> {
+    match command {
+        Command::Index { sources, json } => index(config(&common, &sources)?, json, false).await,
+        Command::Reindex { targets, sources, json } => {
+            let mut c = config(&common, &SourcesArg::default())?;
+            for t in targets.iter().chain(&sources) {
+                if let Some((id, dir)) = t.split_once('=') {
+                    c.sources.push(cairn::SourceSpec::parse_assignment(&format!("{id}={dir}"))?.config());
+                } else if std::path::Path::new(t).is_dir() {
+                    c.sources.push(cairn::SourceSpec::from_dir(std::path::Path::new(t))?.config());
+                } else {
+                    cairn::validate_source_id(t).map_err(|e| Usage(e.to_string()))?;
+                    // A bare id: the folder the database records for it.
+                    let db = cairn_index::Database::open(&c.db).await?;
+                    let info = db.sources().await?.into_iter().find(|s| s.id == *t).ok_or_else(|| {
+                        Usage(format!(
+                            "no source `{t}` in {}; give its folder: cairn reindex --source {t}=DIR",
+                            c.db
+                        ))
+                    })?;
+                    let root = info.root.ok_or_else(|| Usage(format!("the database records no folder for `{t}`; give it: cairn reindex --source {t}=DIR")))?;
+                    c.sources.push(cairn::SourceConfig {
+                        id: info.id,
+                        root: root.into(),
+                        include: info.include,
+                        exclude: info.exclude,
+                    });
+                }
+            }
+            if c.sources.is_empty() {
+                return Err(
+                    Usage("name the sources to reindex: cairn reindex ID (or a folder)".into()).into()
+                );
+            }
+            index(c, json, true).await
+        }
+        Command::Watch { sources, json, once } => watch(config(&common, &sources)?, json, once).await,
+        Command::Mcp { sources } => {
+            cairn::mcp::serve(config(&common, &sources)?).await.map(|()| ExitCode::SUCCESS)
+        }
+        Command::Replay { log, into, json } => {
             let base = std::env::temp_dir().join(format!("cairn-replay-{}", std::process::id()));
             let dir = into.unwrap_or_else(|| base.join("vault"));
-            let db = db.unwrap_or_else(|| base.join("db").display().to_string());
+            let db = common.db.clone().unwrap_or_else(|| base.join("db").display().to_string());
             let r = tokio::task::spawn_blocking(move || cairn_actors::replay::replay_file(&log, &dir, &db))
                 .await??;
             if json {
@@ -257,9 +337,14 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Stats { db, log, days, json } => {
-            let log = log.or_else(|| (!db.db.contains("://")).then(|| PathBuf::from(&db.db).join("events")));
-            let stats = cairn::stats::collect(&db.db, log.as_deref(), days).await?;
+        Command::Stats { log, days, json } => {
+            let stats = match log {
+                Some(log) => {
+                    let c = config(&common, &SourcesArg::default())?;
+                    cairn_actors::stats::collect(&c.db, Some(&log), days).await?
+                }
+                None => attach(&common, "stats", false).await?.stats(days).await?,
+            };
             if json {
                 println!("{}", serde_json::to_string(&stats)?);
             } else {
@@ -267,17 +352,32 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Search { query, sources, mode, limit, json, explain, db } => {
-            let mode: cairn_query::Mode = match mode.parse() {
-                Ok(m) => m,
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    return Ok(ExitCode::from(2));
-                }
-            };
-            let req =
-                cairn_query::SearchRequest { query, sources, mode, limit, explain, pooled_baseline: false };
-            let resp = cairn::search_db(&db.db, &req).await?;
+        Command::Status { json } => {
+            let status = attach(&common, "status", false).await?.status().await?;
+            if json {
+                println!("{}", serde_json::to_string(&status)?);
+            } else {
+                print_status(&status);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Forget { id } => {
+            cairn::validate_source_id(&id).map_err(|e| Usage(e.to_string()))?;
+            let c = config(&common, &SourcesArg::default())?;
+            let db = c.db.clone();
+            let opts =
+                cairn::OpenOptions { purpose: "forget".into(), standby: false, register_sources: false };
+            let cairn = Cairn::open_with(c, opts).await?;
+            let r = cairn.remove_source(&id, true).await;
+            cairn.shutdown().await?;
+            r?;
+            eprintln!("cairn: forgot source `{id}` (its tables and state in {db}; the notes are untouched)");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Search { query, search, json, explain } => {
+            let req = search.request(query, explain)?;
+            let cairn = attach(&common, "search", req.mode != cairn_query::Mode::Fast).await?;
+            let resp = cairn.search(req).await?;
             if json {
                 println!("{}", serde_json::to_string(&resp)?);
             } else {
@@ -285,53 +385,15 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Diagnose { query, target, json, db } => {
-            let Some((source, slug)) = target.split_once(':') else {
-                eprintln!("error: `--target {target}`: expected SOURCE:SLUG");
-                return Ok(ExitCode::from(2));
-            };
-            let searcher = cairn::Searcher::open(&db.db, true).await?;
-            let log_dir = cairn_actors::Config::new(&db.db, vec![]).event_log_dir();
-            let d = searcher.diagnose(&query, source, slug, log_dir.as_deref()).await?;
+        Command::Diagnose { query, target: t, search, json } => {
+            let (source, slug) = target(&t)?;
+            let req = search.request(query, false)?;
+            let cairn = attach(&common, "diagnose", req.mode != cairn_query::Mode::Fast).await?;
+            let d = cairn.diagnose(req, &source, &slug).await?;
             if json {
                 println!("{}", serde_json::to_string(&d)?);
             } else {
-                let show = |r: Option<usize>| r.map_or("-".to_string(), |r| r.to_string());
-                match &d.page {
-                    Some(p) => {
-                        println!("page {source}:{slug}: {} ({}), {} chunks", p.title, p.path, p.chunk_count)
-                    }
-                    None => println!("page {source}:{slug}: not in the index"),
-                }
-                println!("keyword arm rank: {}", show(d.keyword_rank));
-                println!(
-                    "vector arm rank:  {} (best-chunk cosine {})",
-                    show(d.vector_rank),
-                    d.best_cosine.map_or("-".into(), |c| format!("{c:.3}"))
-                );
-                println!("title arm rank:   {}", show(d.title_rank));
-                println!("exact name:       {}", d.exact_name);
-                println!("fused in source:  {} of {} slots", show(d.fused_rank), d.source_slots);
-                println!("final rank:       {}", show(d.final_rank));
-                if let Some(i) = &d.ingest {
-                    let n = |v: Option<usize>| v.map_or("-".to_string(), |v| v.to_string());
-                    println!(
-                        "ingest:           {} ({}), {} chunks, {} stored with vectors, table version {}{}",
-                        i.state,
-                        i.file.as_deref().unwrap_or("no file"),
-                        n(i.chunks),
-                        n(i.embedded),
-                        i.table_version.map_or("-".into(), |v| v.to_string()),
-                        i.indexed_at_version.map_or(String::new(), |v| format!(", indexed at version {v}"))
-                    );
-                    if let Some(p) = &i.problem {
-                        println!("problem:          {p}");
-                    }
-                    for h in &i.history {
-                        println!("  {h}");
-                    }
-                }
-                println!("verdict: {}", d.verdict);
+                print_diagnosis(&d, &source, &slug);
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -340,27 +402,27 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             eprintln!("wrote {n} stubs under {}", dir.join("models").display());
             Ok(ExitCode::SUCCESS)
         }
-        Command::Eval { queries, sources, mode, vault, k, skip_flags, pooled_baseline, gate, json, db } => {
-            let mode: cairn_query::Mode = mode.parse()?;
+        Command::Eval { queries, sources, mode, vault, k, skip_flags, pooled_baseline, gate, json } => {
+            let mode: cairn_query::Mode =
+                mode.parse().map_err(|e: cairn_query::QueryError| Usage(e.to_string()))?;
             let judged = cairn::eval::load_queries(&queries, &skip_flags)?;
             let temp = vault
                 .as_ref()
                 .map(|_| std::env::temp_dir().join(format!("cairn-eval-{}", std::process::id())));
-            let db_uri = match (&vault, &temp) {
-                (Some(dir), Some(t)) => {
-                    let uri = t.display().to_string();
-                    let summary =
-                        cairn::index_sources(&uri, &[cairn::SourceSpec::from_dir(dir)?], false).await?;
-                    eprintln!(
-                        "indexed {} pages ({} failed) into {uri}",
-                        summary.counts.pages_indexed, summary.counts.pages_failed
-                    );
-                    uri
-                }
-                _ => db.db.clone(),
-            };
-            let searcher = cairn::Searcher::open(&db_uri, mode != cairn_query::Mode::Fast).await?;
-            let report = cairn::eval::run(&searcher, &judged, &sources, mode, k, pooled_baseline).await?;
+            let mut c = config(&common, &SourcesArg::default())?;
+            if let (Some(dir), Some(t)) = (&vault, &temp) {
+                c.db = t.display().to_string();
+                c.sources = vec![cairn::SourceSpec::from_dir(dir)?.config()];
+                c.watch = false;
+                let summary = cairn::index(c.clone(), false, false).await?;
+                eprintln!(
+                    "indexed {} pages ({} failed) into {}",
+                    summary.counts.pages_indexed, summary.counts.pages_failed, c.db
+                );
+                c.sources.clear();
+            }
+            let cairn = Cairn::attach(c, "eval", mode != cairn_query::Mode::Fast).await?;
+            let report = cairn::eval::run(&cairn, &judged, &sources, mode, k, pooled_baseline).await?;
             if let Some(t) = temp {
                 let _ = std::fs::remove_dir_all(t);
             }
@@ -383,20 +445,34 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Get { target, db } => {
-            let Some((source, slug)) = target.split_once(':') else {
-                eprintln!("error: `{target}`: expected SOURCE:SLUG, e.g. notes:projects/amphitheater");
-                return Ok(ExitCode::from(2));
-            };
-            let page = cairn::get_page(&db.db, source, slug).await?;
-            println!("{}", serde_json::to_string_pretty(&page)?);
+        Command::Get { target: t, json } => {
+            let (source, slug) = target(&t)?;
+            let cairn = attach(&common, "get", false).await?;
+            let page = cairn.get(&source, &slug).await?.ok_or_else(|| {
+                anyhow::anyhow!("no page `{slug}` in source `{source}`; slugs are vault paths without .md, e.g. notes/my-page")
+            })?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&page)?);
+            } else {
+                let p = &page.page;
+                println!("{} ({}:{}, {})", p.title, page.source, p.slug, p.path);
+                if !p.aliases.is_empty() {
+                    println!("aliases: {}", p.aliases.join(", "));
+                }
+                if !p.tags.is_empty() {
+                    println!("tags: {}", p.tags.join(", "));
+                }
+                println!();
+                println!("{}", page.body);
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Scan { dirs, json } => {
+            let opts = config(&common, &SourcesArg::default())?.limits.parse_options();
             let mut summaries = Vec::new();
             for dir in &dirs {
                 let spec = cairn::SourceSpec::from_dir(dir)?;
-                summaries.push(cairn::scan_source(&spec.id, &spec.root)?);
+                summaries.push(cairn::scan_source(&spec.id, &spec.root, &opts)?);
             }
             if json {
                 println!("{}", serde_json::to_string(&summaries)?);
@@ -409,13 +485,10 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     }
 }
 
-async fn index(sources: SourcesArg, db: DbArg, json: bool, rebuild: bool) -> Result<ExitCode> {
-    let specs = cairn::source_specs(&sources.dirs, &sources.sources)?;
-    if specs.is_empty() {
-        eprintln!("error: name at least one folder to index, or --source ID=DIR");
-        return Ok(ExitCode::from(2));
-    }
-    let summary = cairn::index_sources(&db.db, &specs, rebuild).await?;
+async fn index(config: cairn::Config, json: bool, reindex: bool) -> Result<ExitCode> {
+    let db = config.db.clone();
+    let progress = !json && std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let summary = cairn::index(config, reindex, progress).await?;
     if json {
         println!("{}", serde_json::to_string(&summary)?);
     } else {
@@ -425,8 +498,12 @@ async fn index(sources: SourcesArg, db: DbArg, json: bool, rebuild: bool) -> Res
         for w in &summary.counts.warnings {
             eprintln!("warning: {}", w.reason);
         }
+        let by = match summary.role {
+            Some(Role::Client) => " by the database's owner",
+            _ => "",
+        };
         println!(
-            "{} pages indexed, {} unchanged, {} removed, {} failed; {} chunks embedded, {} reused; {:.1} s (db: {})",
+            "{} pages indexed, {} unchanged, {} removed, {} failed; {} chunks embedded, {} reused; {:.1} s{by} (db: {db})",
             summary.counts.pages_indexed,
             summary.counts.pages_unchanged,
             summary.counts.pages_removed,
@@ -434,18 +511,22 @@ async fn index(sources: SourcesArg, db: DbArg, json: bool, rebuild: bool) -> Res
             summary.counts.chunks_embedded,
             summary.counts.chunks_reused,
             summary.seconds,
-            db.db
         );
     }
     let nothing_failed = summary.counts.failures.is_empty() && summary.sources_failed.is_empty();
     Ok(if summary.anything_indexed() || nothing_failed { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
+/// The serde name of a unit enum value (`exists`, `alias_hit`): the words of the JSON output.
+fn name(v: &impl serde::Serialize) -> String {
+    serde_json::to_value(v).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
+}
+
 fn print_results(resp: &cairn_query::SearchResponse) {
     for (i, r) in resp.results.iter().enumerate() {
-        let ev: Vec<String> = r.evidence.iter().map(|e| format!("{e:?}")).collect();
+        let ev: Vec<String> = r.evidence.iter().map(name).collect();
         println!(
-            "{:>2}. {}:{}  {}  score={:.3} cosine={} [{}] create_safety={:?}",
+            "{:>2}. {}:{}  {}  score={:.3} cosine={} [{}] create_safety={}",
             i + 1,
             r.source,
             r.slug,
@@ -453,7 +534,7 @@ fn print_results(resp: &cairn_query::SearchResponse) {
             r.score,
             r.cosine.map_or("-".into(), |c| format!("{c:.3}")),
             ev.join(","),
-            r.create_safety
+            name(&r.create_safety)
         );
         if let Some(c) = &r.chunk {
             let line = c.text.lines().next().unwrap_or_default();
@@ -477,6 +558,80 @@ fn print_results(resp: &cairn_query::SearchResponse) {
     }
     for n in &resp.notes {
         eprintln!("note: {n}");
+    }
+}
+
+fn print_diagnosis(d: &cairn_query::Diagnosis, source: &str, slug: &str) {
+    let show = |r: Option<usize>| r.map_or("-".to_string(), |r| r.to_string());
+    match &d.page {
+        Some(p) => println!("page {source}:{slug}: {} ({}), {} chunks", p.title, p.path, p.chunk_count),
+        None => println!("page {source}:{slug}: not in the index"),
+    }
+    println!("keyword arm rank: {}", show(d.keyword_rank));
+    println!(
+        "vector arm rank:  {} (best-chunk cosine {})",
+        show(d.vector_rank),
+        d.best_cosine.map_or("-".into(), |c| format!("{c:.3}"))
+    );
+    println!("title arm rank:   {}", show(d.title_rank));
+    println!("exact name:       {}", d.exact_name);
+    println!("fused in source:  {} of {} slots", show(d.fused_rank), d.source_slots);
+    println!("final rank:       {} (mode {}, limit {})", show(d.final_rank), name(&d.mode), d.limit);
+    if let Some(i) = &d.ingest {
+        let n = |v: Option<usize>| v.map_or("-".to_string(), |v| v.to_string());
+        println!(
+            "ingest:           {} ({}), {} chunks, {} rows stored, {} with vectors, table version {}{}",
+            i.state,
+            i.file.as_deref().unwrap_or("no file"),
+            n(i.chunks),
+            n(i.rows),
+            n(i.embedded),
+            i.table_version.map_or("-".into(), |v| v.to_string()),
+            i.indexed_at_version.map_or(String::new(), |v| format!(", indexed at version {v}"))
+        );
+        if let Some(p) = &i.problem {
+            println!("problem:          {p}");
+        }
+        for h in &i.history {
+            println!("  {h}");
+        }
+    }
+    println!("verdict: {}", d.verdict);
+}
+
+fn print_status(s: &cairn::Status) {
+    match (&s.role, &s.owner) {
+        (Role::Reader, _) => {
+            println!("no cairn process owns this database (this one, pid {}, read its tables)", s.pid)
+        }
+        (_, Some(o)) => println!(
+            "owner: pid {} (cairn {}){}; {} client(s)",
+            o.pid,
+            o.purpose,
+            if s.role == Role::Owner { ", this process" } else { "" },
+            s.clients.len()
+        ),
+        (_, None) => {}
+    }
+    for c in &s.clients {
+        println!("  client: pid {} (cairn {})", c.pid, c.purpose);
+    }
+    for src in &s.sources {
+        let eta = src.eta_secs.map_or(String::new(), |e| format!(", ETA {e:.0} s"));
+        println!(
+            "{}: {} ({}), {} pages, {} chunks, {} waiting for vectors ({:.1}/s{eta}), {} pending changes",
+            src.source,
+            src.state,
+            src.root,
+            src.pages,
+            src.chunks,
+            src.vectors_pending,
+            src.embed_rate,
+            src.pending
+        );
+        for f in &src.failures {
+            println!("  failing {}: {}", f.path, f.reason);
+        }
     }
 }
 
@@ -515,9 +670,40 @@ async fn watch(config: cairn::Config, json: bool, once: bool) -> Result<ExitCode
     use futures::StreamExt;
     let ids: Vec<String> = config.sources.iter().map(|s| format!("{}={}", s.id, s.root.display())).collect();
     let db = config.db.clone();
-    let cairn = cairn::Cairn::open(config).await?;
-    let mut events = cairn.subscribe();
-    eprintln!("cairn: watching {} (db: {db})", ids.join(", "));
+    let opts = cairn::OpenOptions { purpose: "watch".into(), standby: !once, register_sources: true };
+    let cairn = Cairn::open_with(config, opts).await?;
+    if cairn.role() == Role::Client {
+        let status = cairn.status().await?;
+        let owner = status
+            .owner
+            .as_ref()
+            .map_or("another process".to_string(), |o| format!("pid {} (cairn {})", o.pid, o.purpose));
+        let watched: Vec<String> =
+            status.sources.iter().map(|s| format!("{}={}", s.source, s.root)).collect();
+        eprintln!("cairn: {db} is owned by {owner}, which now watches {}", watched.join(", "));
+        if once {
+            cairn.flush().await?;
+            eprintln!("cairn: up to date (through the owner)");
+            return Ok(ExitCode::SUCCESS);
+        }
+        eprintln!("cairn: standing by to take over if it stops; Ctrl-C to quit");
+        let mut roles = cairn.roles();
+        tokio::select! {
+            _ = cairn::stop_signal() => {
+                cairn.shutdown().await?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            _ = roles.wait_for(|r| *r == Role::Owner) => {
+                eprintln!("cairn: the owner stopped; this process owns {db} now");
+            }
+        }
+    }
+    let mut events = cairn.subscribe().await?;
+    let watched = ids.join(", ");
+    eprintln!(
+        "cairn: watching {} (db: {db})",
+        if watched.is_empty() { "the sources the database holds".into() } else { watched }
+    );
     let printer = tokio::spawn(async move {
         use cairn_actors::EventKind as K;
         while let Some(e) = events.next().await {
@@ -540,12 +726,26 @@ async fn watch(config: cairn::Config, json: bool, once: bool) -> Result<ExitCode
             }
         }
     });
-    let caught_up = cairn.flush().await;
-    let summary = |c: &cairn::Cairn| {
-        c.status().iter().map(|s| format!("{}: {} pages", s.source, s.pages)).collect::<Vec<_>>().join(", ")
+    let pages = cairn.flush_pages().await;
+    let summary = |s: &cairn::Status| {
+        s.sources
+            .iter()
+            .map(|s| {
+                format!("{}: {} pages, {} chunks waiting for vectors", s.source, s.pages, s.vectors_pending)
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
     };
+    match &pages {
+        Ok(()) => eprintln!(
+            "cairn: every page is searchable by name and keyword ({})",
+            summary(&cairn.status().await?)
+        ),
+        Err(e) => eprintln!("cairn: catching up failed: {e}"),
+    }
+    let caught_up = cairn.flush().await;
     match &caught_up {
-        Ok(()) => eprintln!("cairn: up to date ({})", summary(&cairn)),
+        Ok(()) => eprintln!("cairn: up to date ({})", summary(&cairn.status().await?)),
         Err(e) => eprintln!("cairn: catching up failed: {e}"),
     }
     if !once {
@@ -553,13 +753,14 @@ async fn watch(config: cairn::Config, json: bool, once: bool) -> Result<ExitCode
         cairn::stop_signal().await;
         eprintln!("cairn: stopping (committing what is pending)");
     }
+    let failed =
+        cairn.status().await.map(|s| s.sources.iter().any(|s| s.state == "retrying")).unwrap_or(false);
     cairn.shutdown().await?;
     printer.abort();
-    let failed = cairn.status().iter().any(|s| s.state == "retrying");
     Ok(if caught_up.is_ok() && !failed { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
-fn print_stats(s: &cairn::stats::Stats) {
+fn print_stats(s: &cairn_actors::stats::Stats) {
     for src in &s.sources {
         println!(
             "{}: {} pages, {} chunks, {} failing files",
@@ -589,7 +790,7 @@ fn print_stats(s: &cairn::stats::Stats) {
     for (k, v) in &q.empty_by_cause {
         println!("  empty ({k}): {v}");
     }
-    let group = |what: &str, k: &str, m: &cairn::stats::GroupStats| {
+    let group = |what: &str, k: &str, m: &cairn_actors::stats::GroupStats| {
         let buckets: Vec<String> = m.top_score_buckets.iter().map(|(b, n)| format!("{b}: {n}")).collect();
         println!(
             "  {what} {k}: {} queries, mean rank-1 base score {:.3} ({})",

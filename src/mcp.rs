@@ -1,6 +1,8 @@
 //! `cairn mcp`: the live index as tools for agents, over the Model Context Protocol on stdio
-//! (the official Rust SDK, `rmcp`). It runs the same actor system as `cairn watch`, so the
-//! index stays current while the agent works. Logs go to stderr; stdout carries only protocol.
+//! (the official Rust SDK, `rmcp`). The first process on a database owns it and runs the same
+//! pipeline as `cairn watch`; an `mcp` started while another process owns it is a client of that
+//! owner (no model, no index of its own) and stands by to take over. Logs go to stderr; stdout
+//! carries only protocol.
 
 use cairn_actors::{Cairn, Mode, SearchRequest};
 use rmcp::handler::server::{router::tool::ToolRouter, wrapper::Parameters};
@@ -44,6 +46,13 @@ pub struct DiagnoseArgs {
     pub query: String,
     /// The page that should have been found: `SOURCE:SLUG`.
     pub target: String,
+    /// The search as it was run: only these source ids (default: every source).
+    #[serde(default)]
+    pub sources: Vec<String>,
+    /// `fast`, `balanced` (default) or `thorough`.
+    pub mode: Option<String>,
+    /// Results the search returned (default 10).
+    pub limit: Option<usize>,
 }
 
 /// The MCP server over a running cairn.
@@ -64,6 +73,19 @@ fn bad(e: impl std::fmt::Display) -> ErrorData {
     ErrorData::invalid_params(e.to_string(), None)
 }
 
+fn request(
+    query: String,
+    sources: Vec<String>,
+    mode: Option<&str>,
+    limit: Option<usize>,
+) -> Result<SearchRequest, ErrorData> {
+    let mut req = SearchRequest::new(query);
+    req.sources = sources;
+    req.mode = mode.unwrap_or("balanced").parse::<Mode>().map_err(bad)?;
+    req.limit = limit.unwrap_or(10);
+    Ok(req)
+}
+
 fn json(v: &impl serde::Serialize) -> Result<String, ErrorData> {
     serde_json::to_string(v).map_err(|e| ErrorData::internal_error(e.to_string(), None))
 }
@@ -77,13 +99,9 @@ impl CairnTools {
     #[tool(description = "Search the notes. Returns results (source, slug, title, path, score, evidence, \
 create_safety, best chunk), each source's status with pending changes and lag, and notes. \
 create_safety = \"exists\" means the page is there: update it instead of writing a new one. An answer \
-with pending_changes > 0 is not proof of absence.")]
+with pending_changes > 0 or vectors_pending > 0 is not proof of absence.")]
     async fn search(&self, Parameters(a): Parameters<SearchArgs>) -> Result<String, ErrorData> {
-        let mode: Mode = a.mode.as_deref().unwrap_or("balanced").parse().map_err(bad)?;
-        let mut req = SearchRequest::new(a.query);
-        req.sources = a.sources;
-        req.mode = mode;
-        req.limit = a.limit.unwrap_or(10);
+        let req = request(a.query, a.sources, a.mode.as_deref(), a.limit)?;
         let resp = self.cairn.search(req).await.map_err(bad)?;
         json(&resp)
     }
@@ -105,14 +123,16 @@ with pending_changes > 0 is not proof of absence.")]
         let Some((source, slug)) = a.target.split_once(':') else {
             return Err(bad(format!("target `{}`: expected SOURCE:SLUG", a.target)));
         };
-        let d = self.cairn.diagnose(&a.query, source, slug).await.map_err(bad)?;
+        let req = request(a.query, a.sources, a.mode.as_deref(), a.limit)?;
+        let d = self.cairn.diagnose(req, source, slug).await.map_err(bad)?;
         json(&d)
     }
 
-    #[tool(description = "Every source: pages, pending changes, lag, last event, files that could not \
-be indexed and why.")]
+    #[tool(description = "This process's role (owner or client of the database's owner), the owner, \
+and every source: pages, chunks still waiting for vectors, pending changes, lag, last event, files \
+that could not be indexed and why.")]
     async fn status(&self) -> Result<String, ErrorData> {
-        json(&self.cairn.status())
+        json(&self.cairn.status().await.map_err(bad)?)
     }
 }
 
@@ -124,9 +144,11 @@ impl ServerHandler for CairnTools {
     }
 }
 
-/// Serve MCP on stdin/stdout until the client closes stdin; then drain the pipeline like Ctrl-C.
+/// Serve MCP on stdin/stdout until the client closes stdin; then drain the pipeline like Ctrl-C
+/// (as the owner), or just stop (as a client).
 pub async fn serve(config: cairn_actors::Config) -> anyhow::Result<()> {
-    let cairn = Cairn::open(config).await?;
+    let cairn = Cairn::open_with(config, cairn_actors::OpenOptions::new("mcp")).await?;
+    tracing::info!("cairn mcp: {:?} of {}", cairn.role(), cairn.config().db);
     let server = CairnTools::new(cairn.clone()).serve(rmcp::transport::stdio()).await?;
     let why = tokio::select! {
         r = server.waiting() => { r?; "stdin closed" }

@@ -54,7 +54,9 @@ async def main(cairn, db, vault, log_path):
 
                 # The server keeps serving after errors.
                 status = text(await session.call_tool("status", {}))
-                assert status[0]["source"] == "notes" and status[0]["pages"] >= 3, status
+                assert status["role"] == "owner" and status["owner"]["purpose"] == "mcp", status
+                notes = status["sources"][0]
+                assert notes["source"] == "notes" and notes["pages"] >= 3, status
                 diag = text(await session.call_tool("diagnose", {"query": "hall of light", "target": "notes:venues/amphitheater"}))
                 assert diag["final_rank"] == 1, diag
     with open(log_path) as f:

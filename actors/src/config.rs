@@ -8,6 +8,9 @@
 //! [model]
 //! dir = "/models/minilm"                # model.onnx + tokenizer.json; default: provisioned
 //!
+//! [limits]                              # what one page may cost (named in its error when over)
+//! max_page_bytes = 10000000
+//!
 //! [[sources]]
 //! id = "notes"
 //! root = "~/vault"
@@ -43,15 +46,64 @@ pub struct ModelConfig {
     pub threads: Option<usize>,
 }
 
+/// What one page may cost; a page over a bound fails with a reason naming the key that raises it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Bytes of one file.
+    pub max_page_bytes: u64,
+    /// Bytes of a frontmatter block, also once its YAML aliases are expanded.
+    pub max_frontmatter_bytes: u64,
+    /// Nesting of a frontmatter block.
+    pub max_frontmatter_depth: u64,
+    /// Wall time to parse and chunk one page (0: none).
+    pub parse_timeout_ms: u64,
+    /// Chunks of one page that are indexed (the first ones).
+    pub max_page_chunks: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        let p = cairn_ingest::ParseOptions::default();
+        Self {
+            max_page_bytes: p.max_page_bytes,
+            max_frontmatter_bytes: p.frontmatter.max_bytes,
+            max_frontmatter_depth: p.frontmatter.max_depth,
+            parse_timeout_ms: p.parse_timeout_ms,
+            max_page_chunks: p.max_page_chunks,
+        }
+    }
+}
+
+impl Limits {
+    /// The parser's options with these bounds.
+    pub fn parse_options(&self) -> cairn_ingest::ParseOptions {
+        cairn_ingest::ParseOptions {
+            max_page_bytes: self.max_page_bytes,
+            frontmatter: cairn_ingest::frontmatter::YamlLimits {
+                max_bytes: self.max_frontmatter_bytes,
+                max_depth: self.max_frontmatter_depth,
+            },
+            parse_timeout_ms: self.parse_timeout_ms,
+            max_page_chunks: self.max_page_chunks,
+            ..cairn_ingest::ParseOptions::default()
+        }
+    }
+}
+
 /// Everything `Cairn::open` needs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
+    /// The database (default: the user's data directory).
+    #[serde(default = "defaults::db")]
     pub db: String,
     #[serde(default)]
     pub sources: Vec<SourceConfig>,
     #[serde(default)]
     pub model: ModelConfig,
+    #[serde(default)]
+    pub limits: Limits,
     #[serde(default = "defaults::debounce_ms")]
     pub debounce_ms: u64,
     /// Safety-net rescan period in seconds (0: only at start, on overflow and on flush).
@@ -77,6 +129,9 @@ pub struct Config {
 }
 
 mod defaults {
+    pub fn db() -> String {
+        super::default_db_uri()
+    }
     pub fn debounce_ms() -> u64 {
         cairn_ingest::Debouncer::DEFAULT_QUIET_MS
     }
@@ -107,6 +162,7 @@ impl Config {
             db: db.into(),
             sources,
             model: ModelConfig::default(),
+            limits: Limits::default(),
             debounce_ms: defaults::debounce_ms(),
             reconcile_secs: defaults::reconcile_secs(),
             commit_chunks: defaults::commit_chunks(),
@@ -135,7 +191,7 @@ impl Config {
         Ok(c)
     }
 
-    /// Ids valid and unique, at least one source.
+    /// Ids valid and unique. (No sources is valid: a database serves the sources it holds.)
     pub fn validate(&self) -> Result<(), String> {
         let mut seen = std::collections::HashSet::new();
         for s in &self.sources {
@@ -144,24 +200,36 @@ impl Config {
                 return Err(format!("source id `{}` is given twice", s.id));
             }
         }
-        if self.sources.is_empty() {
+        if self.limits.max_page_bytes == 0
+            || self.limits.max_page_chunks == 0
+            || self.limits.max_frontmatter_bytes == 0
+        {
             return Err(
-                "no sources: give folders to watch, `--source id=dir`, or [[sources]] in cairn.toml".into()
+                "limits: max_page_bytes, max_page_chunks and max_frontmatter_bytes must be above 0".into()
             );
         }
         Ok(())
     }
 
-    /// Where events are logged.
+    /// The local files of the database (lock, socket, event log, state).
+    pub fn paths(&self) -> crate::paths::DbPaths {
+        crate::paths::DbPaths::of(&self.db)
+    }
+
+    /// Where events are logged: `event_log`, else the database's `events/` folder (for a remote
+    /// database, a local folder named after it).
     pub fn event_log_dir(&self) -> Option<PathBuf> {
-        self.event_log
-            .clone()
-            .or_else(|| (!self.db.contains("://")).then(|| PathBuf::from(&self.db).join("events")))
+        Some(self.event_log.clone().unwrap_or_else(|| self.paths().events()))
     }
 
     pub fn commit_after(&self) -> Duration {
         Duration::from_millis(self.commit_after_ms)
     }
+}
+
+/// The default database: the user's data directory + `cairn`.
+pub fn default_db_uri() -> String {
+    dirs::data_dir().unwrap_or_else(|| PathBuf::from(".")).join("cairn").display().to_string()
 }
 
 /// A source id: `^[a-z0-9][a-z0-9-]{0,31}$`.

@@ -33,9 +33,12 @@ pub enum EventKind {
         unix_ms: u64,
         sources: Vec<String>,
     },
-    /// A source's pipeline is up: `pages` are stored, the catch-up scan follows.
+    /// A source's pipeline is up: `pages` are stored (`vectors_pending` of their chunks still
+    /// without a vector), the catch-up scan follows.
     SourceStarted {
         pages: usize,
+        #[serde(default)]
+        vectors_pending: usize,
     },
     /// A catch-up or safety-net scan compared the folder with the index.
     Reconciled {
@@ -79,32 +82,50 @@ pub enum EventKind {
         kind: String,
         reason: String,
     },
-    /// Committed: searchable from table `version` on.
+    /// Committed: searchable by name and keyword from table `version` on; `vectors_pending` of
+    /// its chunks wait for the model (0: searchable by meaning too, else a `page_embedded`
+    /// follows).
     PageIndexed {
         path: String,
         slug: String,
         chunks: usize,
+        version: u64,
+        #[serde(default)]
+        vectors_pending: usize,
+    },
+    /// The last of a page's chunks got its vector: searchable by meaning from `version` on.
+    PageEmbedded {
+        slug: String,
         version: u64,
     },
     PageRemoved {
         slug: String,
         version: u64,
     },
-    /// One commit of a source's writer.
+    /// One commit of a source's writer: pages (names, text, the vectors already known), or
+    /// vectors attached to chunks committed before (`pages` 0).
     Committed {
         pages: usize,
         removed: usize,
         chunks_embedded: usize,
         chunks_reused: usize,
+        /// Chunks of the source still without a vector after this commit.
+        #[serde(default)]
+        chunks_pending: usize,
         /// Milliseconds spent in the embedding model (the floor a commit cannot go below).
         embed_ms: u64,
         /// The whole commit: vector look-up, embedding and writes.
         commit_ms: u64,
         version: u64,
     },
-    /// The source's indexes were refreshed (compaction, full-text index over new rows).
+    /// The source's tables were compacted, their indexes refreshed, and versions older than
+    /// the retention removed.
     Optimized {
         ms: u64,
+        #[serde(default)]
+        versions_removed: u64,
+        #[serde(default)]
+        bytes_removed: u64,
     },
     /// A stage failed on infrastructure and will be retried after `retry_ms`.
     StageFailed {
@@ -113,6 +134,11 @@ pub enum EventKind {
         retry_ms: u64,
     },
     QueryAnswered(Box<QueryAnswered>),
+    /// A flush asked for with this token is done: every event of the work it waited for came
+    /// before this one (how `cairn index` knows which events are its run's).
+    Flushed {
+        token: u64,
+    },
     SystemStopped {
         clean: bool,
     },
@@ -168,11 +194,13 @@ impl EventKind {
             EventKind::PageFailed { .. } => "page_failed",
             EventKind::PageWarning { .. } => "page_warning",
             EventKind::PageIndexed { .. } => "page_indexed",
+            EventKind::PageEmbedded { .. } => "page_embedded",
             EventKind::PageRemoved { .. } => "page_removed",
             EventKind::Committed { .. } => "committed",
             EventKind::Optimized { .. } => "optimized",
             EventKind::StageFailed { .. } => "stage_failed",
             EventKind::QueryAnswered(_) => "query_answered",
+            EventKind::Flushed { .. } => "flushed",
             EventKind::SystemStopped { .. } => "system_stopped",
         }
     }
@@ -194,9 +222,12 @@ impl std::fmt::Display for Event {
             EventKind::StageFailed { stage, reason, retry_ms } => {
                 write!(f, "{s}: {stage} failed ({reason}); retrying in {retry_ms} ms")
             }
-            EventKind::Committed { pages, removed, chunks_embedded, version, .. } => write!(
+            EventKind::Committed {
+                pages: 0, removed: 0, chunks_embedded, chunks_pending, version, ..
+            } => write!(f, "{s}: {chunks_embedded} chunks embedded, {chunks_pending} to go (v{version})"),
+            EventKind::Committed { pages, removed, chunks_pending, version, .. } => write!(
                 f,
-                "{s}: committed {pages} pages, {removed} removals, {chunks_embedded} chunks embedded (v{version})"
+                "{s}: committed {pages} pages, {removed} removals; {chunks_pending} chunks wait for the model (v{version})"
             ),
             other => write!(f, "{s}: {}", other.name()),
         }

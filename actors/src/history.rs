@@ -40,6 +40,7 @@ fn slug_of(path: &str) -> String {
 fn names_page(e: &Event, slug: &str) -> bool {
     match &e.kind {
         EventKind::PageIndexed { slug: s, .. }
+        | EventKind::PageEmbedded { slug: s, .. }
         | EventKind::PageRemoved { slug: s, .. }
         | EventKind::PageParsed { slug: s, .. }
         | EventKind::PageSkipped { slug: s, .. } => s == slug,
@@ -74,13 +75,15 @@ pub async fn ingest_state(
     })
     .await
     .unwrap_or_default();
+    let stored = match page {
+        Some(_) => store.page_chunk_counts(slug).await.ok(),
+        None => None,
+    };
     let mut s = IngestState {
         file: page.map(|p| p.path.clone()),
         chunks: page.map(|p| p.chunk_count.max(0) as usize),
-        embedded: match page {
-            Some(_) => store.page_chunks(slug).await.ok().map(|c| c.len()),
-            None => None,
-        },
+        rows: stored.map(|(rows, _)| rows),
+        embedded: stored.map(|(_, with_vector)| with_vector),
         table_version: store.version().await.ok(),
         ..IngestState::default()
     };

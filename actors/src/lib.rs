@@ -2,31 +2,48 @@
 //! journals every step as an event, and answers queries; [`Cairn`] is its handle.
 //!
 //! ```text
-//! notify ─▶ Watcher ─▶ Parser (SyncArbiter) ─▶ SourceWriter ─▶ EmbedWorker (SyncArbiter) ─▶ LanceDB
-//!            (debounce, scans)                  (batches, commits)                           │
-//!  Cairn::search ─▶ QueryActor (resident indexes) ◀──── each committed batch ────────────────┘
+//! notify ─▶ Watcher ─▶ Parser (SyncArbiter) ─▶ SourceWriter ─▶ LanceDB: pages, then vectors
+//!            (debounce, scans)  (poison book)     │  ▲ (two phases; keeps the resident index)
+//!                                                 ▼  │
+//!                                    EmbedScheduler (one model thread; edits first, sources in turn)
+//!  Cairn::search ─▶ QueryActor (QueryHost: resident indexes, kept current by the writers)
 //!                         every step ─▶ EventLog (JSON lines) ─▶ subscribers
 //! ```
 //!
-//! It owns threads, queues, supervision, shutdown and replay. It does not own parsing
+//! One process owns a database ([`Cairn`] as owner: the lock, the pipeline, the socket); every
+//! other process on it is a client of that owner ([`Cairn`] as client).
+//!
+//! It owns threads, queues, supervision, shutdown, ownership and replay. It does not own parsing
 //! (`cairn-ingest`), storage or the model (`cairn-index`) or ranking (`cairn-query`).
 
+mod cairn;
+pub mod client;
 pub mod config;
+pub mod embedding;
 pub mod event;
 pub mod history;
+pub mod host;
+pub mod ipc;
 pub mod log;
+pub mod owner;
+pub mod paths;
+pub mod poison;
 pub mod published;
 pub mod query;
 pub mod replay;
+pub mod server;
+pub mod stats;
 pub mod status;
 mod system;
 pub mod watcher;
 pub mod workers;
 pub mod writer;
 
+pub use cairn::{Cairn, OpenOptions, Status};
+pub use cairn_query::Role;
 pub use cairn_query::{Mode, SearchRequest, SearchResponse};
-pub use config::{Config, ModelConfig, SourceConfig};
+pub use config::{Config, Limits, ModelConfig, SourceConfig};
 pub use event::{Event, EventKind};
-pub use query::PageWithBody;
+pub use host::{PageWithBody, QueryHost};
 pub use status::SourceStatus;
-pub use system::{Cairn, Embedders, Error, Result};
+pub use system::{Embedders, Error, Pipeline, Result};

@@ -7,53 +7,41 @@
 //! so the actor itself only routes; concurrent searches do not queue behind each other.
 
 use crate::event::{EventKind, QUERY_STREAM, QueryAnswered, TopResult};
+use crate::host::{LiveSource, PageWithBody, QueryHost};
 use crate::log::Emitter;
 use crate::status::StatusBoard;
 use actix::prelude::*;
-use cairn_index::{Embedder, PageRecord, Prepared, Resident, SourceStore};
-use cairn_query::{SearchRequest, SearchResponse};
-use std::collections::BTreeMap;
+use cairn_index::{Embedder, Resident, SourceStore};
+use cairn_query::{Role, SearchRequest, SearchResponse, ServedBy};
 use std::sync::Arc;
 
 /// Mailbox bound: searches are routed at once (the work runs as tasks), so this only smooths
 /// bursts; a caller beyond it waits.
 const MAILBOX: usize = 64;
 
-/// A source as the query engine reads it: in memory (its resident index, kept current by its
-/// writer), with the store for reads outside the query path (`get`, `diagnose`'s ingest state).
-#[derive(Debug, Clone)]
-pub struct LiveSource {
-    store: SourceStore,
-    resident: Resident,
-    root: Option<std::path::PathBuf>,
-}
-
 /// The query actor.
 pub struct QueryActor {
-    sources: BTreeMap<String, LiveSource>,
-    embedder: Option<Arc<dyn Embedder>>,
+    host: QueryHost,
     emit: Emitter,
     status: StatusBoard,
-    /// The event log, for the ingest history `diagnose` reports.
-    log_dir: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for QueryActor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("QueryActor").field("sources", &self.sources.keys().collect::<Vec<_>>()).finish()
+        f.debug_struct("QueryActor").field("sources", &self.host.source_ids()).finish()
     }
 }
 
 impl QueryActor {
-    /// `embedder` answers query vectors (a separate model instance from the indexing workers, so
-    /// a query never waits behind a batch being embedded); `None` serves `fast` mode only.
+    /// `embedder` answers query vectors (a separate model instance from the indexing one, so a
+    /// query never waits behind a batch being embedded); `None` serves `fast` mode only.
     pub fn new(
         embedder: Option<Arc<dyn Embedder>>,
         emit: Emitter,
         status: StatusBoard,
         log_dir: Option<std::path::PathBuf>,
     ) -> Self {
-        Self { sources: BTreeMap::new(), embedder, emit, status, log_dir }
+        Self { host: QueryHost::new(embedder, log_dir), emit, status }
     }
 }
 
@@ -65,49 +53,35 @@ impl Actor for QueryActor {
     }
 }
 
-/// A source's tables are open: load them into memory and serve them (a writer that restarts sends
-/// this again, so whatever it committed before it failed is read back from the tables).
+/// A source is open: serve it from its resident index (a writer that restarts sends this again
+/// with the index it reloaded).
 #[derive(Debug, Message)]
-#[rtype(result = "Result<(), String>")]
+#[rtype(result = "()")]
 pub struct AddSource {
     pub store: SourceStore,
+    pub resident: Resident,
     /// The folder, for reading page bodies.
     pub root: Option<std::path::PathBuf>,
 }
 
 impl Handler<AddSource> for QueryActor {
-    type Result = AtomicResponse<Self, Result<(), String>>;
+    type Result = ();
 
-    fn handle(&mut self, msg: AddSource, _: &mut Context<Self>) -> Self::Result {
-        let (store, root) = (msg.store, msg.root);
-        let fut = async move {
-            let resident = Resident::load(&store).await.map_err(|e| e.to_string())?;
-            Ok::<_, String>((store, resident))
-        };
-        AtomicResponse::new(Box::pin(actix::fut::wrap_future::<_, Self>(fut).map(|res, act, _| {
-            let (store, resident) = res?;
-            let id = store.id().to_string();
-            act.sources.insert(id, LiveSource { store, resident, root });
-            Ok(())
-        })))
+    fn handle(&mut self, msg: AddSource, _: &mut Context<Self>) {
+        self.host.add(LiveSource { store: msg.store, resident: msg.resident, root: msg.root });
     }
 }
 
-/// A writer committed this batch (tokenised by the writer, so applying it is quick).
+/// Stop serving a source (it was removed from the database).
 #[derive(Debug, Message)]
-#[rtype(result = "()")]
-pub struct Committed {
-    pub source: String,
-    pub batch: Prepared,
-}
+#[rtype(result = "bool")]
+pub struct RemoveSource(pub String);
 
-impl Handler<Committed> for QueryActor {
-    type Result = ();
+impl Handler<RemoveSource> for QueryActor {
+    type Result = bool;
 
-    fn handle(&mut self, msg: Committed, _: &mut Context<Self>) {
-        if let Some(src) = self.sources.get(&msg.source) {
-            src.resident.apply(msg.batch);
-        }
+    fn handle(&mut self, msg: RemoveSource, _: &mut Context<Self>) -> bool {
+        self.host.remove(&msg.0)
     }
 }
 
@@ -121,15 +95,14 @@ impl Handler<Search> for QueryActor {
 
     fn handle(&mut self, msg: Search, _: &mut Context<Self>) -> Self::Result {
         let req = msg.0;
-        let sources: Vec<LiveSource> = self.sources.values().cloned().collect();
-        let (embedder, emit, status) = (self.embedder.clone(), self.emit.clone(), self.status.clone());
+        let (host, emit, status) = (self.host.clone(), self.emit.clone(), self.status.clone());
         Box::pin(async move {
-            let task = tokio::spawn(async move {
-                let refs: Vec<&Resident> = sources.iter().map(|s| &s.resident).collect();
-                cairn_query::search(&refs, embedder.as_deref(), &req).await
-            });
+            // On the runtime's worker threads: the query is embedded and scored in memory, and
+            // concurrent searches do not queue behind each other.
+            let task = tokio::spawn(async move { host.search(&req).await });
             let mut resp = task.await.map_err(|e| cairn_query::QueryError::Internal(e.to_string()))??;
             add_freshness(&mut resp, &status);
+            resp.served_by = Some(ServedBy { pid: std::process::id(), role: Role::Owner });
             emit.emit(QUERY_STREAM, vec![EventKind::QueryAnswered(Box::new(telemetry(&resp)))]).await;
             Ok(resp)
         })
@@ -210,15 +183,6 @@ mod erased {
     }
 }
 
-/// A stored page with its body (the chunks' text in order).
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct PageWithBody {
-    #[serde(flatten)]
-    pub page: PageRecord,
-    pub source: String,
-    pub body: String,
-}
-
 /// Read one page.
 #[derive(Debug, Message)]
 #[rtype(result = "Result<Option<PageWithBody>, String>")]
@@ -231,37 +195,16 @@ impl Handler<Get> for QueryActor {
     type Result = ResponseFuture<Result<Option<PageWithBody>, String>>;
 
     fn handle(&mut self, msg: Get, _: &mut Context<Self>) -> Self::Result {
-        let src = self.sources.get(&msg.source).cloned();
-        let known: Vec<String> = self.sources.keys().cloned().collect();
-        Box::pin(async move {
-            let Some(src) = src else {
-                return Err(format!("unknown source `{}`; sources: {}", msg.source, known.join(", ")));
-            };
-            let Some(page) = src.store.page(&msg.slug).await.map_err(|e| e.to_string())? else {
-                return Ok(None);
-            };
-            // The file is the truth; the stored chunks (which overlap) only when it is unreadable.
-            let file = match &src.root {
-                Some(r) => tokio::fs::read_to_string(r.join(&page.path)).await.ok(),
-                None => None,
-            };
-            let body = match file {
-                Some(text) => cairn_ingest::frontmatter::split(&text).body.to_string(),
-                None => {
-                    let chunks = src.store.page_chunks(&msg.slug).await.map_err(|e| e.to_string())?;
-                    chunks.into_iter().map(|c| c.text).collect::<Vec<_>>().join("\n\n")
-                }
-            };
-            Ok(Some(PageWithBody { page, source: msg.source, body }))
-        })
+        let host = self.host.clone();
+        Box::pin(async move { host.get(&msg.source, &msg.slug).await })
     }
 }
 
-/// Where one page stands at every layer for a query (`cairn diagnose`).
+/// Where one page stands at every layer for a request (`cairn diagnose`).
 #[derive(Debug, Message)]
 #[rtype(result = "Result<cairn_query::Diagnosis, cairn_query::QueryError>")]
 pub struct Diagnose {
-    pub query: String,
+    pub request: SearchRequest,
     pub source: String,
     pub slug: String,
 }
@@ -270,19 +213,9 @@ impl Handler<Diagnose> for QueryActor {
     type Result = ResponseFuture<Result<cairn_query::Diagnosis, cairn_query::QueryError>>;
 
     fn handle(&mut self, msg: Diagnose, _: &mut Context<Self>) -> Self::Result {
-        let sources: Vec<LiveSource> = self.sources.values().cloned().collect();
-        let (embedder, log_dir) = (self.embedder.clone(), self.log_dir.clone());
+        let host = self.host.clone();
         Box::pin(async move {
-            let task = tokio::spawn(async move {
-                let refs: Vec<&Resident> = sources.iter().map(|s| &s.resident).collect();
-                let d = cairn_query::diagnose(&refs, embedder.as_deref(), &msg.query, &msg.source, &msg.slug)
-                    .await?;
-                let Some(src) = sources.iter().find(|s| s.store.id() == msg.source) else { return Ok(d) };
-                let ingest =
-                    crate::history::ingest_state(&src.store, log_dir.as_deref(), &msg.slug, d.page.as_ref())
-                        .await;
-                Ok(d.with_ingest(ingest))
-            });
+            let task = tokio::spawn(async move { host.diagnose(&msg.request, &msg.source, &msg.slug).await });
             task.await.map_err(|e| cairn_query::QueryError::Internal(e.to_string()))?
         })
     }

@@ -12,7 +12,7 @@
 //! would; notify itself is off.
 
 use crate::config::{Config, SourceConfig};
-use crate::system::{Cairn, Embedders, Error, Result};
+use crate::system::{Embedders, Error, Pipeline, Result};
 use cairn_ingest::RawEvent;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -129,10 +129,10 @@ pub fn config(db: &str, dir: &Path) -> Config {
 
 /// Replay `scenario` into the folder `dir` (created empty) and the database of `config`.
 /// Returns the running system, settled; the caller flushes, inspects and shuts it down.
-pub async fn run(scenario: &Scenario, dir: &Path, config: Config, embedders: Embedders) -> Result<Cairn> {
+pub async fn run(scenario: &Scenario, dir: &Path, config: Config, embedders: Embedders) -> Result<Pipeline> {
     std::fs::create_dir_all(dir)?;
     let begin = tokio::time::Instant::now();
-    let mut cairn: Option<Cairn> = None;
+    let mut cairn: Option<Pipeline> = None;
     for step in &scenario.steps {
         tokio::time::sleep_until(begin + Duration::from_millis(step.t)).await;
         let abs = |p: &Path| dir.join(p);
@@ -174,19 +174,19 @@ pub async fn run(scenario: &Scenario, dir: &Path, config: Config, embedders: Emb
                 }
             }
             Op::Event(raw) => running(&cairn)?.inject(SOURCE, raw.clone()).await?,
-            Op::Start => cairn = Some(Cairn::start(config.clone(), embedders.clone()).await?),
+            Op::Start => cairn = Some(Pipeline::start(config.clone(), embedders.clone()).await?),
             Op::Settle => running(&cairn)?.settle().await?,
         }
     }
     let cairn = match cairn {
         Some(c) => c,
-        None => Cairn::start(config, embedders).await?,
+        None => Pipeline::start(config, embedders).await?,
     };
     cairn.settle().await?;
     Ok(cairn)
 }
 
-fn running(c: &Option<Cairn>) -> Result<&Cairn> {
+fn running(c: &Option<Pipeline>) -> Result<&Pipeline> {
     c.as_ref().ok_or_else(|| Error::Config("a replay event comes before `start`".into()))
 }
 

@@ -14,8 +14,21 @@ pub struct SourceStatus {
     pub root: String,
     /// `starting`, `scanning`, `watching`, `retrying` or `stopped`.
     pub state: String,
-    /// Pages stored.
+    /// Pages stored (searchable by name and keyword).
     pub pages: usize,
+    /// Chunks stored, and how many of them still wait for a vector.
+    #[serde(default)]
+    pub chunks: usize,
+    #[serde(default)]
+    pub vectors_pending: usize,
+    /// Chunks embedded per second lately, and the time to embed the rest at that rate.
+    #[serde(default)]
+    pub embed_rate: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eta_secs: Option<f64>,
+    /// The chunks table's version after the last commit.
+    #[serde(default)]
+    pub version: u64,
     /// Changes seen and not yet searchable: file events waiting out the debounce, plus files
     /// handed to the parser/embedder/writer and not yet committed (or skipped, or failed).
     pub pending: u64,
@@ -80,6 +93,11 @@ impl StatusBoard {
         });
     }
 
+    /// Forget a source (it is no longer watched).
+    pub fn remove(&self, source: &str) {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).remove(source);
+    }
+
     pub fn set_state(&self, source: &str, state: &str, error: Option<String>) {
         self.with(source, |e| {
             e.status.state = state.into();
@@ -113,6 +131,20 @@ impl StatusBoard {
 
     pub fn set_pages(&self, source: &str, pages: usize) {
         self.with(source, |e| e.status.pages = pages);
+    }
+
+    pub fn set_version(&self, source: &str, version: u64) {
+        self.with(source, |e| e.status.version = version);
+    }
+
+    /// Chunks stored and waiting for vectors, and the recent embedding rate (chunks/s).
+    pub fn set_vectors(&self, source: &str, chunks: usize, pending: usize, rate: f64) {
+        self.with(source, |e| {
+            e.status.chunks = chunks;
+            e.status.vectors_pending = pending;
+            e.status.embed_rate = rate;
+            e.status.eta_secs = (pending > 0 && rate > 0.0).then(|| pending as f64 / rate);
+        });
     }
 
     /// The last event of a registered source (system and query streams are not sources).

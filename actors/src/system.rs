@@ -1,25 +1,30 @@
-//! The running system and its handle, [`Cairn`].
+//! The pipeline of the process that owns a database, and its handle, [`Pipeline`].
 //!
-//! [`Cairn::open`] starts an actix system on a thread of its own (actors on one arbiter thread;
-//! LanceDB and searches on a small multi-threaded tokio runtime; parsing and inference on
-//! `SyncArbiter` threads) and returns a cloneable handle usable from any async runtime.
-//! [`Cairn::start`] starts the same actors in the caller's actix system instead (tests replay
-//! under paused time that way).
+//! [`Pipeline::open`] starts an actix system on a thread of its own (actors on one arbiter thread;
+//! LanceDB and searches on a small multi-threaded tokio runtime; parsing on a `SyncArbiter`
+//! thread, the model on the embedding scheduler's) and returns a cloneable handle usable from any
+//! async runtime. [`Pipeline::start`] starts the same actors in the caller's actix system instead
+//! (tests replay under paused time that way). [`crate::Pipeline`] is the handle most callers want:
+//! it is this pipeline when the process owns the database, a client of the owner otherwise.
 
-use crate::config::Config;
+use crate::config::{Config, SourceConfig};
+use crate::embedding::EmbedScheduler;
 use crate::event::{Event, EventKind, SYSTEM_STREAM};
+use crate::host::PageWithBody;
 use crate::log::{Emitter, EventLog, SyncLog};
-use crate::query::{Get, PageWithBody, QueryActor, Search};
+use crate::poison::PoisonBook;
+use crate::query::{AddSource, Get, QueryActor, RemoveSource, Search};
 use crate::status::{SourceStatus, StatusBoard};
 use crate::watcher::{Flush, Inject, StopWatching, Watcher, WatcherOptions};
-use crate::workers::{EmbedWorker, Parser};
-use crate::writer::{Ready, SourceWriter, WriterOptions, WriterParts};
+use crate::workers::Parser;
+use crate::writer::{AwaitVectors, Ready, SourceWriter, WriterOptions, WriterParts};
 use actix::prelude::*;
-use cairn_index::{Database, Embedder, Manifest, OrtEmbedder, OrtOptions};
-use cairn_ingest::{ParseOptions, RawEvent, ScanOptions};
+use cairn_index::{Database, Embedder, Manifest, OrtEmbedder, OrtOptions, SourceInfo};
+use cairn_ingest::{RawEvent, ScanOptions};
 use cairn_query::{SearchRequest, SearchResponse};
 use futures::stream::BoxStream;
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{broadcast, oneshot};
@@ -43,6 +48,23 @@ pub enum Error {
     Stopped,
     #[error("{0}")]
     Pipeline(String),
+    /// The owner of the database answered with an error, or could not be reached.
+    #[error(transparent)]
+    Remote(#[from] crate::ipc::RemoteError),
+}
+
+impl Error {
+    /// A mistake in the request (exit code 2 on the command line), not a failure.
+    pub fn is_usage(&self) -> bool {
+        match self {
+            Error::Query(q) => q.is_usage(),
+            Error::Config(_) => true,
+            Error::Remote(r) => {
+                matches!(r.code, crate::ipc::ErrorCode::Usage | crate::ipc::ErrorCode::VersionMismatch)
+            }
+            _ => false,
+        }
+    }
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -85,19 +107,44 @@ impl Embedders {
     }
 }
 
+/// One source's running stages.
+#[derive(Debug, Clone)]
+struct Running {
+    config: SourceConfig,
+    watcher: Addr<Watcher>,
+    writer: Addr<SourceWriter>,
+}
+
+/// What every source shares, for starting more of them later.
+#[derive(Clone)]
+struct Shared {
+    parts: WriterParts,
+    parser: Addr<Parser>,
+    book: Arc<PoisonBook>,
+    wopts: WatcherOptions,
+    arbiter: actix::ArbiterHandle,
+}
+
 struct Inner {
     query: Addr<QueryActor>,
-    watchers: BTreeMap<String, Addr<Watcher>>,
+    sources: Mutex<BTreeMap<String, Running>>,
+    shared: Shared,
     emit: Emitter,
     events: broadcast::Sender<Arc<Event>>,
+    /// Subscribed before the first event: the first `subscribe()` gets every event from the
+    /// start (`cairn index` counts its run's events; a fast catch-up must not be missed).
+    first: Mutex<Option<broadcast::Receiver<Arc<Event>>>>,
     status: StatusBoard,
     shutdown: Duration,
     stopped: std::sync::atomic::AtomicBool,
     /// Freshness for readers in other processes; stopped (its file removed) at shutdown.
     publisher: Mutex<Option<crate::published::Publisher>>,
+    /// Dropped once the pipeline has drained (the owner lock: released only when nothing is
+    /// being written any more).
+    keep: Mutex<Vec<Box<dyn std::any::Any + Send>>>,
 }
 
-/// Held by the handles given out by [`Cairn::open`]: the signal that stops the system's thread.
+/// Held by the handles given out by [`Pipeline::open`]: the signal that stops the system's thread.
 struct Guard {
     stop: Mutex<Option<oneshot::Sender<oneshot::Sender<()>>>>,
 }
@@ -115,14 +162,14 @@ impl Drop for Guard {
 /// A running cairn: watches its sources, keeps their index current, answers queries.
 ///
 /// ```no_run
-/// use cairn_actors::{Cairn, Config, SourceConfig, SearchRequest};
+/// use cairn_actors::{Pipeline, Config, SourceConfig, SearchRequest};
 ///
 /// # async fn demo() -> Result<(), cairn_actors::Error> {
 /// let config = Config::new(
 ///     "/tmp/cairn-db",
 ///     vec![SourceConfig { id: "notes".into(), root: "/home/me/vault".into(), include: vec![], exclude: vec![] }],
 /// );
-/// let cairn = Cairn::open(config).await?;
+/// let cairn = Pipeline::open(config).await?;
 /// cairn.flush().await?; // everything on disk now is searchable
 /// let answer = cairn.search(SearchRequest::new("hall of light")).await?;
 /// for r in &answer.results {
@@ -133,24 +180,24 @@ impl Drop for Guard {
 /// # }
 /// ```
 #[derive(Clone)]
-pub struct Cairn {
+pub struct Pipeline {
     inner: Arc<Inner>,
     guard: Option<Arc<Guard>>,
 }
 
-impl std::fmt::Debug for Cairn {
+impl std::fmt::Debug for Pipeline {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Cairn").field("sources", &self.inner.watchers.keys().collect::<Vec<_>>()).finish()
+        f.debug_struct("Pipeline").field("sources", &self.source_ids()).finish()
     }
 }
 
-impl Cairn {
+impl Pipeline {
     /// Load the model, start the system on its own thread, and return once every source's tables
-    /// are open (the catch-up scan goes on in the background; [`Cairn::flush`] waits for it).
+    /// are open (the catch-up scan goes on in the background; [`Pipeline::flush`] waits for it).
     pub async fn open(config: Config) -> Result<Self> {
         config.validate().map_err(Error::Config)?;
         let embedders = Embedders::load(&config).await?;
-        let (ready_tx, ready_rx) = oneshot::channel::<Result<Cairn>>();
+        let (ready_tx, ready_rx) = oneshot::channel::<Result<Pipeline>>();
         let (stop_tx, stop_rx) = oneshot::channel::<oneshot::Sender<()>>();
         std::thread::Builder::new().name("cairn-actors".into()).spawn(move || {
             let workers = std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(2, 4);
@@ -164,7 +211,7 @@ impl Cairn {
             };
             let system = System::with_tokio_rt(runtime);
             system.block_on(async move {
-                let cairn = match Cairn::start(config, embedders).await {
+                let cairn = match Pipeline::start(config, embedders).await {
                     Ok(c) => c,
                     Err(e) => {
                         let _ = ready_tx.send(Err(e));
@@ -186,11 +233,13 @@ impl Cairn {
         Ok(cairn)
     }
 
-    /// Start the actors in the current actix system (the caller runs it).
+    /// Start the actors in the current actix system (the caller runs it). The sources are the
+    /// configuration's, plus every source the database already holds (watched when its recorded
+    /// folder is here, else served as stored).
     pub async fn start(config: Config, embedders: Embedders) -> Result<Self> {
         config.validate().map_err(Error::Config)?;
         let status = StatusBoard::default();
-        let (events, _) = broadcast::channel(SUBSCRIBER_BUFFER);
+        let (events, first) = broadcast::channel(SUBSCRIBER_BUFFER);
         let log_dir = config.event_log_dir();
         if let Some(d) = &log_dir {
             std::fs::create_dir_all(d)
@@ -212,15 +261,47 @@ impl Cairn {
         let unix_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
-        let ids: Vec<String> = config.sources.iter().map(|s| s.id.clone()).collect();
-        emit.emit(SYSTEM_STREAM, vec![EventKind::SystemStarted { unix_ms, sources: ids }]).await;
 
         let db = Database::open(&config.db).await?;
+        let stored = db.sources().await?;
+        let mut sources = config.sources.clone();
+        for info in &stored {
+            if sources.iter().any(|s| s.id == info.id) {
+                continue;
+            }
+            if let Some(root) = info.root.as_ref().filter(|r| Path::new(r).is_dir()) {
+                sources.push(SourceConfig {
+                    id: info.id.clone(),
+                    root: root.into(),
+                    include: info.include.clone(),
+                    exclude: info.exclude.clone(),
+                });
+            }
+        }
+        let ids: Vec<String> = sources.iter().map(|s| s.id.clone()).collect();
+        emit.emit(SYSTEM_STREAM, vec![EventKind::SystemStarted { unix_ms, sources: ids }]).await;
+
         let manifest = Manifest::current(embedders.index.model_id(), embedders.index.dim());
-        // Inference takes the cores (one worker × all ort threads); parsing is light next to it.
-        let parser = SyncArbiter::start(1, || Parser::new(ParseOptions::default()));
-        let index_embedder = embedders.index.clone();
-        let embedder = SyncArbiter::start(1, move || EmbedWorker::new(index_embedder.clone()));
+        let book = Arc::new(PoisonBook::open(&config.paths().state()).unwrap_or_else(|e| {
+            tracing::warn!(
+                "{}: {e}; pages that fail are remembered until restart only",
+                config.paths().state().display()
+            );
+            PoisonBook::in_memory()
+        }));
+        for (source, path, e) in book.skipped() {
+            status.failure(
+                &source,
+                crate::status::FileFailure { path, kind: "poisoned".into(), reason: e.reason },
+            );
+        }
+        let opts = config.limits.parse_options();
+        // Inference takes the cores (one model thread × all its ort threads); parsing is light next to it.
+        let parser = {
+            let book = book.clone();
+            SyncArbiter::start(1, move || Parser::new(opts.clone(), book.clone()))
+        };
+        let scheduler = EmbedScheduler::start(embedders.index.clone(), OrtOptions::default().batch_size)?;
         let query = QueryActor::new(
             Some(embedders.query.clone()),
             emit.clone(),
@@ -228,11 +309,10 @@ impl Cairn {
             config.event_log_dir(),
         )
         .start();
-
         let parts = WriterParts {
-            db,
+            db: db.clone(),
             manifest,
-            embedder,
+            embedder: scheduler,
             query: query.clone(),
             emit: emit.clone(),
             status: status.clone(),
@@ -243,40 +323,130 @@ impl Cairn {
             reconcile_every: (config.reconcile_secs > 0).then(|| Duration::from_secs(config.reconcile_secs)),
             notify: config.watch,
         };
-        let mut watchers = BTreeMap::new();
-        for s in &config.sources {
-            status.register(&s.id, &s.root.display().to_string());
-            let (id, root, p) = (s.id.clone(), s.root.clone(), parts.clone());
-            let writer = Supervisor::start(move |_| SourceWriter::new(&id, root, p));
-            // Answered once the writer's start-up (opening the tables) has run.
-            let _ = writer.send(Ready).await;
-            let scan = ScanOptions { include: s.include.clone(), exclude: s.exclude.clone() };
-            let w = Watcher::new(
-                &s.id,
-                s.root.clone(),
-                scan,
-                wopts.clone(),
-                parser.clone(),
-                writer,
-                emit.clone(),
-                status.clone(),
-            )
-            .map_err(|e| Error::Config(format!("source `{}`: {e}", s.id)))?;
-            watchers.insert(s.id.clone(), w.start());
-        }
-        Ok(Cairn {
+        let shared = Shared { parts, parser, book, wopts, arbiter: actix::Arbiter::current() };
+        let cairn = Pipeline {
             inner: Arc::new(Inner {
-                query,
-                watchers,
+                query: query.clone(),
+                sources: Mutex::new(BTreeMap::new()),
+                shared,
                 emit,
                 events,
+                first: Mutex::new(Some(first)),
                 status,
                 shutdown: Duration::from_secs(config.shutdown_secs),
                 stopped: Default::default(),
                 publisher: Mutex::new(publisher),
+                keep: Mutex::new(Vec::new()),
             }),
             guard: None,
-        })
+        };
+        for s in sources {
+            let running =
+                start_source(&cairn.inner.shared, &cairn.inner.status, &cairn.inner.emit, s).await?;
+            cairn.inner.sources.lock().unwrap_or_else(|p| p.into_inner()).insert(running.0, running.1);
+        }
+        // Sources the database holds whose folder is not here: served as stored.
+        for info in stored {
+            if cairn.source_ids().contains(&info.id) {
+                continue;
+            }
+            match db.open_existing(&info.id).await {
+                Ok(store) => {
+                    let (resident, _) = cairn_index::Resident::load(&store).await?;
+                    query
+                        .send(AddSource { store, resident, root: None })
+                        .await
+                        .map_err(|_| Error::Stopped)?;
+                    tracing::info!("source `{}`: its folder is not here; served as stored", info.id);
+                }
+                Err(e) => tracing::warn!("source `{}` cannot be opened: {e}", info.id),
+            }
+        }
+        Ok(cairn)
+    }
+
+    /// Ids of the sources this system watches.
+    pub fn source_ids(&self) -> Vec<String> {
+        self.inner.sources.lock().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect()
+    }
+
+    fn running(&self) -> Vec<(String, Running)> {
+        self.inner
+            .sources
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    /// Watch another source from now on (its tables are created or opened, and its catch-up
+    /// scan starts). A source already watched from the same folder is left as it is.
+    pub async fn add_source(&self, source: SourceConfig) -> Result<()> {
+        crate::config::validate_source_id(&source.id).map_err(Error::Config)?;
+        if let Some(existing) =
+            self.inner.status.get(&source.id).filter(|_| self.source_ids().contains(&source.id))
+        {
+            if Path::new(&existing.root) == source.root {
+                return Ok(());
+            }
+            return Err(Error::Config(format!(
+                "source `{}` is already watched from {}; give the new folder another id",
+                source.id, existing.root
+            )));
+        }
+        let (tx, rx) = oneshot::channel();
+        let (shared, status, emit) =
+            (self.inner.shared.clone(), self.inner.status.clone(), self.inner.emit.clone());
+        let arbiter = shared.arbiter.clone();
+        // Actors start on the system's own arbiter, whatever runtime the caller is on.
+        arbiter.spawn(async move {
+            let _ = tx.send(start_source(&shared, &status, &emit, source).await);
+        });
+        let (id, running) = rx.await.map_err(|_| Error::Stopped)??;
+        self.inner.sources.lock().unwrap_or_else(|p| p.into_inner()).insert(id, running);
+        Ok(())
+    }
+
+    /// Stop watching a source and stop serving it; `forget` also drops its tables and the pages
+    /// remembered as failed in it (`cairn forget`).
+    pub async fn remove_source(&self, id: &str, forget: bool) -> Result<()> {
+        let running = self.inner.sources.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
+        let served = self.inner.query.send(RemoveSource(id.to_string())).await.map_err(|_| Error::Stopped)?;
+        if running.is_none() && !served && !forget {
+            return Err(Error::Config(format!(
+                "unknown source `{id}`; sources: {}",
+                self.source_ids().join(", ")
+            )));
+        }
+        if let Some(r) = running {
+            let _ = r.watcher.send(StopWatching).await;
+            if !forget {
+                // What was seen before the stop is kept.
+                let _ = r.writer.send(crate::writer::Commit).await;
+            }
+            let _ = r.watcher.send(crate::watcher::Close).await;
+            // Sent, not awaited: the supervisor ends once no address of the writer is left.
+            r.writer.do_send(crate::writer::Close);
+        }
+        self.inner.status.remove(id);
+        if forget {
+            self.inner.shared.parts.db.drop_source(id).await?;
+            self.inner.shared.book.forget_source(id);
+        }
+        Ok(())
+    }
+
+    /// Drop a source's tables and index its folder again from scratch.
+    pub async fn reindex(&self, id: &str) -> Result<()> {
+        let config =
+            self.running().into_iter().find(|(s, _)| s == id).map(|(_, r)| r.config).ok_or_else(|| {
+                Error::Config(format!(
+                    "`{id}` is not a source watched here (its folder is needed to index it again)"
+                ))
+            })?;
+        self.remove_source(id, true).await?;
+        self.add_source(config).await
     }
 
     /// Answer a query over the live index (with each source's pending changes).
@@ -284,9 +454,14 @@ impl Cairn {
         Ok(self.inner.query.send(Search(req)).await.map_err(|_| Error::Stopped)??)
     }
 
-    /// Where one page stands at every layer of the query engine for `query`.
-    pub async fn diagnose(&self, query: &str, source: &str, slug: &str) -> Result<cairn_query::Diagnosis> {
-        let msg = crate::query::Diagnose { query: query.into(), source: source.into(), slug: slug.into() };
+    /// Where one page stands at every layer of the query engine for `request`.
+    pub async fn diagnose(
+        &self,
+        request: SearchRequest,
+        source: &str,
+        slug: &str,
+    ) -> Result<cairn_query::Diagnosis> {
+        let msg = crate::query::Diagnose { request, source: source.into(), slug: slug.into() };
         Ok(self.inner.query.send(msg).await.map_err(|_| Error::Stopped)??)
     }
 
@@ -300,15 +475,17 @@ impl Cairn {
             .map_err(Error::Pipeline)
     }
 
-    /// Every source: pages, pending changes, lag, last event, failures.
+    /// Every source: pages, pending changes, lag, vectors to go, failures.
     pub fn status(&self) -> Vec<SourceStatus> {
         self.inner.status.all()
     }
 
-    /// Every event from now on (a subscriber that falls more than a few thousand events behind
-    /// skips ahead; the log file has them all).
+    /// Every event from now on; the first subscriber gets every event since the start. (A
+    /// subscriber that falls more than a few thousand events behind skips ahead; the log file
+    /// has them all.)
     pub fn subscribe(&self) -> BoxStream<'static, Arc<Event>> {
-        let rx = self.inner.events.subscribe();
+        let first = self.inner.first.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let rx = first.unwrap_or_else(|| self.inner.events.subscribe());
         Box::pin(futures::stream::unfold(rx, |mut rx| async move {
             loop {
                 match rx.recv().await {
@@ -322,26 +499,51 @@ impl Cairn {
         }))
     }
 
-    /// Resolves when everything seen so far is searchable: pending file events are settled, the
-    /// folders are compared with the index (catching anything the watcher has not been told yet),
-    /// and every writer has committed.
+    /// Resolves when everything seen so far is searchable, by meaning too: pending file events
+    /// are settled, the folders are compared with the index (catching anything the watcher has
+    /// not been told yet), every writer has committed, and every chunk has its vector.
     pub async fn flush(&self) -> Result<()> {
-        self.flush_with(true).await
+        self.flush_with(true, true).await
     }
 
-    /// [`Cairn::flush`] without the folder comparison: only the events seen so far.
+    /// [`Pipeline::flush`] without the folder comparison: only the events seen so far.
     pub async fn settle(&self) -> Result<()> {
-        self.flush_with(false).await
+        self.flush_with(false, true).await
     }
 
-    async fn flush_with(&self, rescan: bool) -> Result<()> {
-        let all = self.inner.watchers.values().map(|w| w.send(Flush { rescan }));
+    /// Everything seen so far searchable by name and keyword (vectors may still be coming).
+    pub async fn flush_pages(&self) -> Result<()> {
+        self.flush_with(true, false).await
+    }
+
+    /// A flush (see [`Pipeline::flush`]) followed by a `flushed` event carrying `token`.
+    pub async fn flush_marked(&self, rescan: bool, vectors: bool, token: Option<u64>) -> Result<()> {
+        let r = self.flush_with(rescan, vectors).await;
+        if let Some(token) = token {
+            self.inner.emit.emit(SYSTEM_STREAM, vec![EventKind::Flushed { token }]).await;
+        }
+        r
+    }
+
+    async fn flush_with(&self, rescan: bool, vectors: bool) -> Result<()> {
+        let running = self.running();
+        let all = running.iter().map(|(_, r)| r.watcher.send(Flush { rescan }));
         let mut failed = Vec::new();
-        for (id, r) in self.inner.watchers.keys().zip(futures::future::join_all(all).await) {
+        for ((id, _), r) in running.iter().zip(futures::future::join_all(all).await) {
             match r {
                 Ok(Ok(_)) => {}
                 Ok(Err(e)) => failed.push(format!("{id}: {e}")),
                 Err(_) => return Err(Error::Stopped),
+            }
+        }
+        if vectors {
+            let all = running.iter().map(|(_, r)| r.writer.send(AwaitVectors));
+            for ((id, _), r) in running.iter().zip(futures::future::join_all(all).await) {
+                match r {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => failed.push(format!("{id}: {e}")),
+                    Err(_) => return Err(Error::Stopped),
+                }
             }
         }
         let _ = self.inner.emit.log().send(SyncLog).await;
@@ -351,15 +553,17 @@ impl Cairn {
     /// Feed a raw file event to a source's watcher as if notify had reported it (replays).
     pub async fn inject(&self, source: &str, event: RawEvent) -> Result<()> {
         let w = self
-            .inner
-            .watchers
-            .get(source)
+            .running()
+            .into_iter()
+            .find(|(id, _)| id == source)
+            .map(|(_, r)| r.watcher)
             .ok_or_else(|| Error::Config(format!("unknown source `{source}`")))?;
         w.send(Inject(event)).await.map_err(|_| Error::Stopped)
     }
 
-    /// Stop watching, drain every queue (settle, parse, embed, commit), close the log. Bounded by
-    /// the configured shutdown deadline.
+    /// Stop watching, drain the queues (settle, parse, commit pages and the vectors already
+    /// computed), close the log. Bounded by the configured shutdown deadline; chunks still
+    /// waiting for the model are embedded at the next start.
     pub async fn shutdown(&self) -> Result<()> {
         let owned = self.guard.as_ref().and_then(|g| g.stop.lock().unwrap_or_else(|p| p.into_inner()).take());
         match owned {
@@ -378,10 +582,11 @@ impl Cairn {
         if self.inner.stopped.swap(true, std::sync::atomic::Ordering::SeqCst) {
             return;
         }
-        for w in self.inner.watchers.values() {
-            let _ = w.send(StopWatching).await;
+        for (_, r) in self.running() {
+            let _ = r.watcher.send(StopWatching).await;
         }
-        let clean = matches!(wall_timeout(self.inner.shutdown, self.flush_with(false)).await, Some(Ok(())));
+        let clean =
+            matches!(wall_timeout(self.inner.shutdown, self.flush_with(false, false)).await, Some(Ok(())));
         if !clean {
             tracing::warn!(
                 "shutdown: not everything was committed within {} s; the next start catches up",
@@ -394,7 +599,47 @@ impl Cairn {
             let _ = tokio::task::spawn_blocking(move || p.stop()).await;
         }
         let _ = self.inner.emit.log().send(SyncLog).await;
+        self.inner.keep.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
+
+    /// Keep `value` until the pipeline has drained (after `shutdown`, or after the last handle
+    /// went and the queues were drained).
+    pub fn keep_until_stopped(&self, value: Box<dyn std::any::Any + Send>) {
+        self.inner.keep.lock().unwrap_or_else(|p| p.into_inner()).push(value);
+    }
+}
+
+/// Start one source's writer and watcher (on the system's arbiter).
+async fn start_source(
+    shared: &Shared,
+    status: &StatusBoard,
+    emit: &Emitter,
+    s: SourceConfig,
+) -> Result<(String, Running)> {
+    status.register(&s.id, &s.root.display().to_string());
+    let info = SourceInfo {
+        id: s.id.clone(),
+        root: Some(s.root.canonicalize().unwrap_or_else(|_| s.root.clone()).display().to_string()),
+        include: s.include.clone(),
+        exclude: s.exclude.clone(),
+    };
+    let (root, p) = (s.root.clone(), shared.parts.clone());
+    let writer = Supervisor::start(move |_| SourceWriter::new(info, root, p));
+    // Answered once the writer's start-up (opening the tables) has run.
+    let _ = writer.send(Ready).await;
+    let scan = ScanOptions { include: s.include.clone(), exclude: s.exclude.clone() };
+    let w = Watcher::new(
+        &s.id,
+        s.root.clone(),
+        scan,
+        shared.wopts.clone(),
+        shared.parser.clone(),
+        writer.clone(),
+        emit.clone(),
+        status.clone(),
+    )
+    .map_err(|e| Error::Config(format!("source `{}`: {e}", s.id)))?;
+    Ok((s.id.clone(), Running { config: s, watcher: w.start(), writer }))
 }
 
 /// `fut`, or `None` once `limit` of wall-clock time has passed. Not tokio's timer: under paused

@@ -16,7 +16,7 @@ use crate::event::EventKind;
 use crate::log::Emitter;
 use crate::status::StatusBoard;
 use crate::workers::{PARSE_GROUP, Parse, Parsed, Parser, Scan};
-use crate::writer::{Commit, Ingest, SourceWriter, States};
+use crate::writer::{Commit, Ingest, Origin, SourceWriter, States};
 use actix::prelude::*;
 use cairn_ingest::{Debouncer, PathFilter, RawEvent, ScanOptions, Settled, rel_string};
 use std::collections::HashSet;
@@ -228,7 +228,7 @@ impl Watcher {
     fn classify(&self, settled: Vec<Settled>) -> Changes {
         let root = &self.h.root;
         let relevant = |p: &Path| self.filter.allows_file(p);
-        let mut c = Changes::default();
+        let mut c = Changes { origin: Origin::Edit, ..Changes::default() };
         for s in settled {
             match s {
                 Settled::Rescan => c.rescan = true,
@@ -299,6 +299,8 @@ struct Changes {
     renamed: Vec<(String, String)>,
     events: Vec<EventKind>,
     rescan: bool,
+    /// File events (someone is editing) or a scan.
+    origin: Origin,
 }
 
 /// Log the file events, parse in groups, hand everything to the writer in order; then rescan if
@@ -328,9 +330,10 @@ async fn apply(h: &Handles, mut c: Changes) -> Result<bool, String> {
     let mut removed = std::mem::take(&mut c.removed);
     let mut renamed = std::mem::take(&mut c.renamed);
     let stopped = |e: MailboxError| format!("pipeline stopped: {e}");
+    let origin = c.origin;
     if c.to_parse.is_empty() {
         if !removed.is_empty() {
-            h.writer.send(Ingest { parsed: Vec::new(), removed, renamed }).await.map_err(stopped)?;
+            h.writer.send(Ingest { parsed: Vec::new(), removed, renamed, origin }).await.map_err(stopped)?;
             commit(h).await?;
         }
         return Ok(false);
@@ -342,8 +345,12 @@ async fn apply(h: &Handles, mut c: Changes) -> Result<bool, String> {
             .await
             .map_err(stopped)?;
         found_dir |= parsed.iter().any(|p| matches!(p, Parsed::Directory { .. }));
-        let msg =
-            Ingest { parsed, removed: std::mem::take(&mut removed), renamed: std::mem::take(&mut renamed) };
+        let msg = Ingest {
+            parsed,
+            removed: std::mem::take(&mut removed),
+            renamed: std::mem::take(&mut renamed),
+            origin,
+        };
         h.writer.send(msg).await.map_err(stopped)?;
     }
     commit(h).await?;
@@ -584,5 +591,18 @@ impl Handler<StopWatching> for Watcher {
         self.notify = None;
         self.stopped = true;
         self.h.status.set_state(&self.h.id, "stopped", None);
+    }
+}
+
+/// Stop this actor now (its source is being removed).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct Close;
+
+impl Handler<Close> for Watcher {
+    type Result = ();
+
+    fn handle(&mut self, _: Close, ctx: &mut Context<Self>) {
+        ctx.stop();
     }
 }

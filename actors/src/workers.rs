@@ -1,31 +1,74 @@
-//! The CPU stages, each a `SyncArbiter` pool so that reading, parsing, chunking and inference
-//! never run on an async thread: [`Parser`] (read, hash, parse, chunk; also the folder scans)
-//! and [`EmbedWorker`] (the model).
+//! The parsing stage, a `SyncArbiter` pool so that reading, parsing and chunking never run on an
+//! async thread: [`Parser`] (read, hash, parse, chunk; also the folder scans). The model runs in
+//! [`crate::embedding`].
 //!
 //! Bounds: `SyncArbiter` queues are unbounded inside actix, so callers keep the bound: each
-//! source's watcher has one parse request (≤ [`PARSE_GROUP`] files) in flight, and each source's
-//! writer one embedding request (≤ its commit size).
+//! source's watcher has one parse request (≤ [`PARSE_GROUP`] files) in flight.
 
+use crate::poison::{PoisonBook, file_hash};
 use actix::prelude::*;
-use cairn_index::Embedder;
-use cairn_ingest::{ParseOptions, ParsedPage, PathFilter, ScanOptions, ScanReport, read_page, scan};
+use cairn_ingest::{
+    Error, ParseOptions, ParsedPage, PathFilter, ScanOptions, ScanReport, parse_page, rel_string, scan,
+};
 use std::panic::AssertUnwindSafe;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// Files per parse request: large enough to amortise a message, small enough that a page's
 /// change reaches the writer while the next group parses.
 pub const PARSE_GROUP: usize = 64;
 
-/// Reads and parses files.
+/// Reads and parses files; pages remembered as failed (by their bytes) are not parsed again.
 #[derive(Debug)]
 pub struct Parser {
     opts: ParseOptions,
+    book: Arc<PoisonBook>,
 }
 
 impl Parser {
-    pub fn new(opts: ParseOptions) -> Self {
-        Self { opts }
+    pub fn new(opts: ParseOptions, book: Arc<PoisonBook>) -> Self {
+        Self { opts, book }
+    }
+
+    /// Read and parse one file, through the poison book.
+    fn page(&self, source: &str, root: &Path, rel: &Path) -> Result<ParsedPage, Error> {
+        let io = |e: std::io::Error| Error::Io { path: rel.to_path_buf(), message: e.to_string() };
+        let abs = root.join(rel);
+        let size = std::fs::metadata(&abs).map_err(io)?.len();
+        if size > self.opts.max_page_bytes {
+            return Err(Error::TooLarge { path: rel.into(), size, cap: self.opts.max_page_bytes });
+        }
+        let bytes = std::fs::read(&abs).map_err(io)?;
+        let (path, hash) = (rel_string(rel), file_hash(&bytes));
+        if let Some(e) = self.book.check(source, &path, &hash) {
+            return Err(Error::Poisoned { path: rel.into(), reason: e.reason });
+        }
+        self.book.begin(source, &path, &hash);
+        // A panic in the parser is a bug; it fails this file loudly, not the stage.
+        let result =
+            std::panic::catch_unwind(AssertUnwindSafe(|| parse_page(source, rel, &bytes, &self.opts)));
+        self.book.done(source, &path, matches!(result, Ok(Ok(_))));
+        match result {
+            Ok(Ok(page)) => Ok(page),
+            Ok(Err(e)) => {
+                if matches!(
+                    e,
+                    Error::ParseTimeout { .. }
+                        | Error::FrontmatterTooLarge { .. }
+                        | Error::FrontmatterTooDeep { .. }
+                ) {
+                    self.book.add(source, &path, &hash, e.kind(), &e.to_string());
+                }
+                Err(e)
+            }
+            Err(panic) => {
+                let what = panic_message(&panic);
+                tracing::error!("parser panicked on {}: {what}", abs.display());
+                let reason = format!("the parser crashed on this file ({what}); please report it");
+                self.book.add(source, &path, &hash, "crashed", &reason);
+                Err(Error::Poisoned { path: rel.into(), reason })
+            }
+        }
     }
 }
 
@@ -84,26 +127,13 @@ impl Handler<Parse> for Parser {
                     .and_then(|m| m.modified())
                     .map(cairn_ingest::scan::mtime_ms)
                     .unwrap_or(0);
-                // A panic in the parser is a bug; it fails this file loudly, not the stage.
-                let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                    read_page(&msg.source, &msg.root, &rel, &self.opts)
-                }));
-                match result {
-                    Ok(Ok(page)) => Parsed::Page { page: Box::new(page), mtime_ms },
-                    Ok(Err(cairn_ingest::Error::Io { message, .. })) if !abs.exists() => {
+                match self.page(&msg.source, &msg.root, &rel) {
+                    Ok(page) => Parsed::Page { page: Box::new(page), mtime_ms },
+                    Err(Error::Io { message, .. }) if !abs.exists() => {
                         tracing::debug!("{}: gone before it could be read ({message})", rel.display());
                         Parsed::Gone { rel }
                     }
-                    Ok(Err(error)) => Parsed::Failed { rel, error },
-                    Err(panic) => {
-                        let what = panic_message(&panic);
-                        tracing::error!("parser panicked on {}: {what}", abs.display());
-                        let error = cairn_ingest::Error::Io {
-                            path: rel.clone(),
-                            message: format!("the parser crashed on this file ({what}); please report it"),
-                        };
-                        Parsed::Failed { rel, error }
-                    }
+                    Err(error) => Parsed::Failed { rel, error },
                 }
             })
             .collect();
@@ -128,54 +158,8 @@ impl Handler<Scan> for Parser {
     }
 }
 
-/// Runs the embedding model.
-pub struct EmbedWorker {
-    embedder: Arc<dyn Embedder>,
-}
-
-impl std::fmt::Debug for EmbedWorker {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EmbedWorker").field("model", &self.embedder.model_id()).finish()
-    }
-}
-
-impl EmbedWorker {
-    pub fn new(embedder: Arc<dyn Embedder>) -> Self {
-        Self { embedder }
-    }
-}
-
-impl Actor for EmbedWorker {
-    type Context = SyncContext<Self>;
-}
-
-/// Vectors for these texts, in order.
-#[derive(Message)]
-#[rtype(result = "Result<Vec<Vec<f32>>, String>")]
-pub struct Embed {
-    pub texts: Vec<String>,
-}
-
-impl std::fmt::Debug for Embed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Embed").field("texts", &self.texts.len()).finish()
-    }
-}
-
-impl Handler<Embed> for EmbedWorker {
-    type Result = Result<Vec<Vec<f32>>, String>;
-
-    fn handle(&mut self, msg: Embed, _: &mut Self::Context) -> Self::Result {
-        let refs: Vec<&str> = msg.texts.iter().map(String::as_str).collect();
-        match std::panic::catch_unwind(AssertUnwindSafe(|| self.embedder.embed_documents(&refs))) {
-            Ok(Ok(e)) => Ok(e.vectors),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(panic) => Err(format!("the embedder crashed: {}", panic_message(&panic))),
-        }
-    }
-}
-
-fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
+/// What a caught panic said.
+pub(crate) fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
     p.downcast_ref::<&str>()
         .map(|s| s.to_string())
         .or_else(|| p.downcast_ref::<String>().cloned())

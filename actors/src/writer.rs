@@ -1,45 +1,67 @@
-//! `SourceWriter`: one per source, the only writer of that source's tables. It receives parsed
-//! pages and removals in order, skips pages whose content is what is stored, buffers the rest and
-//! commits a batch (vectors reused by text hash, the rest embedded across pages in one request)
-//! when the buffer reaches its size, when its deadline passes, or on `Commit` (flush, shutdown).
-//! Events about pages are emitted after the commit that makes them true.
+//! `SourceWriter`: one per source, the only writer of that source's tables, and the keeper of its
+//! resident index. It receives parsed pages and removals in order, skips pages whose content is
+//! what is stored, buffers the rest and commits in two phases:
 //!
-//! Supervision: started under `actix::Supervisor`. When LanceDB or the model fails, the writer
-//! reports `stage_failed`, keeps its buffer, stops, and is restarted with exponential backoff; the
-//! other sources' writers are untouched.
+//! 1. **Pages** (on size, deadline, or `Commit`): page rows and chunk rows with the vectors
+//!    already known (reused by text hash from memory), the rest without. The pages are then
+//!    searchable by name and keyword; `page_indexed` says so, with how many of its chunks wait.
+//! 2. **Vectors**: the chunks without one go to the embedding scheduler (an edited page's ahead
+//!    of bulk work), at most two requests out at a time, and each answer is attached by a commit
+//!    of its own; `page_embedded` says when a page has all of its vectors.
+//!
+//! A crash at any moment converges: the chunk rows carry their page's content hash, so rows a
+//! crash left disagreeing are found at the next start and redone; chunks left without vectors
+//! are embedded then (and only those).
+//!
+//! Supervision: started under `actix::Supervisor`. When LanceDB fails, the writer reports
+//! `stage_failed`, keeps its buffer, stops, and is restarted with exponential backoff (reloading
+//! the source from its tables); the other sources' writers are untouched.
 
+use crate::embedding::{EmbedScheduler, Priority};
 use crate::event::EventKind;
 use crate::log::Emitter;
-use crate::query::{AddSource, Committed as QueryCommitted, QueryActor};
+use crate::query::{AddSource, QueryActor};
 use crate::status::{FileFailure, StatusBoard};
-use crate::workers::{Embed, EmbedWorker, Parsed};
+use crate::workers::Parsed;
 use actix::prelude::*;
-use cairn_index::{Database, Manifest, PageState, Prepared, SourceStore, commit_pages};
+use cairn_index::{
+    Database, Manifest, PageState, PageWrite, Prepared, Resident, SourceInfo, SourceStore, WriteBatch,
+};
 use cairn_ingest::{ParsedPage, rel_string, slugify_path};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
 
 /// Mailbox bound: a few parse groups may wait while a batch commits; beyond that the watcher's
 /// `send` waits, and so (through its bounded channel) does the file-system watcher.
 const MAILBOX: usize = 4;
-/// Commits, or chunks written, between index refreshes (full-text indexes cover new rows only
-/// after `optimize`; until then LanceDB searches the unindexed rows directly, which slows as
-/// they grow).
-const OPTIMIZE_EVERY: usize = 32;
-const OPTIMIZE_CHUNKS: usize = 1000;
-/// The refresh waits for this much quiet, and runs beside the writer, never in front of an
-/// edit (it takes seconds on a large source).
-const OPTIMIZE_IDLE: Duration = Duration::from_secs(2);
+/// Embedding requests out at once: one being embedded, one queued behind it, so the model never
+/// waits for a commit.
+const MAX_EMBEDS_OUT: usize = 2;
+/// Commits, or chunks written, between upkeep runs (compaction, index refresh, pruning).
+const UPKEEP_EVERY: usize = 32;
+const UPKEEP_CHUNKS: usize = 1000;
+/// Upkeep runs this long after it falls due, beside the writer (it takes seconds on a large
+/// source and is never in front of an edit).
+const UPKEEP_DELAY: Duration = Duration::from_secs(2);
+/// Table versions are kept this long after they are superseded: a reader that opened one can
+/// finish with it; older ones are removed by the upkeep.
+pub const KEEP_VERSIONS: Duration = Duration::from_secs(60);
 const BACKOFF_START: Duration = Duration::from_millis(250);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// How long a removed page can still be matched, by content, with a new one as a move.
 const RENAME_WINDOW: Duration = Duration::from_secs(5);
+/// Vectors remembered by text hash after they are embedded, for chunks queued meanwhile with the
+/// same text (committed vectors are found in the resident index).
+const FRESH_VECTORS: usize = 4096;
+/// The embedding rate is measured over this window.
+const RATE_WINDOW: Duration = Duration::from_secs(30);
 
 /// Writer knobs.
 #[derive(Debug, Clone)]
 pub struct WriterOptions {
-    /// Commit once this many chunks are buffered (one embedding request, one write).
+    /// Commit pages once this many chunks are buffered; also the size of a bulk embedding request.
     pub commit_chunks: usize,
     /// Commit at most this long after the first change was buffered.
     pub commit_after: Duration,
@@ -51,15 +73,97 @@ impl Default for WriterOptions {
     }
 }
 
+/// Where a change came from: a file event (someone is editing: its vectors go first) or a scan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Origin {
+    Edit,
+    #[default]
+    Scan,
+}
+
+impl Origin {
+    fn priority(self) -> Priority {
+        match self {
+            Origin::Edit => Priority::Edit,
+            Origin::Scan => Priority::Bulk,
+        }
+    }
+}
+
+/// The chunks waiting for vectors, and the vectors on their way to the tables.
+#[derive(Debug, Default)]
+struct Vectors {
+    edits: VecDeque<String>,
+    bulk: VecDeque<String>,
+    queued: HashSet<String>,
+    out: usize,
+    /// Vector commits under way.
+    committing: usize,
+    /// Embedded (or found by text hash) and not yet committed: (chunk id, vector).
+    ready: Vec<(String, Vec<f32>)>,
+    /// Of those, the texts the model embedded, and its time for them.
+    embedded: usize,
+    model: Duration,
+    fresh: HashMap<String, Vec<f32>>,
+    /// Chunks still waiting, per page (for `page_embedded`).
+    left: HashMap<String, usize>,
+    /// `flush` callers waiting for every vector.
+    waiters: Vec<oneshot::Sender<()>>,
+    /// Recent vector commits: (when, chunks).
+    recent: VecDeque<(Instant, usize)>,
+}
+
+impl Vectors {
+    fn queue(&mut self, chunk_id: String, priority: Priority) {
+        if self.queued.insert(chunk_id.clone()) {
+            match priority {
+                Priority::Edit => self.edits.push_back(chunk_id),
+                Priority::Bulk => self.bulk.push_back(chunk_id),
+            }
+        }
+    }
+
+    fn idle(&self) -> bool {
+        self.edits.is_empty()
+            && self.bulk.is_empty()
+            && self.out == 0
+            && self.ready.is_empty()
+            && self.committing == 0
+    }
+
+    fn remember(&mut self, hash: String, v: Vec<f32>) {
+        if self.fresh.len() >= FRESH_VECTORS {
+            self.fresh.clear();
+        }
+        self.fresh.insert(hash, v);
+    }
+
+    fn rate(&mut self) -> f64 {
+        let now = Instant::now();
+        while self.recent.front().is_some_and(|(t, _)| now.duration_since(*t) > RATE_WINDOW) {
+            self.recent.pop_front();
+        }
+        let chunks: usize = self.recent.iter().map(|(_, n)| n).sum();
+        match self.recent.front() {
+            Some((first, _)) if chunks > 0 => {
+                chunks as f64 / now.duration_since(*first).as_secs_f64().max(1.0)
+            }
+            _ => 0.0,
+        }
+    }
+}
+
 /// One source's writer.
 pub struct SourceWriter {
     id: String,
     root: PathBuf,
+    info: SourceInfo,
     db: Database,
     manifest: Manifest,
     store: Option<SourceStore>,
+    resident: Option<Resident>,
     known: HashMap<String, PageState>,
-    buffer: Vec<(ParsedPage, i64)>,
+    buffer: Vec<(ParsedPage, i64, Origin)>,
     buffered_chunks: usize,
     removals: BTreeSet<String>,
     /// Events decided at ingest time that become true with the next commit (renames by hash).
@@ -71,12 +175,14 @@ pub struct SourceWriter {
     /// The problems last reported per path, so a file re-read unchanged does not repeat them.
     reported: HashMap<String, Vec<String>>,
     timer: Option<SpawnHandle>,
-    commits: usize,
-    since_optimize: usize,
-    chunks_since_optimize: usize,
-    idle: Option<SpawnHandle>,
+    vectors: Vectors,
+    since_upkeep: usize,
+    chunks_since_upkeep: usize,
+    upkeep: Option<SpawnHandle>,
     failures: u32,
-    embedder: Addr<EmbedWorker>,
+    /// Closed on purpose (its source was removed): a supervisor restart stops at once.
+    closed: bool,
+    embedder: EmbedScheduler,
     query: Addr<QueryActor>,
     emit: Emitter,
     status: StatusBoard,
@@ -91,6 +197,7 @@ impl std::fmt::Debug for SourceWriter {
             .field("buffered_pages", &self.buffer.len())
             .field("buffered_chunks", &self.buffered_chunks)
             .field("removals", &self.removals.len())
+            .field("vectors_waiting", &self.vectors.queued.len())
             .finish()
     }
 }
@@ -100,7 +207,7 @@ impl std::fmt::Debug for SourceWriter {
 pub struct WriterParts {
     pub db: Database,
     pub manifest: Manifest,
-    pub embedder: Addr<EmbedWorker>,
+    pub embedder: EmbedScheduler,
     pub query: Addr<QueryActor>,
     pub emit: Emitter,
     pub status: StatusBoard,
@@ -108,13 +215,15 @@ pub struct WriterParts {
 }
 
 impl SourceWriter {
-    pub fn new(id: &str, root: PathBuf, parts: WriterParts) -> Self {
+    pub fn new(info: SourceInfo, root: PathBuf, parts: WriterParts) -> Self {
         Self {
-            id: id.into(),
+            id: info.id.clone(),
             root,
+            info,
             db: parts.db,
             manifest: parts.manifest,
             store: None,
+            resident: None,
             known: HashMap::new(),
             buffer: Vec::new(),
             buffered_chunks: 0,
@@ -124,11 +233,12 @@ impl SourceWriter {
             reported: HashMap::new(),
             recently_removed: HashMap::new(),
             timer: None,
-            commits: 0,
-            since_optimize: 0,
-            chunks_since_optimize: 0,
-            idle: None,
+            vectors: Vectors::default(),
+            since_upkeep: 0,
+            chunks_since_upkeep: 0,
+            upkeep: None,
             failures: 0,
+            closed: false,
             embedder: parts.embedder,
             query: parts.query,
             emit: parts.emit,
@@ -187,7 +297,7 @@ impl SourceWriter {
                         s.content_hash == page.content_hash
                             && s.path == page.path
                             && !self.removals.contains(&page.slug)
-                    }) && !self.buffer.iter().any(|(b, _)| b.slug == page.slug);
+                    }) && !self.buffer.iter().any(|(b, _, _)| b.slug == page.slug);
                     if unchanged {
                         // Touched, not changed: remember the file as it is now, so the next scan's
                         // stat check passes and does not read it again.
@@ -208,7 +318,7 @@ impl SourceWriter {
                         chunks: page.chunks.len(),
                     });
                     self.buffered_chunks += page.chunks.len();
-                    self.buffer.push((page, mtime_ms));
+                    self.buffer.push((page, mtime_ms, msg.origin));
                     self.items += 1;
                 }
                 Parsed::Failed { rel, error } => {
@@ -237,16 +347,21 @@ impl SourceWriter {
         }
         self.status.done_in_flight(&self.id, done);
         self.detect_renames_by_hash(&msg.renamed);
-        if self.buffered_chunks >= self.opts.commit_chunks {
-            // Committed by the `Ingest` handler, before the next message.
-        } else if (!self.buffer.is_empty() || !self.removals.is_empty()) && self.timer.is_none() {
-            // Through the mailbox, so the commit is ordered with every other message.
+        if self.buffered_chunks < self.opts.commit_chunks {
+            self.commit_later(ctx);
+        }
+        events
+    }
+
+    /// Commit what is buffered at its deadline (through the mailbox, so the commit is ordered with
+    /// every other message).
+    fn commit_later(&mut self, ctx: &mut Context<Self>) {
+        if (!self.buffer.is_empty() || !self.removals.is_empty()) && self.timer.is_none() {
             self.timer = Some(ctx.run_later(self.opts.commit_after, |act, ctx| {
                 act.timer = None;
                 ctx.notify(CommitDue);
             }));
         }
-        events
     }
 
     /// Mark the page at `rel` (and, with `folder`, every page under it) for removal. False when
@@ -268,7 +383,7 @@ impl SourceWriter {
         }
         // A page buffered for that path and not yet committed goes too.
         let before = self.buffer.len();
-        self.buffer.retain(|(p, _)| p.path != path && !p.path.starts_with(&prefix));
+        self.buffer.retain(|(p, _, _)| p.path != path && !p.path.starts_with(&prefix));
         any || before != self.buffer.len()
     }
 
@@ -288,13 +403,13 @@ impl SourceWriter {
             self.recently_removed.iter().map(|(hash, (path, _))| (String::new(), path.clone(), hash.clone())),
         );
         for (slug, path, hash) in gone {
-            let moved = self.buffer.iter().find(|(p, _)| {
+            let moved = self.buffer.iter().find(|(p, _, _)| {
                 p.content_hash == hash
                     && p.slug != slug
                     && p.path != path
                     && !self.known.contains_key(&p.slug)
             });
-            if let Some((p, _)) = moved {
+            if let Some((p, _, _)) = moved {
                 let already = by_path.iter().any(|(f, t)| *f == path && *t == p.path)
                     || self
                         .deferred
@@ -324,133 +439,140 @@ impl SourceWriter {
         }
     }
 
-    /// The commit of everything buffered, or `None` when there is nothing to write.
+    /// The vector of a text, if one is known (committed, or embedded moments ago).
+    fn known_vector(&self, hash: &str) -> Option<Vec<f32>> {
+        self.vectors
+            .fresh
+            .get(hash)
+            .cloned()
+            .or_else(|| self.resident.as_ref().and_then(|r| r.read().vector_of(hash)))
+    }
+
+    /// The page commit of everything buffered, or `None` when there is nothing to write.
     fn commit_future(&mut self) -> Option<actix::fut::LocalBoxActorFuture<Self, Result<u64, String>>> {
         if self.buffer.is_empty() && self.removals.is_empty() {
             return None;
         }
-        let Some(store) = self.store.clone() else {
+        let (Some(store), Some(resident)) = (self.store.clone(), self.resident.clone()) else {
             return Some(Box::pin(actix::fut::ready(Err("store not open".to_string()))));
         };
         // The last version of a page in the buffer wins.
-        let mut pages: Vec<(ParsedPage, i64)> = Vec::new();
-        for (p, m) in std::mem::take(&mut self.buffer) {
-            pages.retain(|(q, _)| q.slug != p.slug);
-            pages.push((p, m));
+        let mut pages: Vec<(ParsedPage, i64, Origin)> = Vec::new();
+        for item in std::mem::take(&mut self.buffer) {
+            pages.retain(|(q, _, _)| q.slug != item.0.slug);
+            pages.push(item);
         }
         let removals: Vec<String> = std::mem::take(&mut self.removals)
             .into_iter()
-            .filter(|s| !pages.iter().any(|(p, _)| p.slug == *s))
+            .filter(|s| !pages.iter().any(|(p, _, _)| p.slug == *s))
             .collect();
         let deferred = std::mem::take(&mut self.deferred);
         let items = std::mem::take(&mut self.items);
         self.buffered_chunks = 0;
-        let (embedder, emit, query, id) =
-            (self.embedder.clone(), self.emit.clone(), self.query.clone(), self.id.clone());
-        let retry = (pages.clone(), removals.clone(), deferred.clone(), items);
+        let mut reused = 0usize;
+        let upserts: Vec<PageWrite> = pages
+            .iter()
+            .map(|(page, mtime_ms, _)| {
+                let vectors: Vec<Option<Vec<f32>>> =
+                    page.chunks.iter().map(|c| self.known_vector(&c.text_hash)).collect();
+                reused += vectors.iter().filter(|v| v.is_some()).count();
+                PageWrite { page: page.clone(), vectors, mtime_ms: *mtime_ms }
+            })
+            .collect();
+        let batch = WriteBatch { upserts, removals: removals.clone() };
+        let (emit, id) = (self.emit.clone(), self.id.clone());
+        let origins: Vec<Origin> = pages.iter().map(|(_, _, o)| *o).collect();
+        let retry = (pages, removals, deferred.clone(), items);
         let fut = async move {
-            let started = std::time::Instant::now();
-            let embed_ms = std::sync::atomic::AtomicU64::new(0);
-            let (done, batch) = commit_pages(&store, pages.clone(), removals.clone(), |texts| async {
-                let t0 = std::time::Instant::now();
-                let vectors = embedder
-                    .send(Embed { texts })
-                    .await
-                    .map_err(|e| std::io::Error::other(format!("the embedder stopped: {e}")))?
-                    .map_err(std::io::Error::other)?;
-                embed_ms.store(t0.elapsed().as_millis() as u64, std::sync::atomic::Ordering::Relaxed);
-                Ok(vectors)
+            let started = Instant::now();
+            let version = store.write(&batch).await.map_err(|e| e.to_string())?;
+            // Into the resident index before anyone hears of it, so a `page_indexed` subscriber
+            // finds the page.
+            let batch = tokio::task::spawn_blocking(move || {
+                let prepared = Prepared::batch(&batch);
+                (batch, prepared)
             })
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| format!("preparing the committed batch for reading: {e}"))?;
+            let (batch, prepared) = batch;
+            resident.apply(prepared);
+            let pending_total = resident.read().unembedded_count();
             let mut events = deferred;
-            events.extend(pages.iter().map(|(p, _)| EventKind::PageIndexed {
-                path: p.path.clone(),
-                slug: p.slug.clone(),
-                chunks: p.chunks.len(),
-                version: done.version,
+            events.extend(batch.upserts.iter().map(|w| EventKind::PageIndexed {
+                path: w.page.path.clone(),
+                slug: w.page.slug.clone(),
+                chunks: w.page.chunks.len(),
+                version,
+                vectors_pending: w.vectors.iter().filter(|v| v.is_none()).count(),
             }));
-            events.extend(
-                removals.iter().map(|s| EventKind::PageRemoved { slug: s.clone(), version: done.version }),
-            );
+            events.extend(batch.removals.iter().map(|s| EventKind::PageRemoved { slug: s.clone(), version }));
             events.push(EventKind::Committed {
-                pages: done.pages,
-                removed: done.removals,
-                chunks_embedded: done.chunks_embedded,
-                chunks_reused: done.chunks_reused,
-                embed_ms: embed_ms.load(std::sync::atomic::Ordering::Relaxed),
+                pages: batch.upserts.len(),
+                removed: batch.removals.len(),
+                chunks_embedded: 0,
+                chunks_reused: reused,
+                chunks_pending: pending_total,
+                embed_ms: 0,
                 commit_ms: started.elapsed().as_millis() as u64,
-                version: done.version,
+                version,
             });
-            // The query actor's resident index first, so a `page_indexed` subscriber finds the page.
-            let batch = tokio::task::spawn_blocking(move || Prepared::batch(&batch))
-                .await
-                .map_err(|e| format!("preparing the committed batch for reading: {e}"))?;
-            let _ = query.send(QueryCommitted { source: id.clone(), batch }).await;
             emit.emit(&id, events).await;
-            Ok::<_, String>((done.version, pages, removals))
+            Ok::<_, String>((version, batch))
         };
         let fut = actix::fut::wrap_future::<_, Self>(fut).map(move |res, act, ctx| match res {
-            Ok((version, pages, removals)) => {
-                act.commits += 1;
-                act.since_optimize += 1;
-                act.chunks_since_optimize += pages.iter().map(|(p, _)| p.chunks.len()).sum::<usize>();
-                if act.since_optimize >= OPTIMIZE_EVERY || act.chunks_since_optimize >= OPTIMIZE_CHUNKS {
-                    if let Some(h) = act.idle.take() {
-                        ctx.cancel_future(h);
-                    }
-                    act.idle = Some(ctx.run_later(OPTIMIZE_IDLE, |act, _| {
-                        act.idle = None;
-                        act.since_optimize = 0;
-                        act.chunks_since_optimize = 0;
-                        let (store, id, emit) = (act.store.clone(), act.id.clone(), act.emit.clone());
-                        if let Some(store) = store {
-                            // Beside the writer: LanceDB's optimistic concurrency orders the commits.
-                            actix::spawn(async move {
-                                let t0 = std::time::Instant::now();
-                                match store.optimize().await {
-                                    Ok(()) => {
-                                        let ms = t0.elapsed().as_millis() as u64;
-                                        emit.emit(&id, vec![EventKind::Optimized { ms }]).await;
-                                    }
-                                    Err(e) => tracing::warn!(
-                                        "source `{id}`: index refresh failed (searches stay correct, slower): {e}"
-                                    ),
-                                }
-                            });
-                        }
-                    }));
-                }
+            Ok((version, batch)) => {
                 act.failures = 0;
                 let now = tokio::time::Instant::now();
-                for s in &removals {
+                for s in &batch.removals {
                     if let Some(st) = act.known.remove(s) {
                         act.recently_removed.insert(st.content_hash, (st.path, now));
                     }
+                    act.vectors.left.remove(s);
                 }
-                for (p, mtime_ms) in pages {
+                let mut chunks = 0;
+                for (w, origin) in batch.upserts.into_iter().zip(origins) {
+                    let p = w.page;
+                    chunks += p.chunks.len();
                     act.status.cleared(&act.id, &p.path);
+                    let waiting: Vec<&cairn_ingest::Chunk> = p
+                        .chunks
+                        .iter()
+                        .zip(&w.vectors)
+                        .filter(|(_, v)| v.is_none())
+                        .map(|(c, _)| c)
+                        .collect();
+                    if waiting.is_empty() {
+                        act.vectors.left.remove(&p.slug);
+                    } else {
+                        act.vectors.left.insert(p.slug.clone(), waiting.len());
+                    }
+                    for c in waiting {
+                        act.vectors.queue(c.id.clone(), origin.priority());
+                    }
                     act.known.insert(
                         p.slug.clone(),
                         PageState {
                             path: p.path.clone(),
                             content_hash: p.content_hash.clone(),
-                            mtime_ms,
+                            mtime_ms: w.mtime_ms,
                             bytes: p.bytes as i64,
                             clean: p.problems.is_empty(),
                         },
                     );
                 }
                 act.status.set_pages(&act.id, act.known.len());
+                act.status.set_version(&act.id, version);
                 act.status.done_in_flight(&act.id, items);
                 act.status.set_state(&act.id, "watching", None);
+                act.note_commit(chunks, ctx);
+                act.pump(ctx);
                 Ok(version)
             }
             Err(e) => {
                 // Nothing is lost: the batch goes back in front of anything newer.
                 let (pages, removals, deferred, items) = retry;
                 let newer = std::mem::take(&mut act.buffer);
-                act.buffered_chunks = pages.iter().chain(newer.iter()).map(|(p, _)| p.chunks.len()).sum();
+                act.buffered_chunks = pages.iter().chain(newer.iter()).map(|(p, _, _)| p.chunks.len()).sum();
                 act.buffer = pages.into_iter().chain(newer).collect();
                 act.removals.extend(removals);
                 act.deferred.splice(0..0, deferred);
@@ -461,6 +583,224 @@ impl SourceWriter {
         });
         Some(Box::pin(fut))
     }
+
+    /// Send chunks waiting for vectors to the model: edits first, at most [`MAX_EMBEDS_OUT`]
+    /// requests out. Texts with a known vector skip the model.
+    fn pump(&mut self, ctx: &mut Context<Self>) {
+        let Some(resident) = self.resident.clone() else { return };
+        while self.vectors.out < MAX_EMBEDS_OUT {
+            let (from_edits, limit) = if self.vectors.edits.is_empty() {
+                (false, self.opts.commit_chunks.max(1))
+            } else {
+                (true, usize::MAX)
+            };
+            let mut ids = Vec::new();
+            {
+                let q = if from_edits { &mut self.vectors.edits } else { &mut self.vectors.bulk };
+                while ids.len() < limit
+                    && let Some(id) = q.pop_front()
+                {
+                    ids.push(id);
+                }
+            }
+            if ids.is_empty() {
+                break;
+            }
+            let priority = if from_edits { Priority::Edit } else { Priority::Bulk };
+            // Each distinct text once; texts already known skip the model.
+            let mut texts: Vec<String> = Vec::new();
+            let mut by_text: HashMap<String, (usize, Vec<String>)> = HashMap::new();
+            {
+                let index = resident.read();
+                for id in ids {
+                    self.vectors.queued.remove(&id);
+                    let Some((_, hash, text)) = index.waiting(&id) else { continue };
+                    if let Some(v) = self.vectors.fresh.get(&hash).cloned().or_else(|| index.vector_of(&hash))
+                    {
+                        self.vectors.ready.push((id, v));
+                        continue;
+                    }
+                    match by_text.get_mut(&hash) {
+                        Some((_, ids)) => ids.push(id),
+                        None => {
+                            by_text.insert(hash, (texts.len(), vec![id]));
+                            texts.push(text);
+                        }
+                    }
+                }
+            }
+            if texts.is_empty() {
+                continue;
+            }
+            self.vectors.out += 1;
+            let (scheduler, id) = (self.embedder.clone(), self.id.clone());
+            let fut = async move { scheduler.embed(&id, priority, texts).await };
+            ctx.spawn(actix::fut::wrap_future::<_, Self>(fut).map(move |res, act, ctx| {
+                act.vectors.out -= 1;
+                // An error means the scheduler stopped (shutting down): the chunks stay without
+                // vectors in the tables and are embedded at the next start.
+                if let Ok(reply) = res {
+                    act.received(reply, by_text, ctx);
+                }
+                act.pump(ctx);
+            }));
+        }
+        if !self.vectors.ready.is_empty() && self.vectors.out == 0 {
+            self.commit_vectors(ctx);
+        }
+        self.settle_waiters();
+    }
+
+    /// The model's answer: each text's vector goes to every chunk waiting for that text.
+    fn received(
+        &mut self,
+        reply: crate::embedding::EmbedReply,
+        by_text: HashMap<String, (usize, Vec<String>)>,
+        ctx: &mut Context<Self>,
+    ) {
+        self.vectors.model += reply.model;
+        for (hash, (i, ids)) in by_text {
+            match &reply.vectors[i] {
+                Some(v) => {
+                    self.vectors.embedded += 1;
+                    self.vectors.remember(hash, v.clone());
+                    self.vectors.ready.extend(ids.into_iter().map(|id| (id, v.clone())));
+                }
+                None => {
+                    let why = reply.failed.iter().find(|(j, _)| *j == i).map_or("", |(_, w)| w.as_str());
+                    tracing::warn!(
+                        "source `{}`: a chunk could not be embedded ({why}); it is found by its words only",
+                        self.id
+                    );
+                }
+            }
+        }
+        self.commit_vectors(ctx);
+    }
+
+    /// Commit the vectors that are ready (ordered with every other write of this source).
+    fn commit_vectors(&mut self, ctx: &mut Context<Self>) {
+        if self.vectors.ready.is_empty() {
+            return;
+        }
+        let (Some(store), Some(resident)) = (self.store.clone(), self.resident.clone()) else { return };
+        let ready = std::mem::take(&mut self.vectors.ready);
+        let (embedded, model) =
+            (std::mem::take(&mut self.vectors.embedded), std::mem::take(&mut self.vectors.model));
+        let (emit, id) = (self.emit.clone(), self.id.clone());
+        // Pages whose last waiting chunk this is.
+        let mut per_page: HashMap<String, usize> = HashMap::new();
+        {
+            let index = resident.read();
+            for (chunk, _) in &ready {
+                if let Some((slug, _, _)) = index.waiting(chunk) {
+                    *per_page.entry(slug).or_default() += 1;
+                }
+            }
+        }
+        let mut complete: Vec<String> = Vec::new();
+        for (slug, n) in &per_page {
+            if let Some(left) = self.vectors.left.get_mut(slug) {
+                *left = left.saturating_sub(*n);
+                if *left == 0 {
+                    self.vectors.left.remove(slug);
+                    complete.push(slug.clone());
+                }
+            }
+        }
+        complete.sort();
+        let n = ready.len();
+        self.vectors.committing += 1;
+        let fut = async move {
+            let started = Instant::now();
+            let version = store.attach_vectors(&ready).await.map_err(|e| e.to_string())?;
+            resident.apply_vectors(&ready);
+            let pending = resident.read().unembedded_count();
+            let mut events: Vec<EventKind> =
+                complete.into_iter().map(|slug| EventKind::PageEmbedded { slug, version }).collect();
+            events.push(EventKind::Committed {
+                pages: 0,
+                removed: 0,
+                chunks_embedded: embedded,
+                chunks_reused: n - embedded.min(n),
+                chunks_pending: pending,
+                embed_ms: model.as_millis() as u64,
+                commit_ms: (started.elapsed() + model).as_millis() as u64,
+                version,
+            });
+            emit.emit(&id, events).await;
+            Ok::<_, String>((pending, version))
+        };
+        ctx.wait(actix::fut::wrap_future::<_, Self>(fut).map(move |res, act, ctx| match res {
+            Ok((pending, version)) => {
+                act.vectors.committing -= 1;
+                act.status.set_version(&act.id, version);
+                act.vectors.recent.push_back((Instant::now(), n));
+                let rate = act.vectors.rate();
+                let chunks = act.resident.as_ref().map_or(0, |r| r.read().chunk_count());
+                act.status.set_vectors(&act.id, chunks, pending, rate);
+                act.note_commit(0, ctx);
+                act.settle_waiters();
+            }
+            // The chunks keep no vector in the tables; the restart reloads and embeds them again.
+            Err(e) => {
+                act.vectors.committing -= 1;
+                act.fail(ctx, "writer", e)
+            }
+        }));
+    }
+
+    /// Answer `flush` callers once nothing waits for a vector.
+    fn settle_waiters(&mut self) {
+        if self.vectors.idle() && self.buffer.is_empty() && self.removals.is_empty() {
+            for w in self.vectors.waiters.drain(..) {
+                let _ = w.send(());
+            }
+        }
+    }
+
+    /// Count a commit towards upkeep, and schedule it when it falls due (once: a steady stream
+    /// of commits must not postpone it for ever).
+    fn note_commit(&mut self, chunks: usize, ctx: &mut Context<Self>) {
+        self.since_upkeep += 1;
+        self.chunks_since_upkeep += chunks;
+        if self.upkeep.is_some()
+            || (self.since_upkeep < UPKEEP_EVERY && self.chunks_since_upkeep < UPKEEP_CHUNKS)
+        {
+            return;
+        }
+        self.upkeep = Some(ctx.run_later(UPKEEP_DELAY, |act, _| {
+            act.upkeep = None;
+            act.since_upkeep = 0;
+            act.chunks_since_upkeep = 0;
+            let (Some(store), id, emit) = (act.store.clone(), act.id.clone(), act.emit.clone()) else {
+                return;
+            };
+            // Beside the writer: LanceDB's optimistic concurrency orders the commits.
+            actix::spawn(async move {
+                let t0 = Instant::now();
+                match upkeep(&store).await {
+                    Ok(pruned) => {
+                        let ev = EventKind::Optimized {
+                            ms: t0.elapsed().as_millis() as u64,
+                            versions_removed: pruned.old_versions,
+                            bytes_removed: pruned.bytes_removed,
+                        };
+                        emit.emit(&id, vec![ev]).await;
+                    }
+                    Err(e) => tracing::warn!(
+                        "source `{id}`: upkeep failed (searches stay correct; the tables grow): {e}"
+                    ),
+                }
+            });
+        }));
+    }
+}
+
+/// Compaction and index refresh, then old versions removed.
+pub async fn upkeep(store: &SourceStore) -> cairn_index::Result<cairn_index::PruneStats> {
+    store.optimize().await?;
+    store.prune(KEEP_VERSIONS).await
 }
 
 impl Actor for SourceWriter {
@@ -468,36 +808,77 @@ impl Actor for SourceWriter {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.set_mailbox_capacity(MAILBOX);
+        if self.closed {
+            ctx.stop();
+            return;
+        }
+        // Requests out before a restart were cancelled with the old context.
+        self.vectors.out = 0;
         let delay = if self.failures > 0 { self.backoff() } else { Duration::ZERO };
-        let (db, manifest, id) = (self.db.clone(), self.manifest.clone(), self.id.clone());
+        let (db, manifest, info) = (self.db.clone(), self.manifest.clone(), self.info.clone());
         let (query, root, emit) = (self.query.clone(), self.root.clone(), self.emit.clone());
         let open = async move {
             tokio::time::sleep(delay).await;
+            let id = info.id.clone();
             let store = match db.open_source(&id, &manifest).await {
                 Err(cairn_index::Error::ManifestMismatch { .. }) => {
                     tracing::warn!("source `{id}` was built by another model or version; rebuilding it");
-                    db.rebuild_source(&id, &manifest).await
+                    db.rebuild_source(&id, &manifest, &info).await
                 }
                 other => other,
             }
             .map_err(|e| e.to_string())?;
-            let states = store.page_states().await.map_err(|e| e.to_string())?;
+            store.register(&info).await.map_err(|e| e.to_string())?;
+            let (resident, loaded) = Resident::load(&store).await.map_err(|e| e.to_string())?;
             query
-                .send(AddSource { store: store.clone(), root: Some(root) })
+                .send(AddSource { store: store.clone(), resident: resident.clone(), root: Some(root) })
                 .await
-                .map_err(|e| format!("query actor stopped: {e}"))??;
-            emit.emit(&id, vec![EventKind::SourceStarted { pages: states.len() }]).await;
-            Ok::<_, String>((store, states))
+                .map_err(|e| format!("query actor stopped: {e}"))?;
+            let pending = resident.read().unembedded_count();
+            let version = store.version().await.map_err(|e| e.to_string())?;
+            emit.emit(
+                &id,
+                vec![EventKind::SourceStarted { pages: loaded.states.len(), vectors_pending: pending }],
+            )
+            .await;
+            if !loaded.inconsistent.is_empty() || !loaded.orphans.is_empty() {
+                tracing::warn!(
+                    "source `{id}`: {} page(s) whose rows a crash left disagreeing and {} orphan(s) are redone",
+                    loaded.inconsistent.len(),
+                    loaded.orphans.len()
+                );
+            }
+            Ok::<_, String>((store, resident, loaded, version))
         };
         ctx.wait(actix::fut::wrap_future::<_, Self>(open).map(|res, act, ctx| match res {
-            Ok((store, states)) => {
+            Ok((store, resident, loaded, version)) => {
                 act.store = Some(store);
-                act.known = states;
+                act.status.set_version(&act.id, version);
+                act.known = loaded.states;
+                act.removals.extend(loaded.orphans);
+                // Chunks committed without vectors (a backfill a stop interrupted) resume, behind
+                // anything edited since.
+                act.vectors =
+                    Vectors { waiters: std::mem::take(&mut act.vectors.waiters), ..Vectors::default() };
+                {
+                    let index = resident.read();
+                    for (chunk, _, _) in index.unembedded() {
+                        if let Some((slug, _, _)) = index.waiting(&chunk) {
+                            *act.vectors.left.entry(slug).or_default() += 1;
+                        }
+                        act.vectors.queue(chunk, Priority::Bulk);
+                    }
+                    act.status.set_vectors(&act.id, index.chunk_count(), index.unembedded_count(), 0.0);
+                }
+                act.resident = Some(resident);
                 act.status.set_pages(&act.id, act.known.len());
                 if act.failures > 0 {
                     // Retry what failed before anything newer.
                     act.commit_now(ctx);
+                } else {
+                    act.commit_later(ctx);
                 }
+                act.pump(ctx);
             }
             Err(e) => act.fail(ctx, "storage", e),
         }));
@@ -519,6 +900,7 @@ pub struct Ingest {
     pub removed: Vec<(PathBuf, bool)>,
     /// Renames the path events reported (`from`, `to`), so a rename by hash is not told twice.
     pub renamed: Vec<(String, String)>,
+    pub origin: Origin,
 }
 
 impl Handler<Ingest> for SourceWriter {
@@ -544,7 +926,7 @@ impl Handler<Ingest> for SourceWriter {
     }
 }
 
-/// Commit everything received so far; answers with the table version.
+/// Commit the pages received so far; answers with the table version.
 #[derive(Debug, Message)]
 #[rtype(result = "Result<u64, String>")]
 pub struct Commit;
@@ -566,6 +948,22 @@ impl Handler<Commit> for SourceWriter {
                 })))
             }
         }
+    }
+}
+
+/// Resolves once every chunk committed so far has its vector committed too.
+#[derive(Debug, Message)]
+#[rtype(result = "Result<(), String>")]
+pub struct AwaitVectors;
+
+impl Handler<AwaitVectors> for SourceWriter {
+    type Result = ResponseFuture<Result<(), String>>;
+
+    fn handle(&mut self, _: AwaitVectors, ctx: &mut Context<Self>) -> Self::Result {
+        let (tx, rx) = oneshot::channel();
+        self.vectors.waiters.push(tx);
+        self.pump(ctx);
+        Box::pin(async move { rx.await.map_err(|_| "the writer stopped".to_string()) })
     }
 }
 
@@ -609,5 +1007,22 @@ impl Handler<CommitDue> for SourceWriter {
             Some(f) => AtomicResponse::new(Box::pin(f.map(|_, _, _| ()))),
             None => AtomicResponse::new(Box::pin(actix::fut::ready(()))),
         }
+    }
+}
+
+/// Stop this actor now (its source is being removed).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct Close;
+
+impl Handler<Close> for SourceWriter {
+    type Result = ();
+
+    fn handle(&mut self, _: Close, ctx: &mut Context<Self>) {
+        self.closed = true;
+        for w in self.vectors.waiters.drain(..) {
+            let _ = w.send(());
+        }
+        ctx.stop();
     }
 }

@@ -14,8 +14,6 @@ pub mod resident;
 pub mod schema;
 #[cfg(feature = "storage")]
 pub mod store;
-#[cfg(feature = "storage")]
-pub mod sync;
 
 pub use embed::{Embedded, Embedder, OrtEmbedder, OrtOptions, QueryCache, RunTimes, cosine};
 pub use error::{Error, Result};
@@ -24,7 +22,6 @@ pub use provision::{ModelFiles, provision, provision_with};
 pub use resident::{Prepared, Resident, ResidentIndex};
 #[cfg(feature = "storage")]
 pub use store::{
-    ChunkHit, Database, Manifest, PageNames, PageRecord, PageState, PageWrite, SourceStore, WriteBatch,
+    ChunkHit, Database, Loaded, Manifest, PageNames, PageRecord, PageState, PageWrite, PruneStats,
+    SourceInfo, SourceStore, StoredChunk, WriteBatch,
 };
-#[cfg(feature = "storage")]
-pub use sync::{Committed, Counts, Failure, Progress, SyncOptions, SyncReport, commit_pages, sync_source};

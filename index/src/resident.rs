@@ -1,7 +1,9 @@
 //! A source held in memory for reading: its pages, its chunks with their vectors, BM25 inverted
 //! indexes over chunk text and over page names, and the exact-name map. LanceDB stays the store
 //! of record: a resident index is loaded from a source's tables once, then kept current by
-//! applying every batch the writer commits ([`Resident::apply`]).
+//! applying every batch the writer commits ([`Resident::apply`]) and every set of vectors it
+//! attaches later ([`Resident::apply_vectors`]). A chunk without a vector yet is found by the
+//! keyword and name arms, not by the vector arm, and counts as pending.
 //!
 //! Why: each LanceDB read costs tens of milliseconds here (its full-text search alone 67 ms over
 //! three sources; BENCHMARKS.md), far above a 20 ms query budget, while the same work in memory
@@ -11,7 +13,7 @@
 //! scored with the same BM25 (k1 1.2, b 0.75, idf ln(1 + (N − n + ½)/(n + ½))); vectors are
 //! scored by exact cosine, as LanceDB does below its vector-index threshold.
 
-use crate::store::{ChunkHit, PageRecord, WriteBatch};
+use crate::store::{ChunkHit, Loaded, PageRecord, StoredChunk, WriteBatch};
 use cairn_ingest::chunk::PATH_SEPARATOR;
 use cairn_ingest::{ParsedPage, normalize_name};
 use lance_tokenizer::{
@@ -172,12 +174,14 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + tail
 }
 
-/// A chunk ready to go in: its hit (score 0), its tokenised search text and its unit vector.
+/// A chunk ready to go in: its hit (score 0), its tokenised search text, the hash of the text the
+/// model embeds, and its unit vector once it has one.
 #[derive(Debug, Clone)]
 pub struct PreparedChunk {
     hit: ChunkHit,
     terms: Vec<String>,
-    vector: Box<[f32]>,
+    text_hash: String,
+    vector: Option<Box<[f32]>>,
 }
 
 /// A page ready to go in.
@@ -197,19 +201,24 @@ pub struct Prepared {
 }
 
 impl PreparedPage {
-    /// A stored page and its stored chunks (`(hit, search text, vector)`).
-    pub fn stored(record: PageRecord, chunks: Vec<(ChunkHit, String, Vec<f32>)>) -> Self {
+    /// A stored page and its stored chunks.
+    pub fn stored(record: PageRecord, chunks: Vec<StoredChunk>) -> Self {
         let mut names = vec![record.slug.clone(), normalize_name(&record.title)];
         names.extend(record.aliases.iter().map(|a| normalize_name(a)));
         let name_terms = terms(&names_text(&record.title, &record.aliases));
         let chunks = chunks
             .into_iter()
-            .map(|(hit, text, v)| PreparedChunk { hit, terms: terms(&text), vector: normalized(v) })
+            .map(|c| PreparedChunk {
+                terms: terms(&c.search_text),
+                hit: c.hit,
+                text_hash: c.text_hash,
+                vector: c.vector.map(normalized),
+            })
             .collect();
         Self { record: PageRecord { score: 0.0, ..record }, names, name_terms, chunks }
     }
 
-    fn parsed(page: &ParsedPage, vectors: &[Vec<f32>], mtime_ms: i64) -> Self {
+    fn parsed(page: &ParsedPage, vectors: &[Option<Vec<f32>>], mtime_ms: i64) -> Self {
         let record = PageRecord {
             slug: page.slug.clone(),
             path: page.path.clone(),
@@ -240,7 +249,12 @@ impl PreparedPage {
                     line_end: c.line_end as i32,
                     score: 0.0,
                 };
-                (hit, c.embed_text(), v.clone())
+                StoredChunk {
+                    hit,
+                    search_text: c.embed_text(),
+                    text_hash: c.text_hash.clone(),
+                    vector: v.clone(),
+                }
             })
             .collect();
         Self::stored(record, chunks)
@@ -264,6 +278,21 @@ impl Prepared {
     pub fn pages(upserts: Vec<PreparedPage>) -> Self {
         Self { upserts, removals: Vec::new() }
     }
+
+    /// Everything a whole-source load read (pages and chunks moved out of it).
+    pub fn loaded(loaded: &mut Loaded) -> Self {
+        Self::pages(
+            std::mem::take(&mut loaded.pages).into_iter().map(|(r, c)| PreparedPage::stored(r, c)).collect(),
+        )
+    }
+}
+
+/// A chunk slot's contents.
+#[derive(Debug)]
+struct Slot {
+    hit: ChunkHit,
+    text_hash: String,
+    embedded: bool,
 }
 
 #[derive(Debug)]
@@ -281,8 +310,14 @@ pub struct ResidentIndex {
     /// Page slot → slug (the title arm's documents).
     page_slots: Vec<Option<String>>,
     free_pages: Vec<u32>,
-    chunks: Vec<Option<ChunkHit>>,
+    chunks: Vec<Option<Slot>>,
     free_chunks: Vec<u32>,
+    /// Chunk id → slot (vectors arrive by chunk id).
+    by_id: HashMap<String, u32>,
+    /// Text hash → a slot with that text and a vector (a text is never embedded twice).
+    by_text_hash: HashMap<String, u32>,
+    /// Live chunks without a vector yet.
+    unembedded: usize,
     /// Every chunk slot's unit vector, one after another (`dim` floats each): the vector arm
     /// reads them in one sequential pass, which the memory system streams.
     vectors: Vec<f32>,
@@ -319,7 +354,15 @@ impl ResidentIndex {
         let Some(page) = self.pages.remove(slug) else { return };
         for c in page.chunks {
             self.chunk_text.remove(c);
-            self.chunks[c as usize] = None;
+            if let Some(slot) = self.chunks[c as usize].take() {
+                self.by_id.remove(&slot.hit.chunk_id);
+                if self.by_text_hash.get(&slot.text_hash) == Some(&c) {
+                    self.by_text_hash.remove(&slot.text_hash);
+                }
+                if !slot.embedded {
+                    self.unembedded -= 1;
+                }
+            }
             self.free_chunks.push(c);
         }
         self.page_names.remove(page.doc);
@@ -342,8 +385,20 @@ impl ResidentIndex {
         self.page_names.insert(doc, &p.name_terms);
         let mut chunks = Vec::with_capacity(p.chunks.len());
         for c in p.chunks {
-            let id = slot(&mut self.chunks, &mut self.free_chunks, c.hit);
-            self.put_vector(id, &c.vector);
+            let embedded = c.vector.is_some();
+            let (chunk_id, text_hash) = (c.hit.chunk_id.clone(), c.text_hash.clone());
+            let id = slot(&mut self.chunks, &mut self.free_chunks, Slot { hit: c.hit, text_hash, embedded });
+            match &c.vector {
+                Some(v) => {
+                    self.put_vector(id, v);
+                    self.by_text_hash.insert(c.text_hash, id);
+                }
+                None => {
+                    self.put_vector(id, &[]);
+                    self.unembedded += 1;
+                }
+            }
+            self.by_id.insert(chunk_id, id);
             self.chunk_text.insert(id, &c.terms);
             chunks.push(id);
         }
@@ -356,9 +411,62 @@ impl ResidentIndex {
         self.pages.insert(slug, Page { record: p.record, doc, chunks, names });
     }
 
+    /// Vectors for chunks (by id) written without one; ids not held (replaced since) are skipped.
+    pub fn apply_vectors(&mut self, vectors: &[(String, Vec<f32>)]) {
+        for (id, v) in vectors {
+            let Some(&slot) = self.by_id.get(id) else { continue };
+            let Some(s) = self.chunks[slot as usize].as_mut() else { continue };
+            if !s.embedded {
+                s.embedded = true;
+                self.unembedded -= 1;
+            }
+            let text_hash = s.text_hash.clone();
+            self.put_vector(slot, &normalized(v.clone()));
+            self.by_text_hash.insert(text_hash, slot);
+        }
+    }
+
+    /// The stored vector of a text (by its hash), if any chunk with that text has one.
+    pub fn vector_of(&self, text_hash: &str) -> Option<Vec<f32>> {
+        let slot = *self.by_text_hash.get(text_hash)? as usize;
+        (self.dim > 0).then(|| self.vectors[slot * self.dim..(slot + 1) * self.dim].to_vec())
+    }
+
+    /// Chunks without a vector yet: (chunk id, text hash, text the model embeds), by page.
+    pub fn unembedded(&self) -> Vec<(String, String, String)> {
+        let mut out: Vec<(String, String, String)> = self
+            .chunks
+            .iter()
+            .flatten()
+            .filter(|s| !s.embedded)
+            .map(|s| (s.hit.chunk_id.clone(), s.text_hash.clone(), s.hit.embed_text()))
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// A chunk still waiting for its vector, by id: its page, text hash and the text the model
+    /// embeds (`None` when the chunk is gone or already has one).
+    pub fn waiting(&self, chunk_id: &str) -> Option<(String, String, String)> {
+        let s = self.chunks[*self.by_id.get(chunk_id)? as usize].as_ref()?;
+        (!s.embedded).then(|| (s.hit.slug.clone(), s.text_hash.clone(), s.hit.embed_text()))
+    }
+
+    /// How many live chunks have no vector yet.
+    pub fn unembedded_count(&self) -> usize {
+        self.unembedded
+    }
+
+    /// `v` (already unit length, or empty for "no vector yet") into a slot.
     fn put_vector(&mut self, slot: u32, v: &[f32]) {
         if self.dim == 0 {
+            if v.is_empty() {
+                // The width is not known before the first vector: a zero-width slot scores 0.
+                return;
+            }
             self.dim = v.len();
+            // Slots filled before the width was known have no vector.
+            self.vectors.resize(self.chunks.len() * self.dim, 0.0);
         }
         let at = slot as usize * self.dim;
         self.vectors.resize(self.vectors.len().max(at + self.dim), 0.0);
@@ -381,11 +489,15 @@ impl ResidentIndex {
 
     fn hit(&self, slot: u32, score: f32) -> ChunkHit {
         let c = self.chunks[slot as usize].as_ref().expect("a live chunk slot");
-        ChunkHit { score, ..c.clone() }
+        ChunkHit { score, ..c.hit.clone() }
     }
 
     fn chunk_id(&self, slot: u32) -> &str {
-        self.chunks[slot as usize].as_ref().map_or("", |c| c.chunk_id.as_str())
+        self.chunks[slot as usize].as_ref().map_or("", |c| c.hit.chunk_id.as_str())
+    }
+
+    fn embedded(&self, slot: usize) -> bool {
+        self.chunks.get(slot).and_then(Option::as_ref).is_some_and(|s| s.embedded)
     }
 
     /// Keyword arm: chunks by BM25 over their search text, best first.
@@ -406,13 +518,14 @@ impl ResidentIndex {
                 .vectors
                 .chunks_exact(self.dim)
                 .enumerate()
-                .filter(|(i, _)| self.chunks[*i].is_some())
+                .filter(|(i, _)| self.embedded(*i))
                 .map(|(i, v)| (dot(&q, v), i as u32))
                 .collect(),
             Some(slugs) => slugs
                 .iter()
                 .filter_map(|s| self.pages.get(*s))
                 .flat_map(|p| p.chunks.iter())
+                .filter(|&&i| self.embedded(i as usize))
                 .map(|&i| (dot(&q, at(i as usize)), i))
                 .collect(),
         };
@@ -459,17 +572,19 @@ impl Resident {
         Self { id: id.into(), index: Arc::new(RwLock::new(index)) }
     }
 
-    /// Load a source's tables into memory.
-    pub async fn load(store: &crate::SourceStore) -> crate::Result<Self> {
-        let pages = store.resident_pages().await?;
-        let prepared = tokio::task::spawn_blocking(move || {
-            Prepared::pages(pages.into_iter().map(|(r, c)| PreparedPage::stored(r, c)).collect())
+    /// Load a source's tables into memory; the rest of what the load found (page states, rows
+    /// that disagree) is returned beside it, for the writer.
+    pub async fn load(store: &crate::SourceStore) -> crate::Result<(Self, Loaded)> {
+        let loaded = store.load().await?;
+        let id = store.id().to_string();
+        tokio::task::spawn_blocking(move || {
+            let mut loaded = loaded;
+            let mut index = ResidentIndex::default();
+            index.apply(Prepared::loaded(&mut loaded));
+            (Self::new(&id, index), loaded)
         })
         .await
-        .map_err(|e| crate::Error::Io(std::io::Error::other(e)))?;
-        let mut index = ResidentIndex::default();
-        index.apply(prepared);
-        Ok(Self::new(store.id(), index))
+        .map_err(|e| crate::Error::Io(std::io::Error::other(e)))
     }
 
     pub fn id(&self) -> &str {
@@ -479,6 +594,11 @@ impl Resident {
     /// Apply a committed batch (tokenise it first with [`Prepared::batch`], outside the lock).
     pub fn apply(&self, batch: Prepared) {
         self.index.write().unwrap_or_else(|p| p.into_inner()).apply(batch);
+    }
+
+    /// Apply vectors attached to chunks (by id).
+    pub fn apply_vectors(&self, vectors: &[(String, Vec<f32>)]) {
+        self.index.write().unwrap_or_else(|p| p.into_inner()).apply_vectors(vectors);
     }
 
     /// Read access (held for one synchronous read, never across an await).
@@ -495,8 +615,11 @@ mod tests {
         let chunks = bodies
             .iter()
             .enumerate()
-            .map(|(i, (text, v))| {
-                (ChunkHit::numbered(slug, i, title, text), format!("{title}\n\n{text}"), v.clone())
+            .map(|(i, (text, v))| StoredChunk {
+                hit: ChunkHit::numbered(slug, i, title, text),
+                search_text: format!("{title}\n\n{text}"),
+                text_hash: format!("h:{text}"),
+                vector: (!v.is_empty()).then(|| v.clone()),
             })
             .collect();
         PreparedPage::stored(PageRecord::named(slug, title, aliases, bodies.len()), chunks)
@@ -572,5 +695,28 @@ mod tests {
         assert_eq!(i.chunk_count(), 2);
         let v = i.vector(&[-1.0, 0.0], None, 5);
         assert_eq!((v[0].slug.as_str(), v[0].score), ("new", 1.0), "the reused slot holds the new vector");
+    }
+
+    #[test]
+    fn chunks_without_vectors_are_found_by_words_and_join_the_vector_arm_when_theirs_arrive() {
+        let mut i = index(vec![
+            page("a", "A", &[], &[("tides", vec![1.0, 0.0])]),
+            page("b", "B", &[], &[("moon", vec![]), ("sun", vec![])]),
+        ]);
+        assert_eq!(i.unembedded_count(), 2);
+        assert_eq!(i.keyword("moon", 5)[0].slug, "b");
+        let only_a: Vec<String> = i.vector(&[0.0, 1.0], None, 5).into_iter().map(|h| h.slug).collect();
+        assert_eq!(only_a, ["a"], "a chunk without a vector is not in the vector arm");
+        let pending = i.unembedded();
+        assert_eq!(pending.iter().map(|(id, _, _)| id.as_str()).collect::<Vec<_>>(), ["b#0", "b#1"]);
+        assert_eq!(pending[0].2, "B\n\nmoon", "the text the model embeds");
+        i.apply_vectors(&[("b#0".into(), vec![0.0, 3.0]), ("gone#7".into(), vec![1.0, 1.0])]);
+        assert_eq!(i.unembedded_count(), 1);
+        let v = i.vector(&[0.0, 1.0], None, 5);
+        assert_eq!((v[0].chunk_id.as_str(), v[0].score), ("b#0", 1.0));
+        assert_eq!(i.vector_of("h:moon"), Some(vec![0.0, 1.0]), "reusable by text hash, normalised");
+        i.apply(Prepared { upserts: vec![], removals: vec!["b".into()] });
+        assert_eq!(i.unembedded_count(), 0);
+        assert_eq!(i.vector_of("h:moon"), None);
     }
 }

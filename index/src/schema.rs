@@ -4,7 +4,9 @@ use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use std::sync::Arc;
 
 /// Bumped whenever a table's columns or their meaning change.
-pub const SCHEMA_VERSION: i32 = 1;
+/// 2: chunk rows carry their page's content hash, vectors may be absent (attached later), and
+/// the manifest row records where the source's folder is.
+pub const SCHEMA_VERSION: i32 = 2;
 
 /// `<source>_pages`: one row per page.
 pub fn pages() -> SchemaRef {
@@ -44,20 +46,41 @@ pub fn chunks(dim: usize) -> SchemaRef {
         Field::new("line_end", DataType::Int32, false),
         Field::new("tokens", DataType::Int32, false),
         Field::new("text_hash", DataType::Utf8, false),
-        Field::new(
-            "vector",
-            DataType::FixedSizeList(Arc::new(Field::new("item", DataType::Float32, true)), dim as i32),
-            false,
-        ),
+        // The content hash of the page row this chunk was written with: a page whose chunks
+        // carry another hash (a crash between the two writes of a commit) is redone.
+        Field::new("page_hash", DataType::Utf8, false),
+        // Absent until the model has embedded the chunk (pages are searchable by name and
+        // keyword first; vectors are attached by later commits).
+        Field::new("vector", vector_type(dim), true),
     ]))
 }
 
-/// `<source>_manifest`: one row saying how the source's tables were built.
+/// The `vector` column's type.
+pub fn vector_type(dim: usize) -> DataType {
+    DataType::FixedSizeList(Arc::new(Field::new("item", DataType::Float32, true)), dim as i32)
+}
+
+/// What a vector update writes: the key and the vector.
+pub fn chunk_vectors(dim: usize) -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Utf8, false),
+        Field::new("vector", vector_type(dim), true),
+    ]))
+}
+
+/// `<source>_manifest`: one row saying how the source's tables were built, and where its folder
+/// is (so a process given no folders serves the sources the database holds).
 pub fn manifest() -> SchemaRef {
     Arc::new(Schema::new(vec![
+        // Always "source": the key that replaces the row in one commit.
+        Field::new("key", DataType::Utf8, false),
         Field::new("schema_version", DataType::Int32, false),
         Field::new("chunker_version", DataType::Int32, false),
         Field::new("model_id", DataType::Utf8, false),
         Field::new("dim", DataType::Int32, false),
+        Field::new("root", DataType::Utf8, true),
+        // JSON lists of globs.
+        Field::new("include", DataType::Utf8, false),
+        Field::new("exclude", DataType::Utf8, false),
     ]))
 }

@@ -1,6 +1,6 @@
 //! Per-source LanceDB storage against a real on-disk database (temp dir), with the real model.
 
-use cairn_index::{Database, Embedder, Manifest, OrtEmbedder, OrtOptions, PageWrite, WriteBatch};
+use cairn_index::{Database, Embedder, Manifest, OrtEmbedder, OrtOptions, PageWrite, SourceInfo, WriteBatch};
 use cairn_ingest::{ParseOptions, parse_page};
 use std::path::Path;
 use std::sync::OnceLock;
@@ -18,7 +18,7 @@ fn page_write(source: &str, path: &str, text: &str) -> PageWrite {
     let page = parse_page(source, Path::new(path), text.as_bytes(), &ParseOptions::default()).unwrap();
     let texts: Vec<String> = page.chunks.iter().map(|c| c.embed_text()).collect();
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-    let vectors = embedder().embed_documents(&refs).unwrap().vectors;
+    let vectors = embedder().embed_documents(&refs).unwrap().vectors.into_iter().map(Some).collect();
     PageWrite { page, vectors, mtime_ms: 0 }
 }
 
@@ -89,11 +89,10 @@ async fn replacing_a_page_drops_its_old_chunks_and_removal_removes_everything() 
     let chunks = store.page_chunks("a").await.unwrap();
     assert!(chunks.iter().any(|c| c.text.contains("wool")));
     assert!(!chunks.iter().any(|c| c.text.contains("oak")));
-    // Same text hash → the stored vector is found and can be reused.
-    let hashes: Vec<&str> = second.page.chunks.iter().map(|c| c.text_hash.as_str()).collect();
-    let stored = store.vectors_by_text_hash(&hashes).await.unwrap();
-    assert_eq!(stored.len(), hashes.len());
-    assert_eq!(stored[hashes[0]], second.vectors[0]);
+    // Each chunk keeps the vector it was written with.
+    let stored = store.chunk_contents().await.unwrap();
+    assert_eq!(stored.len(), second.vectors.len());
+    assert_eq!(stored[0].vector, second.vectors[0]);
 
     store.write(&WriteBatch { upserts: vec![], removals: vec!["a".into()] }).await.unwrap();
     assert_eq!(store.counts().await.unwrap(), (0, 0));
@@ -119,7 +118,7 @@ async fn sources_are_separate_and_a_manifest_mismatch_is_refused() {
     let other_model = Manifest { model_id: "some-other-model".into(), ..manifest() };
     let err = db.open_source("alpha", &other_model).await.unwrap_err().to_string();
     assert!(err.contains("alpha") && err.contains("reindex"), "{err}");
-    let rebuilt = db.rebuild_source("alpha", &other_model).await.unwrap();
+    let rebuilt = db.rebuild_source("alpha", &other_model, &SourceInfo::default()).await.unwrap();
     assert_eq!(rebuilt.counts().await.unwrap(), (0, 0));
     assert!(db.open_source("alpha", &other_model).await.is_ok());
     assert_eq!(db.open_source("beta", &manifest()).await.unwrap().counts().await.unwrap(), (1, 1));
@@ -139,7 +138,7 @@ async fn a_damaged_source_names_itself_and_leaves_the_others_working() {
     let db = Database::open(uri).await.unwrap();
     let err = db.open_source("broken", &manifest()).await.unwrap_err().to_string();
     assert!(err.contains("broken"), "{err}");
-    assert!(err.contains("reindex --source broken"), "{err}");
+    assert!(err.contains("cairn reindex broken"), "{err}");
     assert!(db.open_source("good", &manifest()).await.is_ok());
 }
 
@@ -177,7 +176,7 @@ async fn a_resident_index_kept_by_commits_matches_the_tables() {
         kept.apply(Prepared::batch(b));
     }
     store.optimize().await.unwrap();
-    let loaded = Resident::load(&store).await.unwrap();
+    let (loaded, _) = Resident::load(&store).await.unwrap();
     let counts = store.counts().await.unwrap();
     let queries = ["tide moon", "woven wool ceiling", "oak", "bread flour", "old port", "greek amphitheater"];
     let mut lance = Vec::new();
@@ -209,4 +208,70 @@ async fn a_resident_index_kept_by_commits_matches_the_tables() {
     assert_eq!(kept.alias("old port")[0].slug, "harbour");
     assert!(kept.keyword("oak", 10).is_empty(), "the edited-out words are gone");
     assert!(kept.alias("sourdough").is_empty() && kept.pages(&["sourdough"]).is_empty());
+}
+
+/// Pages are written first and their vectors attached by a later commit; a source loaded in
+/// between knows which chunks wait, and a vector for a chunk replaced since is dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vectors_attached_after_the_pages_and_a_load_in_between_knows_what_waits() {
+    use cairn_index::Resident;
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path().to_str().unwrap()).await.unwrap();
+    let store = db.open_source("notes", &manifest()).await.unwrap();
+    let full = page_write("notes", "tides.md", "# Tides\n\nSpring tides follow the full and new moon.\n");
+    let bare = PageWrite { vectors: vec![None; full.vectors.len()], ..full.clone() };
+    store.write(&WriteBatch { upserts: vec![bare], removals: vec![] }).await.unwrap();
+    assert_eq!(store.unembedded().await.unwrap(), full.vectors.len());
+    let (resident, loaded) = Resident::load(&store).await.unwrap();
+    assert!(loaded.inconsistent.is_empty() && loaded.orphans.is_empty());
+    let waiting = resident.read().unembedded();
+    assert_eq!(waiting.len(), full.vectors.len());
+    assert_eq!(resident.read().keyword("spring tides", 5)[0].slug, "tides", "found by its words meanwhile");
+    let attach: Vec<(String, Vec<f32>)> = full
+        .page
+        .chunks
+        .iter()
+        .zip(&full.vectors)
+        .map(|(c, v)| (c.id.clone(), v.clone().unwrap()))
+        .chain([("a-chunk-replaced-since".to_string(), vec![0.5; 384])])
+        .collect();
+    store.attach_vectors(&attach).await.unwrap();
+    assert_eq!(store.unembedded().await.unwrap(), 0);
+    assert_eq!(
+        store.chunk_contents().await.unwrap().len(),
+        full.vectors.len(),
+        "no row made for the stale id"
+    );
+    let (resident, _) = Resident::load(&store).await.unwrap();
+    assert_eq!(resident.read().unembedded_count(), 0);
+}
+
+/// A crash between the two writes of a commit leaves chunk rows of the new content under the
+/// old page row; the next load finds the page (and chunk rows of a page never written) and says
+/// so, so that the writer redoes them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_a_crash_left_disagreeing_are_found_on_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path().to_str().unwrap()).await.unwrap();
+    let store = db.open_source("notes", &manifest()).await.unwrap();
+    let v1 = page_write("notes", "a.md", "# A\n\nThe first version of the page.\n");
+    store.write(&WriteBatch { upserts: vec![v1.clone()], removals: vec![] }).await.unwrap();
+    let v2 = page_write("notes", "a.md", "# A\n\nThe edited version of the page.\n");
+    let fresh = page_write("notes", "b.md", "# B\n\nA page that never got its row.\n");
+    store.crash_after_chunks(&WriteBatch { upserts: vec![v2, fresh], removals: vec![] }).await.unwrap();
+    // An edit that keeps a chunk's text keeps its id: that row must agree with the new page too.
+    let stays = "A paragraph that stays as it is, long enough to be a chunk of its own: ".repeat(3);
+    let page = |last: &str| format!("# C\n\n{stays}\n\n## Two\n\n{}\n", last.repeat(3));
+    let before = page_write("notes", "c.md", &page("The second section, which the edit below will change. "));
+    let after = page_write("notes", "c.md", &page("The second section, as the edit has changed it now. "));
+    assert_eq!(before.page.chunks.len(), 2);
+    assert_eq!(before.page.chunks[0].id, after.page.chunks[0].id, "the first chunk keeps its id");
+    for w in [before, after] {
+        store.write(&WriteBatch { upserts: vec![w], removals: vec![] }).await.unwrap();
+    }
+    let loaded = store.load().await.unwrap();
+    assert_eq!(loaded.inconsistent, ["a"]);
+    assert_eq!(loaded.orphans, ["b"]);
+    let a = &loaded.states["a"];
+    assert!(!a.clean && a.content_hash.is_empty(), "the page is redone even if its file goes back to v1");
 }

@@ -36,7 +36,7 @@ impl Budget {
         let Some(deadline) = self.deadline else { return Ok(()) };
         let n = self.ticks.get().wrapping_add(1);
         self.ticks.set(n);
-        if n % CHECK_EVERY == 0 && Instant::now() >= deadline { Err(OverBudget) } else { Ok(()) }
+        if n.is_multiple_of(CHECK_EVERY) && Instant::now() >= deadline { Err(OverBudget) } else { Ok(()) }
     }
 }
 

@@ -177,7 +177,7 @@ fn fence(line: &str) -> Option<(u8, usize)> {
 /// Cut `body` into pieces of at most `max` bytes (see [`SEGMENT_BYTES`]).
 fn segments(body: &str, max: usize) -> Vec<Range<usize>> {
     if body.len() <= max {
-        return vec![0..body.len()];
+        return std::iter::once(0..body.len()).collect();
     }
     let mut out = Vec::new();
     let (mut start, mut pos) = (0usize, 0usize);

@@ -11,7 +11,7 @@ use cairn_ingest::{normalize_name, tokens};
 const DEEP: usize = 1000;
 
 /// Where one page stands at every layer for one query.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Diagnosis {
     pub query: String,
     pub source: String,
@@ -29,17 +29,22 @@ pub struct Diagnosis {
     /// Rank after fusing the arms inside the source, and the number of slots the source has.
     pub fused_rank: Option<usize>,
     pub source_slots: usize,
-    /// Rank in the final answer (limit 100), if there.
+    /// Rank in the final answer to the request as given (its mode, sources and limit), if there.
     pub final_rank: Option<usize>,
+    /// The request the final rank is for.
+    #[serde(default)]
+    pub mode: Mode,
+    #[serde(default)]
+    pub limit: usize,
     pub verdict: String,
     /// How the page got into the index, or why it did not (from the tables and the event log;
     /// filled by the caller that has them).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ingest: Option<IngestState>,
 }
 
 /// One page's ingest state.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct IngestState {
     /// The page's file (as stored, else the last the event log names for the slug).
     pub file: Option<String>,
@@ -48,8 +53,10 @@ pub struct IngestState {
     pub state: String,
     /// The latest failure or warning, with its reason.
     pub problem: Option<String>,
-    /// Chunks the page record counts, and chunk rows stored (each with its vector).
+    /// Chunks the page record counts, chunk rows stored, and of those the ones with a vector.
     pub chunks: Option<usize>,
+    #[serde(default)]
+    pub rows: Option<usize>,
     pub embedded: Option<usize>,
     /// The source table's version now, and the one the page was last indexed at (per the log).
     pub table_version: Option<u64>,
@@ -75,11 +82,18 @@ impl Diagnosis {
                 }
                 _ => self.verdict,
             };
-        } else if ingest.embedded.is_some_and(|e| Some(e) != ingest.chunks) {
+        } else if ingest.rows.is_some_and(|r| Some(r) != ingest.chunks) {
             self.verdict.push_str(&format!(
                 "; note: {} chunk rows stored for {} chunks counted (an interrupted write? a restart reconciles it)",
-                ingest.embedded.unwrap_or(0),
+                ingest.rows.unwrap_or(0),
                 ingest.chunks.unwrap_or(0)
+            ));
+        } else if let (Some(rows), Some(embedded)) = (ingest.rows, ingest.embedded)
+            && embedded < rows
+        {
+            self.verdict.push_str(&format!(
+                "; note: {} of its {rows} chunks wait for the model: found by name and keyword, not yet by meaning",
+                rows - embedded
             ));
         }
         self.ingest = Some(ingest);
@@ -91,14 +105,16 @@ fn rank_of(pages: &[ChunkHit], slug: &str) -> Option<usize> {
     pages.iter().position(|h| h.slug == slug).map(|p| p + 1)
 }
 
-/// Diagnose `slug` of `source` for `query`.
+/// Diagnose `slug` of `source` for the request `req` (its query, mode, sources and limit: the
+/// final rank is the page's rank in the answer to exactly that request).
 pub async fn diagnose<R: SourceReader>(
     readers: &[&R],
     embedder: Option<&dyn Embedder>,
-    query: &str,
+    req: &SearchRequest,
     source: &str,
     slug: &str,
 ) -> Result<Diagnosis> {
+    let query = req.query.as_str();
     let Some(reader) = readers.iter().find(|r| r.id() == source) else {
         let known: Vec<&str> = readers.iter().map(|r| r.id()).collect();
         return Err(QueryError::UnknownSource { id: source.into(), known: known.join(", ") });
@@ -106,7 +122,7 @@ pub async fn diagnose<R: SourceReader>(
     let failed = |e: cairn_index::Error| QueryError::AllSourcesFailed(e.to_string());
     let page = reader.pages(&[slug]).await.map_err(failed)?.into_iter().next();
     let text = tokens(query).join(" ");
-    let qvec = embedder.and_then(|e| e.embed_query(query).ok());
+    let qvec = if req.mode == Mode::Fast { None } else { embedder.and_then(|e| e.embed_query(query).ok()) };
     let kw = if text.is_empty() {
         Vec::new()
     } else {
@@ -133,9 +149,12 @@ pub async fn diagnose<R: SourceReader>(
     let mut order: Vec<(&str, f32)> = fused.iter().map(|(s, f)| (*s, *f)).collect();
     order.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
     let fused_rank = order.iter().position(|(s, _)| *s == slug).map(|p| p + 1);
-    let source_slots = 100;
-    let req = SearchRequest { limit: 100, mode: Mode::Balanced, ..SearchRequest::new(query) };
-    let answer = search(readers, embedder, &req).await?;
+    let limit = req.limit.clamp(1, crate::search::MAX_LIMIT);
+    let source_slots = match req.mode {
+        Mode::Thorough => limit.max(10) * 3,
+        _ => limit.max(10),
+    };
+    let answer = search(readers, embedder, req).await?;
     let final_rank = answer.results.iter().position(|r| r.source == source && r.slug == slug).map(|p| p + 1);
     let keyword_rank = rank_of(&kw, slug);
     let vector_rank = rank_of(&vec, slug);
@@ -175,6 +194,8 @@ pub async fn diagnose<R: SourceReader>(
         fused_rank,
         source_slots,
         final_rank,
+        mode: req.mode,
+        limit,
         verdict,
         ingest: None,
     })

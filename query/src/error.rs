@@ -22,3 +22,18 @@ pub enum QueryError {
     #[error("the search stopped unexpectedly: {0}")]
     Internal(String),
 }
+
+impl QueryError {
+    /// A mistake in the request (exit code 2 on the command line), not a failure of the index.
+    pub fn is_usage(&self) -> bool {
+        matches!(
+            self,
+            QueryError::EmptyQuery
+                | QueryError::QueryTooLong { .. }
+                | QueryError::BadLimit
+                | QueryError::BadMode(_)
+                | QueryError::UnknownSource { .. }
+                | QueryError::NoSources
+        )
+    }
+}

@@ -14,7 +14,10 @@ pub use diagnose::{Diagnosis, IngestState, diagnose};
 pub use error::{QueryError, Result};
 pub use layers::{CreateSafety, Evidence, ExactKind};
 pub use reader::SourceReader;
-pub use search::{Mode, SearchRequest, SearchResponse, SearchResult, SourceStatus, search};
+pub use search::{
+    Health, Mode, Role, SearchRequest, SearchResponse, SearchResult, ServedBy, SourceStatus,
+    note_vectors_pending, search,
+};
 
 #[cfg(test)]
 mod tests;

@@ -84,7 +84,7 @@ impl SearchRequest {
 }
 
 /// One arm's view of a page.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ArmRank {
     /// 1-based rank among this source's pages in this arm.
     pub rank: usize,
@@ -92,7 +92,7 @@ pub struct ArmRank {
 }
 
 /// The best chunk of a result.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ResultChunk {
     pub text: String,
     pub heading_path: String,
@@ -101,7 +101,7 @@ pub struct ResultChunk {
 }
 
 /// `--explain`: how the score came about.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Explain {
     pub keyword: Option<ArmRank>,
     pub vector: Option<ArmRank>,
@@ -115,7 +115,7 @@ pub struct Explain {
 }
 
 /// One page in an answer.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SearchResult {
     pub source: String,
     pub slug: String,
@@ -135,12 +135,19 @@ pub struct SearchResult {
     pub explain: Option<Explain>,
 }
 
+/// Whether a source answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Health {
+    Ok,
+    Failed,
+}
+
 /// How one source took part.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SourceStatus {
     pub source: String,
-    /// `ok` or `failed`.
-    pub status: String,
+    pub status: Health,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// Pages this source put into the union.
@@ -154,17 +161,39 @@ pub struct SourceStatus {
     /// Age of the oldest of those changes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lag_ms: Option<u64>,
+    /// Chunks of this source not embedded yet (found by name and keyword, not by meaning).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vectors_pending: Option<usize>,
+}
+
+/// Which process answered, and as what.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ServedBy {
+    pub pid: u32,
+    pub role: Role,
+}
+
+/// What a process is to its database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Holds the database's lock: runs the pipeline, the model and the indexes.
+    Owner,
+    /// Asks the owner over its socket.
+    Client,
+    /// No owner runs: read the tables itself, read-only.
+    Reader,
 }
 
 /// Several pages claim one name.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct AliasCollision {
     pub name: String,
     pub pages: Vec<String>,
 }
 
 /// An answer.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SearchResponse {
     pub query: String,
     pub mode: Mode,
@@ -173,13 +202,44 @@ pub struct SearchResponse {
     /// Stages that did not run: `embed_unavailable`, `source_failed:<id>`.
     pub degraded: Vec<String>,
     pub alias_collisions: Vec<AliasCollision>,
-    pub scoring_version: &'static str,
+    pub scoring_version: String,
     pub latency_ms: f64,
     /// Changes not yet searchable, over the searched sources (absent when unknown). While it is
     /// above 0, an answer without an `exists` result is not proof that no page exists.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pending_changes: Option<u64>,
+    /// Chunks not embedded yet over the searched sources: while above 0, a page can be missed
+    /// by meaning (it is still found by its name and words).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vectors_pending: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub served_by: Option<ServedBy>,
     pub notes: Vec<String>,
+}
+
+/// Each searched source's chunks without a vector (`lookup`), and the note an agent must not
+/// miss while there are any and no result certainly exists.
+pub fn note_vectors_pending(resp: &mut SearchResponse, lookup: impl Fn(&str) -> Option<usize>) {
+    let mut total = 0;
+    let mut waiting = Vec::new();
+    for s in &mut resp.sources {
+        if let Some(n) = lookup(&s.source) {
+            s.vectors_pending = Some(n);
+            total += n;
+            if n > 0 {
+                waiting.push(format!("{} ({n})", s.source));
+            }
+        }
+    }
+    resp.vectors_pending = Some(total);
+    if total > 0 {
+        let exists = resp.results.iter().any(|r| r.create_safety == CreateSafety::Exists);
+        resp.notes.push(format!(
+            "chunks not embedded yet in {}: pages are found by name and keyword, not yet by meaning{}",
+            waiting.join(", "),
+            if exists { "" } else { "; this answer is not proof that no such page exists" }
+        ));
+    }
 }
 
 /// A page in the union, with everything the later layers look at.
@@ -475,12 +535,13 @@ pub async fn search<R: SourceReader>(
             Ok(g) => {
                 statuses.push(SourceStatus {
                     source: r.id().into(),
-                    status: "ok".into(),
+                    status: Health::Ok,
                     error: None,
                     candidates: g.candidates.len(),
                     pool_underfilled: g.underfilled,
                     pending: None,
                     lag_ms: None,
+                    vectors_pending: None,
                 });
                 union.extend(g.candidates);
             }
@@ -489,12 +550,13 @@ pub async fn search<R: SourceReader>(
                 errors.push(e.to_string());
                 statuses.push(SourceStatus {
                     source: r.id().into(),
-                    status: "failed".into(),
+                    status: Health::Failed,
                     error: Some(e.to_string()),
                     candidates: 0,
                     pool_underfilled: false,
                     pending: None,
                     lag_ms: None,
+                    vectors_pending: None,
                 });
             }
         }
@@ -641,9 +703,11 @@ pub async fn search<R: SourceReader>(
         sources: statuses,
         degraded,
         alias_collisions: collisions,
-        scoring_version: SCORING_VERSION,
+        scoring_version: SCORING_VERSION.to_string(),
         latency_ms: started.elapsed().as_secs_f64() * 1000.0,
         pending_changes: None,
+        vectors_pending: None,
+        served_by: None,
         notes,
     })
 }

@@ -70,7 +70,7 @@ async fn one_failing_source_degrades_all_failing_is_an_error() {
     assert_eq!(resp.degraded, ["source_failed:bulk"]);
     assert_eq!(resp.results[0].slug, "projects/amphi");
     let failed = resp.sources.iter().find(|s| s.source == "bulk").unwrap();
-    assert_eq!(failed.status, "failed");
+    assert_eq!(failed.status, crate::Health::Failed);
 
     let mut c2 = curated();
     c2.fail = true;
@@ -149,24 +149,26 @@ async fn vector_only_junk_below_the_floor_is_dropped() {
 async fn diagnose_says_where_a_page_is_found_or_lost() {
     let (c, b) = (curated(), bulk(30));
     let e = HashEmbedder::default();
-    let found = crate::diagnose(
-        &[&b, &c],
-        Some(&e as &dyn Embedder),
-        "greek amphitheater",
-        "curated",
-        "projects/amphi",
-    )
-    .await
-    .unwrap();
+    let req = SearchRequest::new("greek amphitheater");
+    let found = crate::diagnose(&[&b, &c], Some(&e as &dyn Embedder), &req, "curated", "projects/amphi")
+        .await
+        .unwrap();
     assert_eq!(found.verdict, "found at rank 1");
     assert_eq!(found.keyword_rank, Some(1));
     let missing =
-        crate::diagnose(&[&b, &c], Some(&e as &dyn Embedder), "greek amphitheater", "curated", "nope")
-            .await
-            .unwrap();
+        crate::diagnose(&[&b, &c], Some(&e as &dyn Embedder), &req, "curated", "nope").await.unwrap();
     assert!(missing.verdict.contains("not in the index"), "{}", missing.verdict);
-    let err = crate::diagnose(&[&b, &c], Some(&e as &dyn Embedder), "x", "elsewhere", "a").await.unwrap_err();
+    let err =
+        crate::diagnose(&[&b, &c], Some(&e as &dyn Embedder), &SearchRequest::new("x"), "elsewhere", "a")
+            .await
+            .unwrap_err();
     assert!(err.to_string().contains("elsewhere"));
+    // The user's own request: limited to the other source, the page cannot be in the answer.
+    let other = SearchRequest { sources: vec!["bulk".into()], ..req.clone() };
+    let lost = crate::diagnose(&[&b, &c], Some(&e as &dyn Embedder), &other, "curated", "projects/amphi")
+        .await
+        .unwrap();
+    assert_eq!(lost.final_rank, None, "{lost:?}");
 }
 
 #[tokio::test]

@@ -1,8 +1,8 @@
 //! `cairn index` against a real on-disk LanceDB (temp dir) with the real model.
 
 use crate::support::write;
-use cairn::{IndexSummary, SourceSpec, index_sources};
-use cairn_index::{Database, Embedder, Manifest, OrtEmbedder, OrtOptions};
+use cairn::{Config, IndexSummary, SourceSpec};
+use cairn_index::{Database, Embedder, Manifest, OrtEmbedder, OrtOptions, SourceInfo};
 use std::path::Path;
 
 const LONG_PAGE: &str = "# Amphitheater\n\nAn indoor amphitheater in the Greek style, built for structured public debate.\n\n\
@@ -14,7 +14,8 @@ fn spec(id: &str, root: &Path) -> SourceSpec {
 }
 
 async fn index(db: &Path, specs: &[SourceSpec]) -> IndexSummary {
-    index_sources(db.to_str().unwrap(), specs, false).await.unwrap()
+    let config = Config::new(db.to_str().unwrap(), specs.iter().map(SourceSpec::config).collect());
+    cairn::index(config, false, false).await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -104,11 +105,11 @@ async fn a_source_built_by_another_model_is_rebuilt_not_mixed() {
     // Tables built by "another model" (a different id, same width) holding a stale page.
     let database = Database::open(uri).await.unwrap();
     let other = Manifest { model_id: "old-model".into(), ..Manifest::current("x", 384) };
-    let stale = database.rebuild_source("notes", &other).await.unwrap();
+    let stale = database.rebuild_source("notes", &other, &SourceInfo::default()).await.unwrap();
     let page =
         cairn_ingest::parse_page("notes", Path::new("stale.md"), b"# Stale\n\nold", &Default::default())
             .unwrap();
-    let vectors = vec![vec![0.0; 384]; page.chunks.len()];
+    let vectors = vec![Some(vec![0.0; 384]); page.chunks.len()];
     stale
         .write(&cairn_index::WriteBatch {
             upserts: vec![cairn_index::PageWrite { page, vectors, mtime_ms: 0 }],

@@ -30,7 +30,7 @@ async fn an_mcp_client_searches_gets_and_gets_errors_then_the_server_exits_clean
     write(&vault, "tides.md", "# Tides\n\nSpring tides follow the new and the full moon.\n");
     // Indexed before the server starts, so its first answer needs no wait.
     let spec = cairn::SourceSpec { id: "notes".into(), root: vault.clone() };
-    cairn::index_sources(db.to_str().unwrap(), &[spec], false).await.unwrap();
+    cairn::index(cairn::Config::new(db.to_str().unwrap(), vec![spec.config()]), false, false).await.unwrap();
 
     let script = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("run by cargo"))
         .join("tests/mcp_client.py");

@@ -7,7 +7,7 @@ use crate::support::{actix_paused, check_tables, fixture_dir, normalized_events}
 use cairn_actors::event::EventKind;
 use cairn_actors::log::read_log;
 use cairn_actors::replay::{self, Scenario};
-use cairn_actors::{Cairn, Embedders};
+use cairn_actors::{Embedders, Pipeline};
 use cairn_index::Database;
 use serde_json::{Value, json};
 use std::path::Path;
@@ -17,7 +17,7 @@ async fn replay_one(file: &Path, embedders: &Embedders) -> Result<(), String> {
     let tmp = tempfile::tempdir().unwrap();
     let (dir, db) = (tmp.path().join("vault"), tmp.path().join("db"));
     let config = replay::config(db.to_str().unwrap(), &dir);
-    let cairn: Cairn =
+    let cairn: Pipeline =
         replay::run(&scenario, &dir, config, embedders.clone()).await.map_err(|e| e.to_string())?;
     // Everything the events said is in; a scan of the folder must now find nothing to do.
     cairn.flush().await.map_err(|e| e.to_string())?;

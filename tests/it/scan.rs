@@ -6,7 +6,7 @@ fn fixture(rel: &str) -> PathBuf {
 
 #[test]
 fn scan_source_reports_pages_and_failures_with_reasons() {
-    let summary = cairn::scan_source("hostile", &fixture("vaults/hostile")).unwrap();
+    let summary = cairn::scan_source("hostile", &fixture("vaults/hostile"), &Default::default()).unwrap();
     assert_eq!(summary.pages.len(), 12);
     let failed: Vec<(&str, &str)> =
         summary.failures.iter().map(|f| (f.path.as_str(), f.kind.as_str())).collect();

@@ -45,18 +45,21 @@ async fn watching_reflects_new_edited_renamed_and_deleted_pages_for_every_reader
         vec![SourceConfig { id: "notes".into(), root: vault.clone(), include: vec![], exclude: vec![] }],
     );
     let cairn = Cairn::open(config).await.unwrap();
-    let mut events = cairn.subscribe();
+    let mut events = cairn.subscribe().await.unwrap();
     cairn.flush().await.unwrap();
 
     let hall = cairn.search(SearchRequest::new("hall of light")).await.unwrap();
     assert_eq!(hall.results[0].slug, "venues/amphitheater");
     assert_eq!(hall.results[0].create_safety, CreateSafety::Exists);
     assert_eq!(hall.pending_changes, Some(0));
-    // The other process sees the watcher's freshness (a count, not "unknown").
+    // The other process asks this one, the owner: its answer carries the freshness (a count,
+    // not "unknown") and says who served it.
     let owls = other_process_json(&db, "barn owls");
     assert_eq!(owls["results"][0]["slug"], "owls");
     assert!(owls["sources"][0]["pending"].is_u64() && owls["pending_changes"].is_u64(), "{owls}");
     assert!(!unwatched_note(&owls), "{owls}");
+    assert_eq!(owls["served_by"]["role"], "owner");
+    assert_eq!(owls["served_by"]["pid"], std::process::id());
 
     // A new page.
     write(&vault, "herons.md", "# Herons\n\nGrey herons stand motionless in the shallows.\n");
@@ -110,11 +113,11 @@ async fn watching_reflects_new_edited_renamed_and_deleted_pages_for_every_reader
 
     // The old slug of the move is diagnosed as removed, the new one as indexed with every chunk
     // stored; a file that cannot be read as text as failed, with why.
-    let gone = cairn.diagnose("spring tides", "notes", "tides").await.unwrap();
+    let gone = cairn.diagnose(SearchRequest::new("spring tides"), "notes", "tides").await.unwrap();
     let ingest = gone.ingest.as_ref().unwrap();
     assert_eq!((ingest.state.as_str(), ingest.file.as_deref()), ("removed", Some("tides.md")), "{gone:?}");
     assert!(gone.verdict.contains("removed"), "{}", gone.verdict);
-    let moved = cairn.diagnose("spring tides", "notes", "archive/tides").await.unwrap();
+    let moved = cairn.diagnose(SearchRequest::new("spring tides"), "notes", "archive/tides").await.unwrap();
     let ingest = moved.ingest.as_ref().unwrap();
     assert_eq!(ingest.state, "indexed");
     assert!(ingest.chunks.is_some_and(|c| c > 0) && ingest.embedded == ingest.chunks, "{ingest:?}");
@@ -125,7 +128,7 @@ async fn watching_reflects_new_edited_renamed_and_deleted_pages_for_every_reader
         |e| matches!(&e.kind, EventKind::PageFailed { path, .. } if path == "broken.md"),
     )
     .await;
-    let broken = cairn.diagnose("broken", "notes", "broken").await.unwrap();
+    let broken = cairn.diagnose(SearchRequest::new("broken"), "notes", "broken").await.unwrap();
     assert_eq!(broken.ingest.as_ref().unwrap().state, "failed", "{broken:?}");
     assert!(broken.verdict.contains("could not be indexed"), "{}", broken.verdict);
 
@@ -144,7 +147,7 @@ async fn watching_reflects_new_edited_renamed_and_deleted_pages_for_every_reader
     .await;
     cairn.flush().await.unwrap();
     cairn.flush().await.unwrap();
-    let status = cairn.status();
+    let status = cairn.status().await.unwrap().sources;
     assert_eq!(status.len(), 1);
     assert_eq!(
         (status[0].pages, status[0].pending, status[0].state.as_str()),
@@ -155,16 +158,20 @@ async fn watching_reflects_new_edited_renamed_and_deleted_pages_for_every_reader
     assert!(page.body.contains("Spring tides"));
     cairn.shutdown().await.unwrap();
 
-    // Nothing watches the folder now: the answer says so instead of claiming zero pending.
+    // No process owns the database now: the other process reads the tables itself, and its
+    // answer says so instead of claiming zero pending.
     let after = other_process_json(&db, "barn owls");
     assert!(after["pending_changes"].is_null() && unwatched_note(&after), "{after}");
-    // Every answer of the other process is journaled beside the watcher's events.
+    assert_eq!(after["served_by"]["role"], "reader");
+    // Every answer is journaled once: the owner's (its own and its clients'), and the reader's
+    // beside them (with `seq` 0: it belongs to no pipeline's sequence).
     let log = cairn_actors::log::read_log(&db.join("events/events.jsonl")).unwrap();
-    let outside = log
+    let answered: Vec<&cairn_actors::Event> = log
         .iter()
-        .filter(|e| e.seq == 0 && matches!(&e.kind, EventKind::QueryAnswered(a) if a.unix_ms.is_some()))
-        .count();
-    assert_eq!(outside, 7, "one query_answered per `cairn search`");
+        .filter(|e| matches!(&e.kind, EventKind::QueryAnswered(a) if a.unix_ms.is_some()))
+        .collect();
+    assert_eq!(answered.len(), 8, "one query_answered per search");
+    assert_eq!(answered.iter().filter(|e| e.seq == 0).count(), 1, "one answered with no owner");
     let touched = log
         .iter()
         .filter(
@@ -172,6 +179,10 @@ async fn watching_reflects_new_edited_renamed_and_deleted_pages_for_every_reader
         )
         .count();
     assert_eq!(touched, 1, "the touched file is read once, not at every scan");
+}
+
+async fn sources(cairn: &Cairn) -> Vec<cairn_actors::SourceStatus> {
+    cairn.status().await.unwrap().sources
 }
 
 /// Peak resident memory of this process (Linux), MiB.
@@ -204,7 +215,7 @@ async fn ten_thousand_changes_at_once_are_all_reflected_after_flush() {
     let written = started.elapsed();
     cairn.flush().await.unwrap();
     let reflected = started.elapsed();
-    assert_eq!(cairn.status()[0].pages, 10_001);
+    assert_eq!(sources(&cairn).await[0].pages, 10_001);
     let database = Database::open(db.to_str().unwrap()).await.unwrap();
     let pages = check_tables(&database.open_existing("bulk").await.unwrap()).await.unwrap();
     assert_eq!(pages.len(), 10_001);
@@ -217,12 +228,12 @@ async fn ten_thousand_changes_at_once_are_all_reflected_after_flush() {
     // Notifications the kernel still delivers after the flush (duplicates of what the flush's
     // scan indexed) settle as skipped pages.
     let mut flushes = 1;
-    while cairn.status()[0].pending > 0 && flushes < 50 {
+    while sources(&cairn).await[0].pending > 0 && flushes < 50 {
         cairn.flush().await.unwrap();
         flushes += 1;
     }
-    assert_eq!(cairn.status()[0].pending, 0, "{:?}", cairn.status());
-    assert_eq!(cairn.status()[0].pages, 10_001);
+    let status = sources(&cairn).await;
+    assert_eq!((status[0].pending, status[0].pages), (0, 10_001), "{status:?}");
     cairn.shutdown().await.unwrap();
 }
 
@@ -239,12 +250,12 @@ async fn a_source_that_fails_retries_with_backoff_while_the_others_go_on() {
         ],
     );
     let cairn = Cairn::open(config).await.unwrap();
-    let mut events = cairn.subscribe();
+    let mut events = cairn.subscribe().await.unwrap();
     // The missing folder fails its source's flush; the other source is searchable regardless.
     assert!(cairn.flush().await.is_err());
     let owls = cairn.search(SearchRequest::new("barn owls")).await.unwrap();
     assert_eq!((owls.results[0].source.as_str(), owls.results[0].slug.as_str()), ("good", "owls"));
-    let later = cairn.status().into_iter().find(|s| s.source == "later").unwrap();
+    let later = sources(&cairn).await.into_iter().find(|s| s.source == "later").unwrap();
     assert_eq!(later.state, "retrying", "{later:?}");
     assert!(later.error.as_deref().unwrap_or_default().contains("later"), "{later:?}");
 

@@ -2,14 +2,14 @@
 //! per source pages, chunks, failures and alias collisions; per day the queries answered and
 //! their rank-1 base score (a downward drift is retrieval regressing).
 
-use anyhow::Result;
-use cairn_actors::event::{Event, EventKind};
+use crate::Result;
+use crate::event::{Event, EventKind};
 use cairn_index::Database;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 pub struct Stats {
     pub sources: Vec<SourceStats>,
     pub queries: QueryStats,
@@ -17,7 +17,7 @@ pub struct Stats {
     pub logs: Vec<String>,
 }
 
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 pub struct SourceStats {
     pub source: String,
     pub pages: usize,
@@ -28,20 +28,20 @@ pub struct SourceStats {
     pub alias_collisions: Vec<Collision>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Failing {
     pub path: String,
     pub kind: String,
     pub reason: String,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Collision {
     pub name: String,
     pub slugs: Vec<String>,
 }
 
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 pub struct QueryStats {
     pub answered: usize,
     /// Rank-1 base scores per mode, and per source of the rank-1 result.
@@ -64,14 +64,14 @@ pub struct QueryStats {
     pub drift: Option<Drift>,
 }
 
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 pub struct GroupStats {
     pub queries: usize,
     pub mean_top_base_score: f64,
     pub top_score_buckets: BTreeMap<String, usize>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Drift {
     pub days: u32,
     pub mean_top_base_score: f64,
@@ -79,7 +79,7 @@ pub struct Drift {
     pub change: Option<f64>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct DayStats {
     pub day: String,
     pub queries: usize,
@@ -89,7 +89,7 @@ pub struct DayStats {
     pub p50_latency_ms: f64,
 }
 
-pub use cairn_actors::history::log_files;
+pub use crate::history::log_files;
 
 fn day_of(unix_ms: u64) -> String {
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
@@ -125,7 +125,7 @@ struct Answer {
 }
 
 /// Why an answer came back empty (see [`QueryStats::empty_by_cause`]).
-fn empty_cause(a: &cairn_actors::event::QueryAnswered) -> &'static str {
+fn empty_cause(a: &crate::event::QueryAnswered) -> &'static str {
     if !a.degraded.is_empty() {
         "degraded"
     } else if a.pending_changes.unwrap_or(0) > 0 {
@@ -274,7 +274,7 @@ pub async fn collect(db: &str, log_dir: Option<&Path>, days: Option<u32>) -> Res
     let mut events = Vec::new();
     if let Some(dir) = log_dir {
         for f in log_files(dir) {
-            events.extend(cairn_actors::log::read_log(&f)?);
+            events.extend(crate::log::read_log(&f)?);
             stats.logs.push(f.display().to_string());
         }
     }
@@ -309,7 +309,7 @@ pub async fn collect(db: &str, log_dir: Option<&Path>, days: Option<u32>) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cairn_actors::event::{QueryAnswered, TopResult};
+    use crate::event::{QueryAnswered, TopResult};
 
     fn answered(ts: u64, score: f32, safety: &str) -> Event {
         Event {
@@ -414,7 +414,13 @@ mod tests {
         let events = vec![
             ev(EventKind::PageFailed { path: "a.md".into(), kind: "not_utf8".into(), reason: "r".into() }),
             ev(EventKind::PageFailed { path: "b.md".into(), kind: "too_large".into(), reason: "r".into() }),
-            ev(EventKind::PageIndexed { path: "a.md".into(), slug: "a".into(), chunks: 1, version: 2 }),
+            ev(EventKind::PageIndexed {
+                path: "a.md".into(),
+                slug: "a".into(),
+                chunks: 1,
+                version: 2,
+                vectors_pending: 0,
+            }),
         ];
         let (_, failing) = from_events(&events, None);
         let left: Vec<&str> = failing["s"].keys().map(String::as_str).collect();

@@ -1,0 +1,171 @@
+//! The query host: the sources a process answers from (each in memory: its resident index, with
+//! its tables for reads outside the query path) and the query model. The owner's `QueryActor`
+//! wraps one, kept current by the writers; a process with no owner opens one read-only from the
+//! tables. Both answer with the same code.
+
+use cairn_index::{Database, Embedder, PageRecord, Resident, SourceStore};
+use cairn_query::{QueryError, SearchRequest, SearchResponse};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// A source as the query engine reads it: in memory (its resident index), with the store for
+/// reads outside the query path (`get`, `diagnose`'s ingest state) and its folder.
+#[derive(Debug, Clone)]
+pub struct LiveSource {
+    pub store: SourceStore,
+    pub resident: Resident,
+    pub root: Option<PathBuf>,
+}
+
+/// A stored page with its body (the file's text, or the stored chunks when it cannot be read).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct PageWithBody {
+    #[serde(flatten)]
+    pub page: PageRecord,
+    pub source: String,
+    pub body: String,
+}
+
+/// The sources of one process and its query model.
+#[derive(Debug, Clone, Default)]
+pub struct QueryHost {
+    sources: BTreeMap<String, LiveSource>,
+    embedder: Option<Arc<dyn Embedder>>,
+    /// The event log, for the ingest history `diagnose` reports.
+    log_dir: Option<PathBuf>,
+    /// Sources whose tables could not be opened, with why (reported as degraded in answers).
+    broken: Vec<(String, String)>,
+}
+
+impl QueryHost {
+    /// `embedder` answers query vectors; `None` serves `fast` mode only.
+    pub fn new(embedder: Option<Arc<dyn Embedder>>, log_dir: Option<PathBuf>) -> Self {
+        Self { embedder, log_dir, ..Self::default() }
+    }
+
+    /// Every source of a database, read from its tables into memory (a process with no owner).
+    pub async fn open_read_only(
+        db: &Database,
+        embedder: Option<Arc<dyn Embedder>>,
+        log_dir: Option<PathBuf>,
+    ) -> cairn_index::Result<Self> {
+        let mut host = Self::new(embedder, log_dir);
+        for info in db.sources().await? {
+            let opened = match db.open_existing(&info.id).await {
+                Ok(store) => Resident::load(&store).await.map(|(resident, _)| (store, resident)),
+                Err(e) => Err(e),
+            };
+            match opened {
+                Ok((store, resident)) => {
+                    host.add(LiveSource { store, resident, root: info.root.map(PathBuf::from) });
+                }
+                Err(e) => host.broken.push((info.id, e.to_string())),
+            }
+        }
+        Ok(host)
+    }
+
+    pub fn add(&mut self, source: LiveSource) {
+        self.broken.retain(|(id, _)| id != source.store.id());
+        self.sources.insert(source.store.id().to_string(), source);
+    }
+
+    pub fn remove(&mut self, id: &str) -> bool {
+        self.sources.remove(id).is_some()
+    }
+
+    pub fn source_ids(&self) -> Vec<String> {
+        self.sources.keys().cloned().collect()
+    }
+
+    pub fn embedder(&self) -> Option<&Arc<dyn Embedder>> {
+        self.embedder.as_ref()
+    }
+
+    /// Every source held, as a status (a process that only reads: nothing watches them).
+    pub fn status(&self) -> Vec<crate::status::SourceStatus> {
+        self.sources
+            .values()
+            .map(|s| {
+                let index = s.resident.read();
+                crate::status::SourceStatus {
+                    source: s.store.id().to_string(),
+                    root: s.root.as_ref().map(|r| r.display().to_string()).unwrap_or_default(),
+                    state: "not_watched".into(),
+                    pages: index.page_count(),
+                    chunks: index.chunk_count(),
+                    vectors_pending: index.unembedded_count(),
+                    ..Default::default()
+                }
+            })
+            .chain(self.broken.iter().map(|(id, why)| crate::status::SourceStatus {
+                source: id.clone(),
+                state: "failed".into(),
+                error: Some(why.clone()),
+                ..Default::default()
+            }))
+            .collect()
+    }
+
+    /// Answer a query over every source held.
+    pub async fn search(&self, req: &SearchRequest) -> Result<SearchResponse, QueryError> {
+        let refs: Vec<&Resident> = self.sources.values().map(|s| &s.resident).collect();
+        let mut resp = cairn_query::search(&refs, self.embedder.as_deref(), req).await?;
+        for (id, why) in &self.broken {
+            if req.sources.is_empty() || req.sources.contains(id) {
+                resp.degraded.push(format!("source_failed:{id}"));
+                resp.notes.push(format!("{id}: {why}"));
+            }
+        }
+        let pending: Vec<(String, usize)> = self
+            .sources
+            .values()
+            .map(|s| (s.store.id().to_string(), s.resident.read().unembedded_count()))
+            .collect();
+        cairn_query::note_vectors_pending(&mut resp, |id| {
+            pending.iter().find(|(s, _)| s == id).map(|(_, n)| *n)
+        });
+        Ok(resp)
+    }
+
+    /// Where one page stands at every layer for a query, with its ingest state.
+    pub async fn diagnose(
+        &self,
+        req: &SearchRequest,
+        source: &str,
+        slug: &str,
+    ) -> Result<cairn_query::Diagnosis, QueryError> {
+        let refs: Vec<&Resident> = self.sources.values().map(|s| &s.resident).collect();
+        let d = cairn_query::diagnose(&refs, self.embedder.as_deref(), req, source, slug).await?;
+        let Some(src) = self.sources.get(source) else { return Ok(d) };
+        let ingest =
+            crate::history::ingest_state(&src.store, self.log_dir.as_deref(), slug, d.page.as_ref()).await;
+        Ok(d.with_ingest(ingest))
+    }
+
+    /// One page with its body; `None` when the source has no such slug.
+    pub async fn get(&self, source: &str, slug: &str) -> Result<Option<PageWithBody>, String> {
+        let Some(src) = self.sources.get(source) else {
+            return Err(format!("unknown source `{source}`; sources: {}", self.source_ids().join(", ")));
+        };
+        let Some(page) = src.resident.read().pages(&[slug]).into_iter().next() else { return Ok(None) };
+        let body = page_body(src, &page).await.map_err(|e| e.to_string())?;
+        Ok(Some(PageWithBody { page, source: source.to_string(), body }))
+    }
+}
+
+/// The file is the truth; the stored chunks (which overlap) only when it is unreadable.
+async fn page_body(src: &LiveSource, page: &PageRecord) -> cairn_index::Result<String> {
+    let file = match &src.root {
+        Some(r) => tokio::fs::read_to_string(r.join(&page.path)).await.ok(),
+        None => None,
+    };
+    Ok(match file {
+        Some(text) => cairn_ingest::frontmatter::split(&text).body.to_string(),
+        None => {
+            let chunks = src.store.page_chunks(&page.slug).await?;
+            chunks.into_iter().map(|c| c.text).collect::<Vec<_>>().join("\n\n")
+        }
+    })
+}

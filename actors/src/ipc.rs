@@ -1,0 +1,238 @@
+//! The owner's local API: framed JSON over a Unix domain socket.
+//!
+//! A frame is a 4-byte big-endian length and that many bytes of JSON. A connection starts with
+//! `hello` (the client's protocol and scoring versions; a mismatch is an error naming both), then
+//! carries requests one at a time, each answered by one [`Reply`]; `subscribe` turns the
+//! connection into a stream of events. Frames are bounded ([`MAX_REQUEST`] from clients,
+//! [`MAX_REPLY`] from the owner); a frame over its bound is refused before it is read.
+
+use crate::config::SourceConfig;
+use cairn_query::SearchRequest;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// Bumped when a request or reply changes shape.
+pub const PROTOCOL_VERSION: u32 = 1;
+/// Largest request frame the owner reads (a query is at most 4 KB).
+pub const MAX_REQUEST: usize = 1 << 20;
+/// Largest reply frame a client reads (a page's body can be 10 MB).
+pub const MAX_REPLY: usize = 64 << 20;
+
+/// What the client is (reported in the owner's status).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Hello {
+    pub protocol: u32,
+    pub scoring_version: String,
+    pub pid: u32,
+    /// `search`, `mcp`, `watch`, `index`, `embedded`, …
+    pub purpose: String,
+}
+
+impl Hello {
+    pub fn new(purpose: &str) -> Self {
+        Self {
+            protocol: PROTOCOL_VERSION,
+            scoring_version: cairn_query::layers::SCORING_VERSION.to_string(),
+            pid: std::process::id(),
+            purpose: purpose.into(),
+        }
+    }
+}
+
+/// A request, after `hello`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "verb", rename_all = "snake_case")]
+pub enum Request {
+    Hello(Hello),
+    Search {
+        request: SearchRequest,
+    },
+    Get {
+        source: String,
+        slug: String,
+    },
+    Diagnose {
+        request: SearchRequest,
+        source: String,
+        slug: String,
+    },
+    Stats {
+        days: Option<u32>,
+    },
+    Status,
+    /// Everything seen so far searchable (`vectors`: by meaning too); with a `token`, a
+    /// `flushed` event carrying it follows the work.
+    Flush {
+        vectors: bool,
+        #[serde(default)]
+        token: Option<u64>,
+    },
+    /// From now on, every event, one frame each.
+    Subscribe,
+    AddSource {
+        source: SourceConfig,
+    },
+    /// Stop watching a source; `forget` also drops its tables and state.
+    RemoveSource {
+        id: String,
+        forget: bool,
+    },
+    /// Drop a source's tables and index its folder again.
+    Reindex {
+        id: String,
+    },
+}
+
+impl Request {
+    pub fn verb(&self) -> &'static str {
+        match self {
+            Request::Hello(_) => "hello",
+            Request::Search { .. } => "search",
+            Request::Get { .. } => "get",
+            Request::Diagnose { .. } => "diagnose",
+            Request::Stats { .. } => "stats",
+            Request::Status => "status",
+            Request::Flush { .. } => "flush",
+            Request::Subscribe => "subscribe",
+            Request::AddSource { .. } => "add_source",
+            Request::RemoveSource { .. } => "remove_source",
+            Request::Reindex { .. } => "reindex",
+        }
+    }
+
+    /// How long the owner works on it before answering `timeout`.
+    pub fn time_limit(&self) -> Duration {
+        match self {
+            Request::Hello(_) | Request::Status => Duration::from_secs(10),
+            Request::Search { .. } | Request::Get { .. } | Request::Stats { .. } => Duration::from_secs(60),
+            Request::Diagnose { .. } | Request::AddSource { .. } | Request::RemoveSource { .. } => {
+                Duration::from_secs(300)
+            }
+            // A first index of a large vault, or its backfill, takes as long as it takes.
+            Request::Flush { .. } | Request::Reindex { .. } | Request::Subscribe => Duration::MAX,
+        }
+    }
+}
+
+/// Why a request failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// Not a request this owner understands (bad frame, unknown verb, bad arguments).
+    BadRequest,
+    /// A request that is well formed but wrong (empty query, unknown source, limit 0).
+    Usage,
+    /// Protocol or scoring versions differ.
+    VersionMismatch,
+    /// Too many connections; try again.
+    Busy,
+    /// The owner is starting or stopping; try again (another process may own it by then).
+    Unavailable,
+    /// The request took longer than its limit.
+    Timeout,
+    /// The owner failed to do it.
+    Failed,
+}
+
+/// A failed request, as the client sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{message}")]
+pub struct RemoteError {
+    pub code: ErrorCode,
+    pub message: String,
+    /// Retrying later can succeed.
+    pub retryable: bool,
+}
+
+impl RemoteError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        let retryable = matches!(code, ErrorCode::Busy | ErrorCode::Unavailable | ErrorCode::Timeout);
+        Self { code, message: message.into(), retryable }
+    }
+}
+
+/// The answer to one request.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reply {
+    Ok(serde_json::Value),
+    Error(RemoteError),
+}
+
+/// A framing failure.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    #[error("the connection closed")]
+    Closed,
+    #[error("a frame of {0} bytes is over the {1}-byte limit")]
+    TooLarge(usize, usize),
+    #[error("not JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Read one frame of at most `max` bytes.
+pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R, max: usize) -> Result<Vec<u8>, FrameError> {
+    let mut len = [0u8; 4];
+    match r.read_exact(&mut len).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(FrameError::Closed),
+        Err(e) => return Err(e.into()),
+    }
+    let n = u32::from_be_bytes(len) as usize;
+    if n > max {
+        return Err(FrameError::TooLarge(n, max));
+    }
+    let mut buf = vec![0u8; n];
+    r.read_exact(&mut buf).await.map_err(|e| match e.kind() {
+        std::io::ErrorKind::UnexpectedEof => FrameError::Closed,
+        _ => e.into(),
+    })?;
+    Ok(buf)
+}
+
+/// Write one value as a frame.
+pub async fn write_frame<W: AsyncWrite + Unpin, T: Serialize>(
+    w: &mut W,
+    value: &T,
+) -> Result<(), FrameError> {
+    let body = serde_json::to_vec(value)?;
+    let len = u32::try_from(body.len()).map_err(|_| FrameError::TooLarge(body.len(), u32::MAX as usize))?;
+    let mut frame = Vec::with_capacity(body.len() + 4);
+    frame.extend_from_slice(&len.to_be_bytes());
+    frame.extend_from_slice(&body);
+    w.write_all(&frame).await?;
+    w.flush().await?;
+    Ok(())
+}
+
+/// Who owns a database, as its lock file says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwnerInfo {
+    pub pid: u32,
+    pub purpose: String,
+    pub started_unix_ms: u64,
+    pub socket: String,
+    pub version: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn frames_round_trip_and_oversize_ones_are_refused_unread() {
+        let (mut a, mut b) = tokio::io::duplex(1 << 16);
+        write_frame(&mut a, &Request::Status).await.unwrap();
+        let got: Request = serde_json::from_slice(&read_frame(&mut b, MAX_REQUEST).await.unwrap()).unwrap();
+        assert_eq!(got.verb(), "status");
+        a.write_all(&(200u32 << 20).to_be_bytes()).await.unwrap();
+        assert!(matches!(read_frame(&mut b, MAX_REQUEST).await, Err(FrameError::TooLarge(_, MAX_REQUEST))));
+        drop(a);
+        assert!(matches!(read_frame(&mut b, MAX_REQUEST).await, Err(FrameError::Closed)));
+        let unknown: Result<Request, _> = serde_json::from_str(r#"{"verb":"format_disk"}"#);
+        assert!(unknown.is_err());
+    }
+}

@@ -1,0 +1,84 @@
+//! Where a database's own files live besides its tables: the owner lock, the socket, the event
+//! log and the state (pages remembered as failed). A local database keeps them in its folder; a
+//! database on an object store (`s3://…`) keeps them in a local folder named after its URI,
+//! under the user's state directory, so the lock, the log, `stats` and `diagnose` work for it
+//! too (they describe this machine's processes, not the bucket).
+
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+
+/// The longest Unix socket path the kernel accepts is 107 bytes; past this one goes elsewhere.
+const MAX_SOCKET_PATH: usize = 100;
+
+/// The local files of one database.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DbPaths {
+    dir: PathBuf,
+}
+
+fn digest(s: &str) -> String {
+    Sha256::digest(s.as_bytes()).iter().take(8).map(|b| format!("{b:02x}")).collect()
+}
+
+impl DbPaths {
+    pub fn of(db_uri: &str) -> Self {
+        if !db_uri.contains("://") {
+            return Self { dir: PathBuf::from(db_uri) };
+        }
+        let base = dirs::state_dir().or_else(dirs::data_local_dir).unwrap_or_else(std::env::temp_dir);
+        let readable: String = db_uri
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' })
+            .take(60)
+            .collect();
+        Self { dir: base.join("cairn").join("remote").join(format!("{readable}-{}", digest(db_uri))) }
+    }
+
+    /// The folder holding everything below.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn events(&self) -> PathBuf {
+        self.dir.join("events")
+    }
+
+    pub fn state(&self) -> PathBuf {
+        self.dir.join("state")
+    }
+
+    /// The owner lock: held (an OS file lock) for the life of the process that owns the database.
+    pub fn lock(&self) -> PathBuf {
+        self.dir.join("cairn.lock")
+    }
+
+    /// The owner's socket, inside a folder only its user can enter. A database folder too deep
+    /// for a socket path gets one under the temporary directory, named after the folder.
+    pub fn socket(&self) -> PathBuf {
+        let near = self.dir.join("run").join("cairn.sock");
+        if near.as_os_str().len() <= MAX_SOCKET_PATH {
+            return near;
+        }
+        let key = std::fs::canonicalize(&self.dir).unwrap_or_else(|_| self.dir.clone());
+        std::env::temp_dir().join(format!("cairn-{}", digest(&key.display().to_string()))).join("cairn.sock")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_databases_keep_their_files_and_remote_ones_get_a_folder_of_their_own() {
+        let local = DbPaths::of("/data/db");
+        assert_eq!(local.lock(), Path::new("/data/db/cairn.lock"));
+        assert_eq!(local.socket(), Path::new("/data/db/run/cairn.sock"));
+        let a = DbPaths::of("s3://bucket/a");
+        let b = DbPaths::of("s3://bucket/b");
+        assert_ne!(a.dir(), b.dir());
+        assert!(a.dir().to_string_lossy().contains("s3___bucket_a"), "{}", a.dir().display());
+        let deep = DbPaths::of(&format!("/tmp/{}", "d".repeat(150)));
+        assert!(deep.socket().as_os_str().len() <= MAX_SOCKET_PATH + 40);
+        assert!(deep.socket().starts_with(std::env::temp_dir()));
+    }
+}

@@ -1,0 +1,352 @@
+//! Per-source LanceDB storage: each source has its own tables (`<id>_pages`, `<id>_chunks`,
+//! `<id>_manifest`), so a bulk source can neither fill another's candidate pool nor slow its
+//! writes. Writes are batched and idempotent ([`write`]); reads are whole-source loads for the
+//! resident index and point reads ([`read`]); Arrow conversion is in [`arrow`].
+//!
+//! Consistency: the connection uses `read_consistency_interval = 0`, so every read first checks
+//! for a newer table version and sees every committed write. Within a source, a commit writes
+//! the chunk rows, then the page rows; each chunk row carries its page's content hash, so a crash
+//! between the two is found by the next [`SourceStore::load`] and the page is redone.
+
+mod arrow;
+mod read;
+mod records;
+mod write;
+
+pub use records::{ChunkHit, Loaded, PageNames, PageRecord, PageState, PageWrite, StoredChunk, WriteBatch};
+pub use write::PruneStats;
+
+use crate::error::{Error, Result};
+use crate::schema;
+use arrow_array::{Array, Int32Array, RecordBatch, RecordBatchIterator, StringArray};
+use arrow_schema::SchemaRef;
+use cairn_ingest::CHUNKER_VERSION;
+use futures::TryStreamExt;
+use lancedb::query::{ExecutableQuery, QueryBase};
+use lancedb::{Connection, Table};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How a source's tables were built; a mismatch with the running build means a rebuild.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Manifest {
+    pub schema_version: i32,
+    pub chunker_version: i32,
+    pub model_id: String,
+    pub dim: usize,
+}
+
+impl Manifest {
+    /// The manifest of this build with this model.
+    pub fn current(model_id: &str, dim: usize) -> Self {
+        Self {
+            schema_version: schema::SCHEMA_VERSION,
+            chunker_version: CHUNKER_VERSION as i32,
+            model_id: model_id.into(),
+            dim,
+        }
+    }
+}
+
+/// Where a source's folder is, as the database records it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SourceInfo {
+    pub id: String,
+    /// The folder (absent for a source written before folders were recorded).
+    pub root: Option<String>,
+    pub include: Vec<String>,
+    pub exclude: Vec<String>,
+}
+
+/// A database: a local folder or an object-store URI (`s3://…`, passed to LanceDB unchanged).
+#[derive(Clone)]
+pub struct Database {
+    conn: Connection,
+    uri: String,
+}
+
+impl std::fmt::Debug for Database {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Database").field("uri", &self.uri).finish()
+    }
+}
+
+/// Whether a database URI is a local folder.
+pub fn is_local(uri: &str) -> bool {
+    !uri.contains("://")
+}
+
+impl Database {
+    /// Open with strong read consistency: every read sees every commit made before it, by
+    /// this process or another.
+    pub async fn open(uri: &str) -> Result<Self> {
+        Self::open_with_consistency(uri, Some(Duration::ZERO)).await
+    }
+
+    /// Open with reads that check for newer commits at most every `interval` (`None`: never;
+    /// the benchmarks use it to measure what strong consistency costs a read).
+    pub async fn open_with_consistency(uri: &str, interval: Option<Duration>) -> Result<Self> {
+        let err = |message: String| Error::Storage { source_id: "*".into(), uri: uri.into(), message };
+        // A local folder is given to LanceDB as an absolute path: a relative one named `db…`
+        // would be taken for a LanceDB Cloud URI.
+        let target = if is_local(uri) {
+            std::fs::create_dir_all(uri)
+                .map_err(|e| err(format!("cannot create the database folder: {e}")))?;
+            std::fs::canonicalize(uri).map_err(|e| err(e.to_string()))?.display().to_string()
+        } else {
+            uri.to_string()
+        };
+        let mut builder = lancedb::connect(&target);
+        if let Some(d) = interval {
+            builder = builder.read_consistency_interval(d);
+        }
+        let conn = builder.execute().await.map_err(|e| err(e.to_string()))?;
+        Ok(Self { conn, uri: uri.into() })
+    }
+
+    pub fn uri(&self) -> &str {
+        &self.uri
+    }
+
+    /// Ids of the sources that have tables here.
+    pub async fn source_ids(&self) -> Result<Vec<String>> {
+        let names = self.conn.table_names().execute().await.map_err(|e| self.err("*", e))?;
+        let mut ids: Vec<String> =
+            names.iter().filter_map(|n| n.strip_suffix("_manifest").map(str::to_string)).collect();
+        ids.sort();
+        Ok(ids)
+    }
+
+    /// Every source with its recorded folder (sources whose manifest cannot be read are listed
+    /// with no folder).
+    pub async fn sources(&self) -> Result<Vec<SourceInfo>> {
+        let mut out = Vec::new();
+        for id in self.source_ids().await? {
+            let info = match self.open_tables(&id, 0).await {
+                Ok(store) => store.read_manifest().await.ok().flatten().map(|(_, info)| info),
+                Err(_) => None,
+            };
+            out.push(info.unwrap_or(SourceInfo { id, ..SourceInfo::default() }));
+        }
+        Ok(out)
+    }
+
+    fn err(&self, source_id: &str, e: impl std::fmt::Display) -> Error {
+        Error::Storage { source_id: source_id.into(), uri: self.uri.clone(), message: e.to_string() }
+    }
+
+    /// Open a source's tables, creating them when the source is new. Tables built by another
+    /// schema, chunker or model are refused with [`Error::ManifestMismatch`]: the caller
+    /// rebuilds ([`Database::rebuild_source`]) instead of mixing vectors.
+    pub async fn open_source(&self, id: &str, want: &Manifest) -> Result<SourceStore> {
+        let names = self.conn.table_names().execute().await.map_err(|e| self.err(id, e))?;
+        if !names.iter().any(|n| *n == format!("{id}_manifest")) {
+            // New, or a creation that never finished: (re)create.
+            return self
+                .rebuild_source(id, want, &SourceInfo { id: id.into(), ..SourceInfo::default() })
+                .await;
+        }
+        let store = self.open_tables(id, want.dim).await?;
+        let found = store.read_manifest().await?;
+        if found.as_ref().map(|(m, _)| m) != Some(want) {
+            return Err(Error::ManifestMismatch {
+                source_id: id.into(),
+                found: found.map_or_else(|| "nothing".into(), |(m, _)| format!("{m:?}")),
+                want: format!("{want:?}"),
+            });
+        }
+        Ok(store)
+    }
+
+    /// Open a source as it is, whatever built it (for reading pages back, not for writing
+    /// vectors). Unknown sources are an error that lists the known ones.
+    pub async fn open_existing(&self, id: &str) -> Result<SourceStore> {
+        let known = self.source_ids().await?;
+        if !known.iter().any(|k| k == id) {
+            return Err(self.err(
+                id,
+                format!(
+                    "no such source here; known sources: {}",
+                    if known.is_empty() { "none".to_string() } else { known.join(", ") }
+                ),
+            ));
+        }
+        let probe = self.open_tables(id, 0).await?;
+        let dim = probe.read_manifest().await?.map_or(0, |(m, _)| m.dim);
+        Ok(SourceStore { dim, ..probe })
+    }
+
+    /// Drop a source's tables (`cairn forget`, and the first step of a rebuild).
+    pub async fn drop_source(&self, id: &str) -> Result<()> {
+        for suffix in ["manifest", "chunks", "pages"] {
+            let name = format!("{id}_{suffix}");
+            if let Err(e) = self.conn.drop_table(&name, &[]).await
+                && !matches!(e, lancedb::Error::TableNotFound { .. })
+            {
+                return Err(self.err(id, format!("dropping {name}: {e}")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Drop and recreate a source's tables (empty). The manifest is written last, so a crash
+    /// in between leaves a source that is rebuilt again on the next open.
+    pub async fn rebuild_source(
+        &self,
+        id: &str,
+        manifest: &Manifest,
+        info: &SourceInfo,
+    ) -> Result<SourceStore> {
+        self.drop_source(id).await?;
+        let create = |name: String, schema: SchemaRef| {
+            let conn = self.conn.clone();
+            async move { conn.create_empty_table(name, schema).execute().await }
+        };
+        create(format!("{id}_pages"), schema::pages()).await.map_err(|e| self.err(id, e))?;
+        create(format!("{id}_chunks"), schema::chunks(manifest.dim)).await.map_err(|e| self.err(id, e))?;
+        let m = create(format!("{id}_manifest"), schema::manifest()).await.map_err(|e| self.err(id, e))?;
+        m.add(manifest_row(manifest, info).map_err(|e| self.err(id, e))?)
+            .execute()
+            .await
+            .map_err(|e| self.err(id, e))?;
+        self.open_tables(id, manifest.dim).await
+    }
+
+    async fn open_tables(&self, id: &str, dim: usize) -> Result<SourceStore> {
+        let open = |suffix: &str| {
+            let (conn, name) = (self.conn.clone(), format!("{id}_{suffix}"));
+            async move { conn.open_table(name).execute().await }
+        };
+        let path_hint =
+            if is_local(&self.uri) { format!("{}/{id}_*.lance", self.uri) } else { self.uri.clone() };
+        let wrap = |e: lancedb::Error| Error::Storage {
+            source_id: id.into(),
+            uri: path_hint.clone(),
+            message: format!("{e}; if the folder is damaged, run `cairn reindex {id}`"),
+        };
+        Ok(SourceStore {
+            id: id.into(),
+            uri: self.uri.clone(),
+            dim,
+            pages: open("pages").await.map_err(wrap)?,
+            chunks: open("chunks").await.map_err(wrap)?,
+            manifest: open("manifest").await.map_err(wrap)?,
+        })
+    }
+}
+
+fn manifest_row(
+    m: &Manifest,
+    info: &SourceInfo,
+) -> std::result::Result<RecordBatch, arrow_schema::ArrowError> {
+    let json = |v: &Vec<String>| serde_json::to_string(v).unwrap_or_else(|_| "[]".into());
+    RecordBatch::try_new(
+        schema::manifest(),
+        vec![
+            Arc::new(StringArray::from(vec!["source"])),
+            Arc::new(Int32Array::from(vec![m.schema_version])),
+            Arc::new(Int32Array::from(vec![m.chunker_version])),
+            Arc::new(StringArray::from(vec![m.model_id.as_str()])),
+            Arc::new(Int32Array::from(vec![m.dim as i32])),
+            Arc::new(StringArray::from(vec![info.root.clone()])),
+            Arc::new(StringArray::from(vec![json(&info.include)])),
+            Arc::new(StringArray::from(vec![json(&info.exclude)])),
+        ],
+    )
+}
+
+/// One source's tables.
+#[derive(Clone)]
+pub struct SourceStore {
+    id: String,
+    uri: String,
+    dim: usize,
+    pages: Table,
+    chunks: Table,
+    manifest: Table,
+}
+
+impl std::fmt::Debug for SourceStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SourceStore").field("id", &self.id).field("uri", &self.uri).finish()
+    }
+}
+
+/// A SQL string literal.
+fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+fn in_list(column: &str, values: &[&str]) -> String {
+    format!("{column} IN ({})", values.iter().map(|v| quote(v)).collect::<Vec<_>>().join(", "))
+}
+
+impl SourceStore {
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The vectors' width.
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    fn err(&self, e: impl std::fmt::Display) -> Error {
+        Error::Storage { source_id: self.id.clone(), uri: self.uri.clone(), message: e.to_string() }
+    }
+
+    async fn collect(
+        &self,
+        stream: lancedb::Result<lancedb::arrow::SendableRecordBatchStream>,
+    ) -> Result<Vec<RecordBatch>> {
+        stream.map_err(|e| self.err(e))?.try_collect::<Vec<_>>().await.map_err(|e| self.err(e))
+    }
+
+    async fn read_manifest(&self) -> Result<Option<(Manifest, SourceInfo)>> {
+        use self::arrow::{int32, string};
+        let batches = self.collect(self.manifest.query().limit(1).execute().await).await?;
+        let Some(b) = batches.iter().find(|b| b.num_rows() > 0) else { return Ok(None) };
+        let globs = |name: &str| -> Result<Vec<String>> {
+            Ok(string(b, name).ok().and_then(|c| serde_json::from_str(c.value(0)).ok()).unwrap_or_default())
+        };
+        let root = string(b, "root").ok().filter(|c| !c.is_null(0)).map(|c| c.value(0).to_string());
+        Ok(Some((
+            Manifest {
+                schema_version: int32(b, "schema_version")?.value(0),
+                chunker_version: int32(b, "chunker_version")?.value(0),
+                model_id: string(b, "model_id")?.value(0).to_string(),
+                dim: int32(b, "dim")?.value(0) as usize,
+            },
+            SourceInfo { id: self.id.clone(), root, include: globs("include")?, exclude: globs("exclude")? },
+        )))
+    }
+
+    /// Where the database records this source's folder.
+    pub async fn info(&self) -> Result<SourceInfo> {
+        Ok(self
+            .read_manifest()
+            .await?
+            .map(|(_, i)| i)
+            .unwrap_or(SourceInfo { id: self.id.clone(), ..Default::default() }))
+    }
+
+    /// Record where this source's folder is (one commit that replaces the manifest row; a
+    /// no-op when it is already recorded so).
+    pub async fn register(&self, info: &SourceInfo) -> Result<()> {
+        let Some((manifest, current)) = self.read_manifest().await? else {
+            return Err(self.err("the source has no manifest row"));
+        };
+        let info = SourceInfo { id: self.id.clone(), ..info.clone() };
+        if current == info {
+            return Ok(());
+        }
+        let row = manifest_row(&manifest, &info).map_err(|e| self.err(e))?;
+        let mut m = self.manifest.merge_insert(&["key"]);
+        m.when_matched_update_all(None).when_not_matched_insert_all();
+        let schema = row.schema();
+        m.execute(Box::new(RecordBatchIterator::new(vec![Ok(row)], schema)))
+            .await
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+}

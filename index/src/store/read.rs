@@ -1,0 +1,285 @@
+//! Reads of one source: the whole source at once (what a resident index is built from, with the
+//! check that every page's rows agree), point reads of pages and chunks, and LanceDB's own
+//! keyword/vector/name searches (the benchmarks' floor).
+
+use super::arrow::{
+    CHUNK_COLUMNS, PAGE_COLUMNS, chunk_hits, column, int32, page_records, stored_chunks, string,
+};
+use super::records::{ChunkHit, Loaded, PageNames, PageRecord, PageState, StoredChunk};
+use super::{SourceStore, in_list, quote};
+use crate::error::Result;
+use arrow_array::{Float32Array, Int64Array, ListArray, RecordBatch};
+use lancedb::index::scalar::FullTextSearchQuery;
+use lancedb::query::{ExecutableQuery, QueryBase, Select};
+use lancedb::{DistanceType, Table};
+use std::collections::HashMap;
+
+/// `columns` plus a scoring column (`_score`, `_distance`), named so Lance does not have to add
+/// it implicitly (which it warns is deprecated).
+fn with_score(columns: &[&str], score: &'static str) -> Select {
+    Select::columns(&columns.iter().copied().chain([score]).collect::<Vec<_>>())
+}
+
+/// Whether a page's chunk rows are the ones its page row was written with: ordinals 0…n-1, each
+/// carrying the page's content hash.
+fn agrees(page: &PageRecord, chunks: &[(String, StoredChunk)]) -> bool {
+    chunks.len() == page.chunk_count as usize
+        && chunks
+            .iter()
+            .enumerate()
+            .all(|(i, (hash, c))| c.hit.ordinal == i as i32 && *hash == page.content_hash)
+}
+
+impl SourceStore {
+    /// Everything the source holds, in one pass over each table: pages with their chunks (text,
+    /// vectors where present), the state of every page, and the rows a crash left disagreeing.
+    pub async fn load(&self) -> Result<Loaded> {
+        let mut by_slug: HashMap<String, Vec<(String, StoredChunk)>> = HashMap::new();
+        let columns: Vec<&str> = CHUNK_COLUMNS
+            .iter()
+            .copied()
+            .chain(["search_text", "text_hash", "page_hash", "vector"])
+            .collect();
+        let q = self.chunks.query().select(Select::columns(&columns));
+        for b in self.collect(q.execute().await).await? {
+            for (page_hash, chunk) in stored_chunks(&b)? {
+                by_slug.entry(chunk.hit.slug.clone()).or_default().push((page_hash, chunk));
+            }
+        }
+        let mut loaded = Loaded::default();
+        let mut states = self.page_states().await?;
+        for page in self.all_pages().await? {
+            let mut chunks = by_slug.remove(&page.slug).unwrap_or_default();
+            chunks.sort_by_key(|(_, c)| c.hit.ordinal);
+            if !agrees(&page, &chunks)
+                && let Some(s) = states.get_mut(&page.slug)
+            {
+                s.clean = false;
+                s.content_hash.clear();
+                loaded.inconsistent.push(page.slug.clone());
+            }
+            loaded.pages.push((page, chunks.into_iter().map(|(_, c)| c).collect()));
+        }
+        loaded.orphans = by_slug.into_keys().collect();
+        loaded.orphans.sort();
+        loaded.states = states;
+        Ok(loaded)
+    }
+
+    /// Every stored page's path and content hash, by slug.
+    async fn page_states(&self) -> Result<HashMap<String, PageState>> {
+        let columns = ["slug", "path", "content_hash", "mtime_ms", "bytes", "problems"];
+        let q = self.pages.query().select(Select::columns(&columns));
+        let mut out = HashMap::new();
+        for b in self.collect(q.execute().await).await? {
+            let (slug, path, hash) = (string(&b, "slug")?, string(&b, "path")?, string(&b, "content_hash")?);
+            let (mtime, bytes) = (column::<Int64Array>(&b, "mtime_ms")?, column::<Int64Array>(&b, "bytes")?);
+            let problems = string(&b, "problems")?;
+            for i in 0..b.num_rows() {
+                out.insert(
+                    slug.value(i).to_string(),
+                    PageState {
+                        path: path.value(i).to_string(),
+                        content_hash: hash.value(i).to_string(),
+                        mtime_ms: mtime.value(i),
+                        bytes: bytes.value(i),
+                        clean: problems.value(i) == "[]",
+                    },
+                );
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every page's names: slug, normalised title and normalised aliases (`cairn stats` counts
+    /// the names several pages claim).
+    pub async fn names(&self) -> Result<Vec<PageNames>> {
+        let q = self.pages.query().select(Select::columns(&["slug", "title_norm", "aliases_norm"]));
+        let mut out = Vec::new();
+        for b in self.collect(q.execute().await).await? {
+            let (slug, title) = (string(&b, "slug")?, string(&b, "title_norm")?);
+            let aliases = column::<ListArray>(&b, "aliases_norm")?;
+            for i in 0..b.num_rows() {
+                out.push(PageNames {
+                    slug: slug.value(i).into(),
+                    title_norm: title.value(i).into(),
+                    aliases_norm: super::arrow::strings(aliases, i)?,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every chunk's page, ordinal and text hash, sorted: with [`SourceStore::all_pages`] enough to
+    /// compare two indexes of the same folder row for row (tests of crash recovery and replay).
+    pub async fn chunk_keys(&self) -> Result<Vec<(String, i32, String)>> {
+        let q = self.chunks.query().select(Select::columns(&["slug", "ordinal", "text_hash"]));
+        let mut out = Vec::new();
+        for b in self.collect(q.execute().await).await? {
+            let (slug, hash, ord) = (string(&b, "slug")?, string(&b, "text_hash")?, int32(&b, "ordinal")?);
+            for i in 0..b.num_rows() {
+                out.push((slug.value(i).to_string(), ord.value(i), hash.value(i).to_string()));
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// Every stored page, sorted by slug.
+    pub async fn all_pages(&self) -> Result<Vec<PageRecord>> {
+        let q = self.pages.query().select(Select::columns(&PAGE_COLUMNS));
+        let mut pages = page_records(&self.collect(q.execute().await).await?)?;
+        pages.sort_by(|a, b| a.slug.cmp(&b.slug));
+        Ok(pages)
+    }
+
+    /// The chunks table's version (it moves with every write).
+    pub async fn version(&self) -> Result<u64> {
+        self.chunks.version().await.map_err(|e| self.err(e))
+    }
+
+    /// Pages and chunks stored.
+    pub async fn counts(&self) -> Result<(usize, usize)> {
+        let pages = self.pages.count_rows(None).await.map_err(|e| self.err(e))?;
+        let chunks = self.chunks.count_rows(None).await.map_err(|e| self.err(e))?;
+        Ok((pages, chunks))
+    }
+
+    /// A page's chunk rows, and how many of them have a vector.
+    pub async fn page_chunk_counts(&self, slug: &str) -> Result<(usize, usize)> {
+        let of = format!("slug = {}", quote(slug));
+        let rows = self.chunks.count_rows(Some(of.clone())).await.map_err(|e| self.err(e))?;
+        let with = self
+            .chunks
+            .count_rows(Some(format!("{of} AND vector IS NOT NULL")))
+            .await
+            .map_err(|e| self.err(e))?;
+        Ok((rows, with))
+    }
+
+    /// Chunks still without a vector.
+    pub async fn unembedded(&self) -> Result<usize> {
+        self.chunks.count_rows(Some("vector IS NULL".into())).await.map_err(|e| self.err(e))
+    }
+
+    /// Several pages at once (missing slugs are skipped).
+    pub async fn pages(&self, slugs: &[&str]) -> Result<Vec<PageRecord>> {
+        if slugs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let q = self.pages.query().only_if(in_list("slug", slugs)).select(Select::columns(&PAGE_COLUMNS));
+        page_records(&self.collect(q.execute().await).await?)
+    }
+
+    pub async fn page(&self, slug: &str) -> Result<Option<PageRecord>> {
+        Ok(self.pages(&[slug]).await?.into_iter().next())
+    }
+
+    /// A page's chunks in order (text and lines, no vectors).
+    pub async fn page_chunks(&self, slug: &str) -> Result<Vec<ChunkHit>> {
+        let q = self
+            .chunks
+            .query()
+            .only_if(format!("slug = {}", quote(slug)))
+            .select(Select::columns(&CHUNK_COLUMNS));
+        let mut hits = chunk_hits(&self.collect(q.execute().await).await?, |b| Ok(vec![0.0; b.num_rows()]))?;
+        hits.sort_by_key(|h| h.ordinal);
+        Ok(hits)
+    }
+
+    /// Every chunk with its vector, sorted by page and ordinal (tests compare two indexes of one
+    /// folder with it, vectors included).
+    pub async fn chunk_contents(&self) -> Result<Vec<StoredChunk>> {
+        let columns: Vec<&str> = CHUNK_COLUMNS
+            .iter()
+            .copied()
+            .chain(["search_text", "text_hash", "page_hash", "vector"])
+            .collect();
+        let q = self.chunks.query().select(Select::columns(&columns));
+        let mut out: Vec<StoredChunk> = Vec::new();
+        for b in self.collect(q.execute().await).await? {
+            out.extend(stored_chunks(&b)?.into_iter().map(|(_, c)| c));
+        }
+        out.sort_by(|a, b| (&a.hit.slug, a.hit.ordinal).cmp(&(&b.hit.slug, b.hit.ordinal)));
+        Ok(out)
+    }
+
+    /// LanceDB's keyword search: BM25 over chunk text (with its heading path), best first.
+    pub async fn keyword(&self, query: &str, k: usize) -> Result<Vec<ChunkHit>> {
+        let batches = self.full_text(&self.chunks, query, &CHUNK_COLUMNS, k).await?;
+        chunk_hits(&batches, |b| Ok(column::<Float32Array>(b, "_score")?.values().to_vec()))
+    }
+
+    /// LanceDB's vector search: cosine over chunk vectors, best first (`score` = cosine).
+    pub async fn vector(&self, query: &[f32], k: usize) -> Result<Vec<ChunkHit>> {
+        self.nearest(query, None, k).await
+    }
+
+    /// The vector search restricted to some pages.
+    pub async fn vector_within(&self, query: &[f32], slugs: &[&str], k: usize) -> Result<Vec<ChunkHit>> {
+        if slugs.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.nearest(query, Some(in_list("slug", slugs)), k).await
+    }
+
+    async fn nearest(&self, query: &[f32], filter: Option<String>, k: usize) -> Result<Vec<ChunkHit>> {
+        let mut q = self
+            .chunks
+            .query()
+            .nearest_to(query)
+            .map_err(|e| self.err(e))?
+            .distance_type(DistanceType::Cosine)
+            .select(with_score(&CHUNK_COLUMNS, "_distance"))
+            .limit(k);
+        if let Some(f) = filter {
+            q = q.only_if(f);
+        }
+        let batches = self.collect(q.execute().await).await?;
+        chunk_hits(&batches, |b| {
+            Ok(column::<Float32Array>(b, "_distance")?.values().iter().map(|d| 1.0 - d).collect())
+        })
+    }
+
+    /// LanceDB's name search: full text over titles and aliases.
+    pub async fn titles(&self, query: &str, k: usize) -> Result<Vec<PageRecord>> {
+        page_records(&self.full_text(&self.pages, query, &PAGE_COLUMNS, k).await?)
+    }
+
+    /// Pages whose slug, normalised title or one normalised alias equals `normalized`.
+    pub async fn alias(&self, normalized: &str) -> Result<Vec<PageRecord>> {
+        let v = quote(normalized);
+        let filter = format!("slug = {v} OR title_norm = {v} OR array_has(aliases_norm, {v})");
+        let q = self.pages.query().only_if(filter).select(Select::columns(&PAGE_COLUMNS));
+        let mut pages = page_records(&self.collect(q.execute().await).await?)?;
+        pages.sort_by(|a, b| a.slug.cmp(&b.slug));
+        Ok(pages)
+    }
+
+    /// BM25 over a table's full-text index, best first.
+    async fn full_text(
+        &self,
+        table: &Table,
+        query: &str,
+        columns: &[&str],
+        k: usize,
+    ) -> Result<Vec<RecordBatch>> {
+        if query.trim().is_empty() {
+            return Ok(Vec::new());
+        }
+        let q = table
+            .query()
+            .full_text_search(FullTextSearchQuery::new(query.to_string()))
+            .select(with_score(columns, "_score"))
+            .limit(k);
+        match self.collect(q.execute().await).await {
+            Ok(b) => Ok(b),
+            // A table without rows has no index yet (indexes are built on the first write):
+            // that is an empty answer, not an error.
+            Err(e) => match table.count_rows(None).await {
+                Ok(0) => Ok(Vec::new()),
+                _ => Err(e),
+            },
+        }
+    }
+}

@@ -1,0 +1,172 @@
+//! Writes to one source: a commit of pages (chunk rows, then page rows), vectors attached to
+//! chunks written before, and the upkeep a long-lived table needs (compaction, index refresh,
+//! old versions removed).
+
+use super::arrow::{chunk_batch, page_batch, vector_batch};
+use super::records::WriteBatch;
+use super::{SourceStore, in_list};
+use crate::error::Result;
+use arrow_array::RecordBatchIterator;
+use lancedb::index::Index;
+use lancedb::index::scalar::FtsIndexBuilder;
+use lancedb::table::OptimizeAction;
+use std::time::Duration;
+
+/// Chunks in a source before its vectors get an approximate (IVF-PQ) index.
+pub const VECTOR_INDEX_MIN_ROWS: usize = 100_000;
+
+/// What a pruning removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PruneStats {
+    pub old_versions: u64,
+    pub bytes_removed: u64,
+}
+
+impl SourceStore {
+    /// Apply a batch: chunks first (one `merge_insert` that also deletes the old chunks of every
+    /// page it touches), then pages. Each chunk row carries the content hash of the page row
+    /// written after it, so a crash between the two leaves rows that disagree, which
+    /// [`SourceStore::load`] reports and the writer redoes. Returns the chunks table's version.
+    pub async fn write(&self, batch: &WriteBatch) -> Result<u64> {
+        if batch.is_empty() {
+            return self.version().await;
+        }
+        let touched: Vec<&str> = batch
+            .upserts
+            .iter()
+            .map(|w| w.page.slug.as_str())
+            .chain(batch.removals.iter().map(String::as_str))
+            .collect();
+        let chunk_rows = chunk_batch(self.dim, &batch.upserts).map_err(|e| self.err(e))?;
+        let scope = in_list("slug", &touched);
+        if chunk_rows.num_rows() > 0 {
+            // Matched rows (a chunk whose text did not change keeps its id) are rewritten too:
+            // they must carry the page's new content hash.
+            let mut m = self.chunks.merge_insert(&["id"]);
+            m.when_matched_update_all(None)
+                .when_not_matched_insert_all()
+                .when_not_matched_by_source_delete(Some(scope));
+            let schema = chunk_rows.schema();
+            m.execute(Box::new(RecordBatchIterator::new(vec![Ok(chunk_rows)], schema)))
+                .await
+                .map_err(|e| self.err(e))?;
+        } else {
+            self.chunks.delete(&scope).await.map_err(|e| self.err(e))?;
+        }
+        if batch.upserts.is_empty() {
+            self.pages.delete(&in_list("slug", &touched)).await.map_err(|e| self.err(e))?;
+        } else {
+            let page_rows = page_batch(&batch.upserts).map_err(|e| self.err(e))?;
+            let mut m = self.pages.merge_insert(&["slug"]);
+            m.when_matched_update_all(None).when_not_matched_insert_all();
+            if !batch.removals.is_empty() {
+                let removed: Vec<&str> = batch.removals.iter().map(String::as_str).collect();
+                m.when_not_matched_by_source_delete(Some(in_list("slug", &removed)));
+            }
+            let schema = page_rows.schema();
+            m.execute(Box::new(RecordBatchIterator::new(vec![Ok(page_rows)], schema)))
+                .await
+                .map_err(|e| self.err(e))?;
+        }
+        self.ensure_text_indexes().await?;
+        self.version().await
+    }
+
+    /// The chunk half of [`SourceStore::write`] only, as a crash between its two writes leaves
+    /// it (tests of crash recovery).
+    #[cfg(any(test, feature = "testing"))]
+    pub async fn crash_after_chunks(&self, batch: &WriteBatch) -> Result<()> {
+        let touched: Vec<&str> = batch.upserts.iter().map(|w| w.page.slug.as_str()).collect();
+        let chunk_rows = chunk_batch(self.dim, &batch.upserts).map_err(|e| self.err(e))?;
+        let mut m = self.chunks.merge_insert(&["id"]);
+        m.when_not_matched_insert_all().when_not_matched_by_source_delete(Some(in_list("slug", &touched)));
+        let schema = chunk_rows.schema();
+        m.execute(Box::new(RecordBatchIterator::new(vec![Ok(chunk_rows)], schema)))
+            .await
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// Attach vectors to chunks written without them (by chunk id). A chunk replaced since (its
+    /// page changed) is not matched, and its vector is dropped. Returns the chunks table's version.
+    pub async fn attach_vectors(&self, vectors: &[(String, Vec<f32>)]) -> Result<u64> {
+        if vectors.is_empty() {
+            return self.version().await;
+        }
+        let rows = vector_batch(self.dim, vectors).map_err(|e| self.err(e))?;
+        let mut m = self.chunks.merge_insert(&["id"]);
+        m.when_matched_update_all(None);
+        let schema = rows.schema();
+        m.execute(Box::new(RecordBatchIterator::new(vec![Ok(rows)], schema)))
+            .await
+            .map_err(|e| self.err(e))?;
+        self.version().await
+    }
+
+    /// Full-text indexes exist once a table has rows (LanceDB cannot index an empty table).
+    /// Rows written after the index was built are still searched (unindexed data is scanned)
+    /// until [`SourceStore::optimize`] folds them in.
+    async fn ensure_text_indexes(&self) -> Result<()> {
+        for (table, column) in [(&self.chunks, "search_text"), (&self.pages, "names")] {
+            let indices = table.list_indices().await.map_err(|e| self.err(e))?;
+            if indices.iter().any(|i| i.columns.iter().any(|c| c == column)) {
+                continue;
+            }
+            if table.count_rows(None).await.map_err(|e| self.err(e))? == 0 {
+                continue;
+            }
+            table
+                .create_index(&[column], Index::FTS(FtsIndexBuilder::default()))
+                .execute()
+                .await
+                .map_err(|e| self.err(format!("building the full-text index on {column}: {e}")))?;
+        }
+        Ok(())
+    }
+
+    /// Compaction and index refresh: on a cadence, never per write. A vector index (IVF-PQ) is
+    /// built once the chunks table reaches [`VECTOR_INDEX_MIN_ROWS`]; below that exact search
+    /// is fast and loses nothing.
+    pub async fn optimize(&self) -> Result<()> {
+        self.ensure_text_indexes().await?;
+        if self.chunks.count_rows(None).await.map_err(|e| self.err(e))? >= VECTOR_INDEX_MIN_ROWS {
+            let indices = self.chunks.list_indices().await.map_err(|e| self.err(e))?;
+            if !indices.iter().any(|i| i.columns.iter().any(|c| c == "vector")) {
+                self.chunks
+                    .create_index(&["vector"], Index::Auto)
+                    .execute()
+                    .await
+                    .map_err(|e| self.err(format!("building the vector index: {e}")))?;
+            }
+        }
+        for table in [&self.chunks, &self.pages] {
+            for action in [
+                OptimizeAction::Compact { options: Default::default(), remap_options: None },
+                OptimizeAction::Index(Default::default()),
+            ] {
+                table.optimize(action).await.map_err(|e| self.err(e))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Remove the table versions older than `keep` (the current one always stays). A reader
+    /// that opened a version within `keep` can still finish reading it; files that belong to no
+    /// version (a write in progress) are left alone.
+    pub async fn prune(&self, keep: Duration) -> Result<PruneStats> {
+        let older_than = lancedb::table::optimize::Duration::from_std(keep).map_err(|e| self.err(e))?;
+        let mut stats = PruneStats::default();
+        for table in [&self.chunks, &self.pages, &self.manifest] {
+            let action = OptimizeAction::Prune {
+                older_than: Some(older_than),
+                delete_unverified: None,
+                error_if_tagged_old_versions: None,
+            };
+            if let Some(p) = table.optimize(action).await.map_err(|e| self.err(e))?.prune {
+                stats.old_versions += p.old_versions;
+                stats.bytes_removed += p.bytes_removed;
+            }
+        }
+        Ok(stats)
+    }
+}
