@@ -1,6 +1,18 @@
 //! The `cairn` command line. Only wiring: each subcommand calls the library crates.
 
 use anyhow::Result;
+
+/// `println!` that ends the process quietly when stdout is a closed pipe (`cairn search … | head`).
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout().lock(), $($arg)*) {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                std::process::exit(0);
+            }
+        }
+    }};
+}
 use cairn::{Cairn, Role};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -321,12 +333,12 @@ async fn run(command: Command, common: Common) -> Result<ExitCode> {
             let r = tokio::task::spawn_blocking(move || cairn_actors::replay::replay_file(&log, &dir, &db))
                 .await??;
             if json {
-                println!("{}", serde_json::to_string(&r)?);
+                out!("{}", serde_json::to_string(&r)?);
             } else {
                 for s in &r.status {
-                    println!("{}: {} pages, {} failures", s.source, s.pages, s.failures.len());
+                    out!("{}: {} pages, {} failures", s.source, s.pages, s.failures.len());
                 }
-                println!(
+                out!(
                     "replayed {} ({} steps) into {} (db: {}; events: {}/events/events.jsonl)",
                     r.scenario,
                     r.steps,
@@ -346,7 +358,7 @@ async fn run(command: Command, common: Common) -> Result<ExitCode> {
                 None => attach(&common, "stats", false).await?.stats(days).await?,
             };
             if json {
-                println!("{}", serde_json::to_string(&stats)?);
+                out!("{}", serde_json::to_string(&stats)?);
             } else {
                 print_stats(&stats);
             }
@@ -355,7 +367,7 @@ async fn run(command: Command, common: Common) -> Result<ExitCode> {
         Command::Status { json } => {
             let status = attach(&common, "status", false).await?.status().await?;
             if json {
-                println!("{}", serde_json::to_string(&status)?);
+                out!("{}", serde_json::to_string(&status)?);
             } else {
                 print_status(&status);
             }
@@ -379,7 +391,7 @@ async fn run(command: Command, common: Common) -> Result<ExitCode> {
             let cairn = attach(&common, "search", req.mode != cairn_query::Mode::Fast).await?;
             let resp = cairn.search(req).await?;
             if json {
-                println!("{}", serde_json::to_string(&resp)?);
+                out!("{}", serde_json::to_string(&resp)?);
             } else {
                 print_results(&resp);
             }
@@ -391,7 +403,7 @@ async fn run(command: Command, common: Common) -> Result<ExitCode> {
             let cairn = attach(&common, "diagnose", req.mode != cairn_query::Mode::Fast).await?;
             let d = cairn.diagnose(req, &source, &slug).await?;
             if json {
-                println!("{}", serde_json::to_string(&d)?);
+                out!("{}", serde_json::to_string(&d)?);
             } else {
                 print_diagnosis(&d, &source, &slug);
             }
@@ -427,7 +439,7 @@ async fn run(command: Command, common: Common) -> Result<ExitCode> {
                 let _ = std::fs::remove_dir_all(t);
             }
             if json {
-                println!("{}", serde_json::to_string(&report)?);
+                out!("{}", serde_json::to_string(&report)?);
             } else {
                 print_eval(&report);
             }
@@ -452,18 +464,18 @@ async fn run(command: Command, common: Common) -> Result<ExitCode> {
                 anyhow::anyhow!("no page `{slug}` in source `{source}`; slugs are vault paths without .md, e.g. notes/my-page")
             })?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&page)?);
+                out!("{}", serde_json::to_string_pretty(&page)?);
             } else {
                 let p = &page.page;
-                println!("{} ({}:{}, {})", p.title, page.source, p.slug, p.path);
+                out!("{} ({}:{}, {})", p.title, page.source, p.slug, p.path);
                 if !p.aliases.is_empty() {
-                    println!("aliases: {}", p.aliases.join(", "));
+                    out!("aliases: {}", p.aliases.join(", "));
                 }
                 if !p.tags.is_empty() {
-                    println!("tags: {}", p.tags.join(", "));
+                    out!("tags: {}", p.tags.join(", "));
                 }
-                println!();
-                println!("{}", page.body);
+                out!();
+                out!("{}", page.body);
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -475,7 +487,7 @@ async fn run(command: Command, common: Common) -> Result<ExitCode> {
                 summaries.push(cairn::scan_source(&spec.id, &spec.root, &opts)?);
             }
             if json {
-                println!("{}", serde_json::to_string(&summaries)?);
+                out!("{}", serde_json::to_string(&summaries)?);
             } else {
                 summaries.iter().for_each(cairn::ScanSummary::print_table);
             }
@@ -490,7 +502,7 @@ async fn index(config: cairn::Config, json: bool, reindex: bool) -> Result<ExitC
     let progress = !json && std::io::IsTerminal::is_terminal(&std::io::stderr());
     let summary = cairn::index(config, reindex, progress).await?;
     if json {
-        println!("{}", serde_json::to_string(&summary)?);
+        out!("{}", serde_json::to_string(&summary)?);
     } else {
         for f in summary.sources_failed.iter().chain(&summary.counts.failures) {
             eprintln!("failed: {}", f.reason);
@@ -502,7 +514,7 @@ async fn index(config: cairn::Config, json: bool, reindex: bool) -> Result<ExitC
             Some(Role::Client) => " by the database's owner",
             _ => "",
         };
-        println!(
+        out!(
             "{} pages indexed, {} unchanged, {} removed, {} failed; {} chunks embedded, {} reused; {:.1} s{by} (db: {db})",
             summary.counts.pages_indexed,
             summary.counts.pages_unchanged,
@@ -525,7 +537,7 @@ fn name(v: &impl serde::Serialize) -> String {
 fn print_results(resp: &cairn_query::SearchResponse) {
     for (i, r) in resp.results.iter().enumerate() {
         let ev: Vec<String> = r.evidence.iter().map(name).collect();
-        println!(
+        out!(
             "{:>2}. {}:{}  {}  score={:.3} cosine={} [{}] create_safety={}",
             i + 1,
             r.source,
@@ -538,7 +550,7 @@ fn print_results(resp: &cairn_query::SearchResponse) {
         );
         if let Some(c) = &r.chunk {
             let line = c.text.lines().next().unwrap_or_default();
-            println!(
+            out!(
                 "      {} (lines {}-{}): {}",
                 c.heading_path,
                 c.line_start,
@@ -547,11 +559,11 @@ fn print_results(resp: &cairn_query::SearchResponse) {
             );
         }
         if let Some(x) = &r.explain {
-            println!("      {}", x.why);
+            out!("      {}", x.why);
         }
     }
     if resp.results.is_empty() {
-        println!("no results");
+        out!("no results");
     }
     for d in &resp.degraded {
         eprintln!("degraded: {d}");
@@ -564,22 +576,22 @@ fn print_results(resp: &cairn_query::SearchResponse) {
 fn print_diagnosis(d: &cairn_query::Diagnosis, source: &str, slug: &str) {
     let show = |r: Option<usize>| r.map_or("-".to_string(), |r| r.to_string());
     match &d.page {
-        Some(p) => println!("page {source}:{slug}: {} ({}), {} chunks", p.title, p.path, p.chunk_count),
-        None => println!("page {source}:{slug}: not in the index"),
+        Some(p) => out!("page {source}:{slug}: {} ({}), {} chunks", p.title, p.path, p.chunk_count),
+        None => out!("page {source}:{slug}: not in the index"),
     }
-    println!("keyword arm rank: {}", show(d.keyword_rank));
-    println!(
+    out!("keyword arm rank: {}", show(d.keyword_rank));
+    out!(
         "vector arm rank:  {} (best-chunk cosine {})",
         show(d.vector_rank),
         d.best_cosine.map_or("-".into(), |c| format!("{c:.3}"))
     );
-    println!("title arm rank:   {}", show(d.title_rank));
-    println!("exact name:       {}", d.exact_name);
-    println!("fused in source:  {} of {} slots", show(d.fused_rank), d.source_slots);
-    println!("final rank:       {} (mode {}, limit {})", show(d.final_rank), name(&d.mode), d.limit);
+    out!("title arm rank:   {}", show(d.title_rank));
+    out!("exact name:       {}", d.exact_name);
+    out!("fused in source:  {} of {} slots", show(d.fused_rank), d.source_slots);
+    out!("final rank:       {} (mode {}, limit {})", show(d.final_rank), name(&d.mode), d.limit);
     if let Some(i) = &d.ingest {
         let n = |v: Option<usize>| v.map_or("-".to_string(), |v| v.to_string());
-        println!(
+        out!(
             "ingest:           {} ({}), {} chunks, {} rows stored, {} with vectors, table version {}{}",
             i.state,
             i.file.as_deref().unwrap_or("no file"),
@@ -590,21 +602,21 @@ fn print_diagnosis(d: &cairn_query::Diagnosis, source: &str, slug: &str) {
             i.indexed_at_version.map_or(String::new(), |v| format!(", indexed at version {v}"))
         );
         if let Some(p) = &i.problem {
-            println!("problem:          {p}");
+            out!("problem:          {p}");
         }
         for h in &i.history {
-            println!("  {h}");
+            out!("  {h}");
         }
     }
-    println!("verdict: {}", d.verdict);
+    out!("verdict: {}", d.verdict);
 }
 
 fn print_status(s: &cairn::Status) {
     match (&s.role, &s.owner) {
         (Role::Reader, _) => {
-            println!("no cairn process owns this database (this one, pid {}, read its tables)", s.pid)
+            out!("no cairn process owns this database (this one, pid {}, read its tables)", s.pid)
         }
-        (_, Some(o)) => println!(
+        (_, Some(o)) => out!(
             "owner: pid {} (cairn {}){}; {} client(s)",
             o.pid,
             o.purpose,
@@ -614,11 +626,11 @@ fn print_status(s: &cairn::Status) {
         (_, None) => {}
     }
     for c in &s.clients {
-        println!("  client: pid {} (cairn {})", c.pid, c.purpose);
+        out!("  client: pid {} (cairn {})", c.pid, c.purpose);
     }
     for src in &s.sources {
         let eta = src.eta_secs.map_or(String::new(), |e| format!(", ETA {e:.0} s"));
-        println!(
+        out!(
             "{}: {} ({}), {} pages, {} chunks, {} waiting for vectors ({:.1}/s{eta}), {} pending changes",
             src.source,
             src.state,
@@ -630,19 +642,27 @@ fn print_status(s: &cairn::Status) {
             src.pending
         );
         for f in &src.failures {
-            println!("  failing {}: {}", f.path, f.reason);
+            out!("  failing {}: {}", f.path, f.reason);
         }
     }
 }
 
 fn print_eval(r: &cairn::eval::EvalReport) {
-    println!(
+    out!(
         "{:<24} {:>5} {:>6} {:>6} {:>6} {:>6} {:>7} {:>7} {:>6}",
-        "family", "n", "hit@1", "hit@3", "mrr10", "r@10", "r@100", "ndcg10", "fclean3"
+        "family",
+        "n",
+        "hit@1",
+        "hit@3",
+        "mrr10",
+        "r@10",
+        "r@100",
+        "ndcg10",
+        "fclean3"
     );
     let row = |name: &str, s: &cairn_query::metrics::Summary| {
         let m = &s.metrics;
-        println!(
+        out!(
             "{name:<24} {:>5} {:>6.3} {:>6.3} {:>6.3} {:>6.3} {:>7.3} {:>7.3} {:>6.3}",
             s.n,
             m.hit_at_1,
@@ -709,7 +729,7 @@ async fn watch(config: cairn::Config, json: bool, once: bool) -> Result<ExitCode
         while let Some(e) = events.next().await {
             if json {
                 if let Ok(line) = serde_json::to_string(&*e) {
-                    println!("{line}");
+                    out!("{line}");
                 }
                 continue;
             }
@@ -762,7 +782,7 @@ async fn watch(config: cairn::Config, json: bool, once: bool) -> Result<ExitCode
 
 fn print_stats(s: &cairn_actors::stats::Stats) {
     for src in &s.sources {
-        println!(
+        out!(
             "{}: {} pages, {} chunks, {} failing files",
             src.source,
             src.pages,
@@ -770,29 +790,33 @@ fn print_stats(s: &cairn_actors::stats::Stats) {
             src.failing.len()
         );
         for f in &src.failing {
-            println!("  failing {}: {}", f.path, f.reason);
+            out!("  failing {}: {}", f.path, f.reason);
         }
         for c in &src.alias_collisions {
-            println!("  name `{}` is claimed by {}", c.name, c.slugs.join(", "));
+            out!("  name `{}` is claimed by {}", c.name, c.slugs.join(", "));
         }
     }
     let q = &s.queries;
-    println!(
+    out!(
         "queries answered: {} ({} empty, {} degraded); latency p50 {:.1} ms, p99 {:.1} ms",
-        q.answered, q.empty, q.degraded, q.p50_latency_ms, q.p99_latency_ms
+        q.answered,
+        q.empty,
+        q.degraded,
+        q.p50_latency_ms,
+        q.p99_latency_ms
     );
     for (k, v) in &q.by_create_safety {
-        println!("  rank 1 create_safety {k}: {v}");
+        out!("  rank 1 create_safety {k}: {v}");
     }
     for (k, v) in &q.top_score_buckets {
-        println!("  rank 1 base score {k}: {v}");
+        out!("  rank 1 base score {k}: {v}");
     }
     for (k, v) in &q.empty_by_cause {
-        println!("  empty ({k}): {v}");
+        out!("  empty ({k}): {v}");
     }
     let group = |what: &str, k: &str, m: &cairn_actors::stats::GroupStats| {
         let buckets: Vec<String> = m.top_score_buckets.iter().map(|(b, n)| format!("{b}: {n}")).collect();
-        println!(
+        out!(
             "  {what} {k}: {} queries, mean rank-1 base score {:.3} ({})",
             m.queries,
             m.mean_top_base_score,
@@ -807,23 +831,30 @@ fn print_stats(s: &cairn_actors::stats::Stats) {
     }
     if let Some(d) = &q.drift {
         match (d.previous_mean_top_base_score, d.change) {
-            (Some(p), Some(c)) => println!(
+            (Some(p), Some(c)) => out!(
                 "drift: mean rank-1 base score {:.3} over the last {} day(s), {:.3} the {} before ({c:+.3})",
-                d.mean_top_base_score, d.days, p, d.days
+                d.mean_top_base_score,
+                d.days,
+                p,
+                d.days
             ),
-            _ => println!(
-                "drift: {:.3} over the last {} day(s); no queries before",
-                d.mean_top_base_score, d.days
-            ),
+            _ => {
+                out!("drift: {:.3} over the last {} day(s); no queries before", d.mean_top_base_score, d.days)
+            }
         }
     }
     if !q.days.is_empty() {
-        println!(
+        out!(
             "{:<12} {:>7} {:>10} {:>10} {:>8} {:>8}",
-            "day", "queries", "mean top", "median", "exists", "p50 ms"
+            "day",
+            "queries",
+            "mean top",
+            "median",
+            "exists",
+            "p50 ms"
         );
         for d in &q.days {
-            println!(
+            out!(
                 "{:<12} {:>7} {:>10.3} {:>10.3} {:>8.2} {:>8.1}",
                 d.day,
                 d.queries,

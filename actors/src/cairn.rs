@@ -55,6 +55,9 @@ pub struct Status {
     pub role: Role,
     /// The owner (absent when this process reads the tables itself).
     pub owner: Option<OwnerInfo>,
+    /// The memory of the process that holds the indexes (the owner, or this reader).
+    #[serde(default)]
+    pub memory: crate::status::Memory,
     /// The owner's clients.
     pub clients: Vec<Hello>,
     pub sources: Vec<SourceStatus>,
@@ -98,7 +101,7 @@ impl std::fmt::Debug for Cairn {
 }
 
 fn unix_ms() -> u64 {
-    crate::published::unix_ms()
+    crate::event::unix_ms()
 }
 
 fn remote(e: RemoteError) -> Error {
@@ -350,12 +353,14 @@ impl Cairn {
     /// This process's role, the owner, its clients and every source's state.
     pub async fn status(&self) -> Result<Status> {
         let pid = std::process::id();
+        let memory = crate::status::Memory::now;
         match self.state() {
             State::Owner(o) => Ok(Status {
                 pid,
                 role: Role::Owner,
                 owner: Some(o.info.clone()),
-                clients: Vec::new(),
+                memory: memory(),
+                clients: o.server.clients(),
                 sources: o.pipeline.status(),
             }),
             State::Client(c) => {
@@ -364,13 +369,19 @@ impl Cairn {
                     pid,
                     role: Role::Client,
                     owner: Some(s.owner),
+                    memory: s.memory,
                     clients: s.clients,
                     sources: s.sources,
                 })
             }
-            State::Reader(h) => {
-                Ok(Status { pid, role: Role::Reader, owner: None, clients: Vec::new(), sources: h.status() })
-            }
+            State::Reader(h) => Ok(Status {
+                pid,
+                role: Role::Reader,
+                owner: None,
+                memory: memory(),
+                clients: Vec::new(),
+                sources: h.status(),
+            }),
         }
     }
 

@@ -7,6 +7,11 @@
 
 use serde::{Deserialize, Serialize};
 
+/// Wall-clock milliseconds since the Unix epoch.
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
 /// The sequence that query telemetry is numbered in (not a source id: ids cannot start with `_`).
 pub const QUERY_STREAM: &str = "_queries";
 /// The sequence of events about the whole system.

@@ -28,7 +28,6 @@ pub mod log;
 pub mod owner;
 pub mod paths;
 pub mod poison;
-pub mod published;
 pub mod query;
 pub mod replay;
 pub mod server;

@@ -167,7 +167,7 @@ pub fn telemetry(resp: &SearchResponse) -> QueryAnswered {
         scoring_version: resp.scoring_version.to_string(),
         latency_ms: resp.latency_ms,
         pending_changes: resp.pending_changes,
-        unix_ms: Some(crate::published::unix_ms()),
+        unix_ms: Some(crate::event::unix_ms()),
     }
 }
 

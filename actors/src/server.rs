@@ -33,6 +33,9 @@ pub const WRITE_WITHIN: Duration = Duration::from_secs(10);
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct OwnerStatus {
     pub owner: OwnerInfo,
+    /// The owner's memory.
+    #[serde(default)]
+    pub memory: crate::status::Memory,
     pub clients: Vec<Hello>,
     pub sources: Vec<SourceStatus>,
 }
@@ -53,6 +56,7 @@ struct Ctx {
 pub struct Server {
     path: PathBuf,
     task: tokio::task::JoinHandle<()>,
+    clients: Arc<Mutex<BTreeMap<u64, Hello>>>,
 }
 
 /// Bind the socket at `path`: its folder made private to this user (0700), a socket left by a
@@ -80,12 +84,13 @@ impl Server {
         log_dir: Option<PathBuf>,
         owner: OwnerInfo,
     ) -> Self {
+        let clients: Arc<Mutex<BTreeMap<u64, Hello>>> = Arc::default();
         let ctx = Ctx {
             pipeline,
             db,
             log_dir,
             owner,
-            clients: Arc::default(),
+            clients: clients.clone(),
             slots: Arc::new(Semaphore::new(MAX_CONNECTIONS)),
         };
         let task = tokio::spawn(async move {
@@ -103,7 +108,12 @@ impl Server {
                 tokio::spawn(connection(ctx.clone(), stream, next));
             }
         });
-        Self { path, task }
+        Self { path, task, clients }
+    }
+
+    /// The clients connected now.
+    pub fn clients(&self) -> Vec<Hello> {
+        self.clients.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect()
     }
 
     pub fn path(&self) -> &Path {
@@ -264,7 +274,12 @@ async fn handle(ctx: &Ctx, request: Request) -> Reply {
         Request::Stats { days } => ok(crate::stats::collect(&ctx.db, ctx.log_dir.as_deref(), days).await),
         Request::Status => {
             let clients = ctx.clients.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
-            ok(Ok(OwnerStatus { owner: ctx.owner.clone(), clients, sources: p.status() }))
+            ok(Ok(OwnerStatus {
+                owner: ctx.owner.clone(),
+                memory: crate::status::Memory::now(),
+                clients,
+                sources: p.status(),
+            }))
         }
         Request::Flush { vectors, token } => ok(p.flush_marked(true, vectors, token).await),
         Request::AddSource { source } => ok(p.add_source(source).await),

@@ -186,3 +186,23 @@ fn snapshot(e: &Entry) -> SourceStatus {
     s.failures = e.failures.values().cloned().collect();
     s
 }
+
+/// This process's memory: resident now and at its peak (`VmRSS`, `VmHWM`), in MiB (Linux; absent
+/// elsewhere).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Memory {
+    pub rss_mib: Option<f64>,
+    pub peak_rss_mib: Option<f64>,
+}
+
+impl Memory {
+    pub fn now() -> Self {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let field = |name: &str| -> Option<f64> {
+            let kb: f64 =
+                status.lines().find(|l| l.starts_with(name))?.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kb / 1024.0)
+        };
+        Self { rss_mib: field("VmRSS:"), peak_rss_mib: field("VmHWM:") }
+    }
+}

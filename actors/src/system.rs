@@ -137,8 +137,6 @@ struct Inner {
     status: StatusBoard,
     shutdown: Duration,
     stopped: std::sync::atomic::AtomicBool,
-    /// Freshness for readers in other processes; stopped (its file removed) at shutdown.
-    publisher: Mutex<Option<crate::published::Publisher>>,
     /// Dropped once the pipeline has drained (the owner lock: released only when nothing is
     /// being written any more).
     keep: Mutex<Vec<Box<dyn std::any::Any + Send>>>,
@@ -245,11 +243,6 @@ impl Pipeline {
             std::fs::create_dir_all(d)
                 .map_err(|e| Error::Config(format!("event log {}: {e}", d.display())))?;
         }
-        let publisher = log_dir.as_ref().and_then(|d| {
-            crate::published::Publisher::start(d.clone(), status.clone())
-                .inspect_err(|e| tracing::warn!("status file: {e}; other processes see no freshness"))
-                .ok()
-        });
         let (tx, st, max) = (events.clone(), status.clone(), config.log_max_mib * 1024 * 1024);
         let log = SyncArbiter::start(1, move || {
             EventLog::open(log_dir.as_deref(), max, tx.clone(), st.clone()).unwrap_or_else(|e| {
@@ -335,7 +328,6 @@ impl Pipeline {
                 status,
                 shutdown: Duration::from_secs(config.shutdown_secs),
                 stopped: Default::default(),
-                publisher: Mutex::new(publisher),
                 keep: Mutex::new(Vec::new()),
             }),
             guard: None,
@@ -594,10 +586,6 @@ impl Pipeline {
             );
         }
         self.inner.emit.emit(SYSTEM_STREAM, vec![EventKind::SystemStopped { clean }]).await;
-        if let Some(mut p) = self.inner.publisher.lock().ok().and_then(|mut p| p.take()) {
-            // Joins its thread (one period at most) and removes the file.
-            let _ = tokio::task::spawn_blocking(move || p.stop()).await;
-        }
         let _ = self.inner.emit.log().send(SyncLog).await;
         self.inner.keep.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }

@@ -51,12 +51,8 @@ impl Parser {
         match result {
             Ok(Ok(page)) => Ok(page),
             Ok(Err(e)) => {
-                if matches!(
-                    e,
-                    Error::ParseTimeout { .. }
-                        | Error::FrontmatterTooLarge { .. }
-                        | Error::FrontmatterTooDeep { .. }
-                ) {
+                // Only what is costly to find again: other bounds are refused in microseconds.
+                if matches!(e, Error::ParseTimeout { .. }) {
                     self.book.add(source, &path, &hash, e.kind(), &e.to_string());
                 }
                 Err(e)

@@ -2,6 +2,7 @@
 //! is large; see shared/OFFLINE.md).
 
 mod crash;
+mod hostile;
 mod index;
 mod mcp;
 mod replay;

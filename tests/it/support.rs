@@ -106,3 +106,77 @@ pub async fn next_matching(
         Err(_) => panic!("the awaited event did not come within 120 s"),
     }
 }
+
+/// The `cairn` binary under test.
+pub fn cairn_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_cairn"))
+}
+
+/// `cairn search --json` in a child process (extra arguments after the query), its answer.
+pub fn search_json(db: &std::path::Path, query: &str, extra: &[&str]) -> serde_json::Value {
+    let out = std::process::Command::new(cairn_bin())
+        .args(["search", "--json", "--db", db.to_str().unwrap(), query])
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "cairn search {query:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The JSON events a child `cairn watch --json` prints, read on a thread of their own.
+#[derive(Debug)]
+pub struct EventReader {
+    rx: std::sync::mpsc::Receiver<serde_json::Value>,
+}
+
+impl EventReader {
+    pub fn new(stdout: impl std::io::Read + Send + 'static) -> Self {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                if let Ok(v) = serde_json::from_str(&line)
+                    && tx.send(v).is_err()
+                {
+                    return;
+                }
+            }
+        });
+        Self { rx }
+    }
+
+    /// Events until one makes `done` true (it sees every event, in order). Waits for the
+    /// events themselves; the deadline only turns a hang into a failure with a message.
+    pub fn wait_for(
+        &mut self,
+        what: &str,
+        mut done: impl FnMut(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(600);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(e) if done(&e) => return e,
+                Ok(_) => {}
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => panic!("{what}: not seen within 600 s"),
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    panic!("{what}: the process ended first")
+                }
+            }
+        }
+    }
+}
+
+/// Copy a folder tree.
+pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    for e in walkdir::WalkDir::new(from) {
+        let e = e.unwrap();
+        let target = to.join(e.path().strip_prefix(from).unwrap());
+        if e.file_type().is_dir() {
+            std::fs::create_dir_all(&target).unwrap();
+        } else {
+            std::fs::copy(e.path(), &target).unwrap();
+        }
+    }
+}
