@@ -278,12 +278,17 @@ pub fn summarize(events: &[Event], status: &[cairn_actors::SourceStatus]) -> Ind
 /// Open a database to index it: its owner when free, else a client of a long-running owner; a
 /// one-shot owner (another `cairn index`) is waited for, since it exits when its run is done.
 async fn open_for_index(config: Config, purpose: &str) -> Result<Cairn> {
-    let paths = config.paths();
+    let one_shot = |p: &str| p == "index" || p == "reindex";
     let mut told = false;
     loop {
-        let client = cairn_actors::client::Client::new(&paths.socket(), purpose);
-        match client.hello().await {
-            Ok((_, owner)) if owner.purpose == "index" || owner.purpose == "reindex" => {
+        // Sources are added to a running owner after subscribing (see `index`).
+        let opts = OpenOptions { purpose: purpose.into(), standby: false, register_sources: false };
+        let cairn = Cairn::open_with(config.clone(), opts).await?;
+        if cairn.role() == Role::Owner {
+            return Ok(cairn);
+        }
+        match cairn.status().await?.owner {
+            Some(owner) if one_shot(&owner.purpose) => {
                 if !told {
                     eprintln!(
                         "cairn: waiting for pid {} (cairn {}) to finish with {}",
@@ -291,13 +296,10 @@ async fn open_for_index(config: Config, purpose: &str) -> Result<Cairn> {
                     );
                     told = true;
                 }
+                cairn.shutdown().await?;
                 tokio::time::sleep(std::time::Duration::from_millis(200)).await;
             }
-            _ => {
-                // Sources are added to a running owner after subscribing (see `index`).
-                let opts = OpenOptions { purpose: purpose.into(), standby: false, register_sources: false };
-                return Ok(Cairn::open_with(config, opts).await?);
-            }
+            _ => return Ok(cairn),
         }
     }
 }

@@ -6,7 +6,7 @@
 
 use crate::support::{EventReader, check_tables, copy_dir};
 use cairn_index::Database;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 

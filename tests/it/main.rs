@@ -5,6 +5,7 @@ mod crash;
 mod hostile;
 mod index;
 mod mcp;
+mod owner;
 mod replay;
 mod scan;
 mod support;
