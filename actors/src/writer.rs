@@ -562,6 +562,7 @@ impl SourceWriter {
                 }
                 act.status.set_pages(&act.id, act.known.len());
                 act.status.set_version(&act.id, version);
+                act.publish_vectors();
                 act.status.done_in_flight(&act.id, items);
                 act.status.set_state(&act.id, "watching", None);
                 act.note_commit(chunks, ctx);
@@ -736,9 +737,8 @@ impl SourceWriter {
                 act.vectors.committing -= 1;
                 act.status.set_version(&act.id, version);
                 act.vectors.recent.push_back((Instant::now(), n));
-                let rate = act.vectors.rate();
-                let chunks = act.resident.as_ref().map_or(0, |r| r.read().chunk_count());
-                act.status.set_vectors(&act.id, chunks, pending, rate);
+                act.publish_vectors();
+                debug_assert!(pending == act.resident.as_ref().map_or(0, |r| r.read().unembedded_count()));
                 act.note_commit(0, ctx);
                 act.settle_waiters();
             }
@@ -748,6 +748,14 @@ impl SourceWriter {
                 act.fail(ctx, "writer", e)
             }
         }));
+    }
+
+    /// Chunks stored, chunks waiting for vectors and the recent rate, into the status.
+    fn publish_vectors(&mut self) {
+        let (chunks, pending) =
+            self.resident.as_ref().map_or((0, 0), |r| (r.read().chunk_count(), r.read().unembedded_count()));
+        let rate = self.vectors.rate();
+        self.status.set_vectors(&self.id, chunks, pending, rate);
     }
 
     /// Answer `flush` callers once nothing waits for a vector.

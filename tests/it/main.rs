@@ -1,6 +1,7 @@
 //! Integration tests of the `cairn` package, in one binary (each test binary that links LanceDB
 //! is large; see shared/OFFLINE.md).
 
+mod backfill;
 mod crash;
 mod hostile;
 mod index;
