@@ -726,6 +726,9 @@ async fn watch(config: cairn::Config, json: bool, once: bool) -> Result<ExitCode
     );
     let printer = tokio::spawn(async move {
         use cairn_actors::EventKind as K;
+        // Per source: chunks embedded since this process started, and when the first were.
+        let mut embedding: std::collections::HashMap<String, (usize, std::time::Instant)> =
+            Default::default();
         while let Some(e) = events.next().await {
             if json {
                 if let Ok(line) = serde_json::to_string(&*e) {
@@ -735,6 +738,21 @@ async fn watch(config: cairn::Config, json: bool, once: bool) -> Result<ExitCode
             }
             match &e.kind {
                 K::Reconciled { changed: 0, removed: 0, .. } => {}
+                K::Committed { pages: 0, removed: 0, chunks_embedded, chunks_pending, .. } => {
+                    let (done, since) =
+                        embedding.entry(e.source.clone()).or_insert((0, std::time::Instant::now()));
+                    *done += chunks_embedded;
+                    let rate = *done as f64 / since.elapsed().as_secs_f64().max(1.0);
+                    let eta = if *chunks_pending > 0 && rate > 0.0 {
+                        format!(", ETA {:.0} s", *chunks_pending as f64 / rate)
+                    } else {
+                        String::new()
+                    };
+                    eprintln!(
+                        "{}: vectors: {done} chunks embedded, {chunks_pending} to go ({rate:.1} chunks/s{eta})",
+                        e.source
+                    );
+                }
                 K::Reconciled { .. }
                 | K::Committed { .. }
                 | K::PageFailed { .. }

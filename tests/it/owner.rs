@@ -257,6 +257,36 @@ fn one_owner_serves_three_mcp_servers_and_the_cli_and_a_client_takes_over_when_i
     assert!(!owner_log.to_lowercase().contains("conflict"), "{owner_log}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_watch_adds_its_sources_to_the_owner_and_says_who_owns() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (sea, hills, db) = (tmp.path().join("sea"), tmp.path().join("hills"), tmp.path().join("db"));
+    vault(&sea);
+    write(&hills, "cairns.md", "# Cairns\n\nPiles of stones mark the path over the pass.\n");
+    let config = cairn::Config::new(
+        db.to_str().unwrap(),
+        vec![cairn::SourceConfig { id: "sea".into(), root: sea.clone(), include: vec![], exclude: vec![] }],
+    );
+    let owner = cairn::Cairn::open(config).await.unwrap();
+    let second = Command::new(cairn_bin())
+        .args(["watch", "--once", "--db", db.to_str().unwrap(), "--source"])
+        .arg(format!("hills={}", hills.display()))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&second.stderr);
+    assert!(second.status.success(), "{said}");
+    assert!(
+        said.contains(&format!("owned by pid {}", std::process::id())) && said.contains("hills="),
+        "{said}"
+    );
+    let status = owner.status().await.unwrap();
+    let ids: Vec<&str> = status.sources.iter().map(|s| s.source.as_str()).collect();
+    assert_eq!(ids, ["hills", "sea"], "the owner watches both now");
+    let found = owner.search(cairn_query::SearchRequest::new("stones mark the path")).await.unwrap();
+    assert_eq!((found.results[0].source.as_str(), found.results[0].slug.as_str()), ("hills", "cairns"));
+    owner.shutdown().await.unwrap();
+}
+
 #[test]
 fn two_index_runs_at_once_queue_and_leave_the_tables_of_one_clean_run() {
     let tmp = tempfile::tempdir().unwrap();
