@@ -1,0 +1,556 @@
+//! Benchmarks of cairn as people run it: real processes of the `cairn` binary (`CAIRN_BENCH_BIN`
+//! to measure another build, e.g. an older one for a baseline), on the shared eval vaults. Each
+//! part prints a markdown table; `CAIRN_BENCH_PARTS` picks them (comma-separated; default all):
+//!
+//! - `first`: `cairn watch` on FOLDOC in a fresh database: time to the first exact-name answer
+//!   (a client's `cairn search`), to every page searchable by name and keyword, to the last
+//!   vector, and the model's own time (issue 18; goals ≤ 10 s and ≤ 1.05);
+//! - `fair`: while that first index runs, edits in a small second source and edits to FOLDOC
+//!   pages: time to searchable and to searchable by meaning, p50/p99 (issues 15 and 18; goal
+//!   p99 ≤ 1.5 s);
+//! - `owner`: with FOLDOC, Cranfield and 5,000 stubs, `cairn search` wall time from process start
+//!   to exit with an owner running against the same command with none (the process then reads
+//!   the tables itself), and the memory each extra `cairn mcp` client adds (issue 14; goals
+//!   p50 ≤ 30 ms, p99 ≤ 80 ms, ≤ 40 MiB);
+//! - `soak`: 10,000 single-page edits through a running watch on FOLDOC (`CAIRN_BENCH_SOAK_EDITS`):
+//!   table versions and data files kept, disk against a fresh index of the final folder (goal
+//!   ≤ 1.5×), query latency before and after (issue 15).
+//!
+//! Works in `CAIRN_BENCH_DIR` (default `/tmp/cairn-bench-processes`); the shared data is never
+//! written. Run by `scripts/bench/processes`.
+
+use serde_json::Value;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+fn bin() -> PathBuf {
+    std::env::var_os("CAIRN_BENCH_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_cairn")))
+}
+
+fn shared(rel: &str) -> PathBuf {
+    let p = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("run by cargo"))
+        .join("../shared/eval")
+        .join(rel);
+    assert!(p.exists(), "bench: {} is missing (the shared eval data is required)", p.display());
+    p
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    for e in walkdir::WalkDir::new(from) {
+        let e = e.unwrap();
+        let dest = to.join(e.path().strip_prefix(from).unwrap());
+        if e.file_type().is_dir() {
+            std::fs::create_dir_all(&dest).unwrap();
+        } else if e.file_type().is_file() {
+            std::fs::copy(e.path(), &dest).unwrap();
+        }
+    }
+}
+
+fn pct(v: &[f64], p: f64) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn du_mib(path: &Path) -> f64 {
+    walkdir::WalkDir::new(path)
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_file())
+        .map(|e| e.metadata().map_or(0, |m| m.len()))
+        .sum::<u64>() as f64
+        / (1024.0 * 1024.0)
+}
+
+/// A `cairn watch --json` child: its events, timestamped as they arrive, and its stderr lines.
+struct Watch {
+    child: Child,
+    events: mpsc::Receiver<(Instant, Value)>,
+    said: mpsc::Receiver<(Instant, String)>,
+}
+
+impl Watch {
+    fn start(db: &Path, sources: &[(&str, &Path)]) -> (Self, Instant) {
+        let mut c = Command::new(bin());
+        c.args(["watch", "--json", "--db", db.to_str().unwrap()]);
+        for (id, root) in sources {
+            c.arg("--source").arg(format!("{id}={}", root.display()));
+        }
+        let t0 = Instant::now();
+        let mut child = c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let (tx, events) = mpsc::channel();
+        let out = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                if let Ok(v) = serde_json::from_str(&line)
+                    && tx.send((Instant::now(), v)).is_err()
+                {
+                    return;
+                }
+            }
+        });
+        let (tx, said) = mpsc::channel();
+        let err = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+                let _ = tx.send((Instant::now(), line));
+            }
+        });
+        (Self { child, events, said }, t0)
+    }
+
+    /// Events until `done` says so (it sees each one, with its arrival time).
+    fn until(&mut self, within: Duration, mut done: impl FnMut(Instant, &Value) -> bool) {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let (at, e) = self
+                .events
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("bench: no such event within {within:?}"));
+            if done(at, &e) {
+                return;
+            }
+        }
+    }
+
+    /// When the process said a line containing `text` (waiting for it; `None` if it never does,
+    /// as an older build that does not say it).
+    fn said(&mut self, text: &str, within: Duration) -> Option<Instant> {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let (at, line) = self.said.recv_timeout(left).ok()?;
+            if line.contains(text) {
+                return Some(at);
+            }
+        }
+    }
+
+    fn stop(mut self) {
+        let _ = Command::new("kill").arg(self.child.id().to_string()).status();
+        let _ = self.child.wait();
+    }
+}
+
+/// `cairn search --json` (a client of the owner, or a reader when none runs).
+fn search(db: &Path, query: &str, mode: &str) -> Value {
+    let out = Command::new(bin())
+        .args(["search", "--json", "--mode", mode, "--db", db.to_str().unwrap(), query])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "search {query:?}: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn parts() -> Vec<String> {
+    std::env::var("CAIRN_BENCH_PARTS")
+        .map(|v| v.split(',').map(str::to_string).collect())
+        .unwrap_or_else(|_| ["first", "fair", "owner", "soak"].iter().map(|s| s.to_string()).collect())
+}
+
+fn main() {
+    let work = PathBuf::from(
+        std::env::var("CAIRN_BENCH_DIR").unwrap_or_else(|_| "/tmp/cairn-bench-processes".into()),
+    );
+    let parts = parts();
+    println!("binary: {}\n", bin().display());
+    if parts.iter().any(|p| p == "first" || p == "fair") {
+        first_index(&work, parts.iter().any(|p| p == "fair"));
+    }
+    if parts.iter().any(|p| p == "owner") {
+        owner(&work);
+    }
+    if parts.iter().any(|p| p == "soak") {
+        soak(&work);
+    }
+}
+
+/// `first` and `fair`: a fresh database, FOLDOC and a small source, watched from scratch.
+fn first_index(work: &Path, fair: bool) {
+    let dir = work.join("first");
+    let _ = std::fs::remove_dir_all(&dir);
+    let (foldoc, small, db) = (dir.join("foldoc"), dir.join("small"), dir.join("db"));
+    copy_dir(&shared("foldoc/vault"), &foldoc);
+    for i in 0..20 {
+        let text = format!("# Field note {i}\n\nObserved the heron colony on the north bank, visit {i}.\n");
+        std::fs::create_dir_all(&small).unwrap();
+        std::fs::write(small.join(format!("note-{i}.md")), text).unwrap();
+    }
+    // A page near the start of the scan, by its name.
+    let (probe, probe_slug) = ("Ada", "ada");
+    let (mut watch, t0) = Watch::start(&db, &[("small", &small), ("foldoc", &foldoc)]);
+    // The first exact-name answer, asked by a client as a user would, until it says `exists`.
+    let mut first_exact = None;
+    while first_exact.is_none() && t0.elapsed() < Duration::from_secs(600) {
+        let out = Command::new(bin())
+            .args(["search", "--json", "--mode", "fast", "--db", db.to_str().unwrap(), probe])
+            .output()
+            .unwrap();
+        if let Ok(v) = serde_json::from_slice::<Value>(&out.stdout)
+            && v["results"][0]["create_safety"] == "exists"
+            && v["results"][0]["slug"] == probe_slug
+        {
+            first_exact = Some(t0.elapsed().as_secs_f64());
+        }
+    }
+    let (mut small_edits, mut small_vectors, mut foldoc_edits, mut foldoc_vectors) =
+        (vec![], vec![], vec![], vec![]);
+    let mut embed_ms = 0u64;
+    if fair {
+        // Edits while FOLDOC's vectors are being computed: alternately a small-source page and a
+        // FOLDOC page, each timed from the write to its `page_indexed` and to its vectors.
+        let files: Vec<String> = walkdir::WalkDir::new(&foldoc)
+            .into_iter()
+            .filter_map(Result::ok)
+            .filter(|e| e.file_type().is_file())
+            .map(|e| e.path().strip_prefix(&foldoc).unwrap().to_string_lossy().into_owned())
+            .step_by(397)
+            .collect();
+        watch.until(Duration::from_secs(600), |_, e| {
+            e["source"] == "foldoc" && e["event"] == "committed" && e["pages"] == 0
+        });
+        let n = std::env::var("CAIRN_BENCH_EDITS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
+        for i in 0..n {
+            let (source, root, rel) = if i % 2 == 0 {
+                ("small", &small, format!("note-{}.md", i % 20))
+            } else {
+                ("foldoc", &foldoc, files[i % files.len()].clone())
+            };
+            let mut text = std::fs::read_to_string(root.join(&rel)).unwrap();
+            text.push_str(&format!("\n\nA sentence added by edit {i} of the benchmark.\n"));
+            let t = Instant::now();
+            std::fs::write(root.join(&rel), text).unwrap();
+            let (mut indexed, mut slug) = (None, String::new());
+            watch.until(Duration::from_secs(600), |at, e| {
+                if e["source"] == "foldoc" && e["event"] == "committed" {
+                    embed_ms += e["embed_ms"].as_u64().unwrap_or(0);
+                }
+                if e["source"] == source && e["event"] == "page_indexed" && e["path"] == rel.as_str() {
+                    indexed = Some(at.duration_since(t).as_secs_f64());
+                    slug = e["slug"].as_str().unwrap_or_default().to_string();
+                    // A build that embeds before it commits has the vectors now.
+                    if e["vectors_pending"].as_u64().unwrap_or(0) == 0 {
+                        return true;
+                    }
+                }
+                e["source"] == source
+                    && e["event"] == "page_embedded"
+                    && e["slug"] == slug.as_str()
+                    && indexed.is_some()
+            });
+            let with_vectors = t.elapsed().as_secs_f64();
+            let indexed = indexed.unwrap();
+            if source == "small" {
+                small_edits.push(indexed);
+                small_vectors.push(with_vectors);
+            } else {
+                foldoc_edits.push(indexed);
+                foldoc_vectors.push(with_vectors);
+            }
+            // The next edit a while later, as a person's.
+            std::thread::sleep(Duration::from_millis(1500));
+        }
+    }
+    let searchable = watch
+        .said("searchable by name and keyword", Duration::from_secs(3600))
+        .map(|t| t.duration_since(t0).as_secs_f64());
+    let last = watch
+        .said("up to date", Duration::from_secs(7200))
+        .expect("the index completes")
+        .duration_since(t0)
+        .as_secs_f64();
+    // The model's own time: every vector commit's.
+    let log = cairn_actors::log::read_log(&db.join("events/events.jsonl")).unwrap();
+    let model: f64 = log
+        .iter()
+        .map(|e| match e.kind {
+            cairn_actors::EventKind::Committed { embed_ms, .. } => embed_ms as f64 / 1000.0,
+            _ => 0.0,
+        })
+        .sum();
+    let chunks: usize = log
+        .iter()
+        .map(|e| match e.kind {
+            cairn_actors::EventKind::Committed { chunks_embedded, .. } => chunks_embedded,
+            _ => 0,
+        })
+        .sum();
+    let _ = embed_ms;
+    watch.stop();
+    println!("## A fresh vault: FOLDOC (11,829 pages) and a small source, from `cairn watch` start\n");
+    println!(
+        "| first exact-name answer s (goal ≤ 10) | every page searchable by name and keyword s (goal ≤ 10) | last vector s | chunks embedded | model s | last vector / model (goal ≤ 1.05) |"
+    );
+    println!("|---|---|---|---|---|---|");
+    println!(
+        "| {} | {} | {last:.1} | {chunks} | {model:.1} | {:.3} |\n",
+        first_exact.map_or("-".into(), |t| format!("{t:.1}")),
+        searchable.map_or("-".into(), |t| format!("{t:.1}")),
+        last / model.max(1e-9)
+    );
+    if fair {
+        println!(
+            "## Edits during FOLDOC's first index ({} in a small source, {} to FOLDOC pages, 1.5 s apart)\n",
+            small_edits.len(),
+            foldoc_edits.len()
+        );
+        println!(
+            "| edited | searchable p50 s | p99 s (goal ≤ 1.5) | with its vectors p50 s | p99 s (goal ≤ 1.5) |"
+        );
+        println!("|---|---|---|---|---|");
+        for (what, a, b) in
+            [("small source", &small_edits, &small_vectors), ("FOLDOC page", &foldoc_edits, &foldoc_vectors)]
+        {
+            println!(
+                "| {what} | {:.3} | {:.3} | {:.3} | {:.3} |",
+                pct(a, 0.5),
+                pct(a, 0.99),
+                pct(b, 0.5),
+                pct(b, 0.99)
+            );
+        }
+        println!();
+    }
+}
+
+/// `owner`: `cairn search` through a running owner against a one-shot process; clients' memory.
+fn owner(work: &Path) {
+    let dir = work.join("owner");
+    let (db, stubs) = (dir.join("db"), dir.join("stubs"));
+    if !db.exists() {
+        let _ = std::fs::remove_dir_all(&dir);
+        let st = Command::new(bin())
+            .args(["swamp-stubs", stubs.to_str().unwrap(), "--n", "5000"])
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let out = Command::new(bin())
+            .args(["index", "--db", db.to_str().unwrap(), "--source"])
+            .arg(format!("foldoc={}", shared("foldoc/vault").display()))
+            .arg("--source")
+            .arg(format!("cranfield={}", shared("cranfield/vault").display()))
+            .arg("--source")
+            .arg(format!("stubs={}", stubs.display()))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let queries: Vec<String> = std::fs::read_to_string(shared("foldoc/queries-alias-dev.jsonl"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok()?["query"].as_str().map(str::to_string))
+        .step_by(7)
+        .take(100)
+        .collect();
+    let time = |q: &str, mode: &str| {
+        let t = Instant::now();
+        let v = search(&db, q, mode);
+        (t.elapsed().as_secs_f64() * 1000.0, v)
+    };
+    // Without an owner: the process reads the tables (and loads the model) itself.
+    let mut alone = Vec::new();
+    for q in queries.iter().take(20) {
+        let (ms, v) = time(q, "balanced");
+        assert_eq!(v["served_by"]["role"], "reader");
+        alone.push(ms);
+    }
+    // With an owner (`cairn watch` on the three sources, which the database records).
+    let (mut watch, _) = Watch::start(&db, &[]);
+    watch.said("up to date", Duration::from_secs(3600)).expect("the owner is up");
+    let watch_rss = rss_mib(watch.child.id());
+    let mut served = Vec::new();
+    let mut fast = Vec::new();
+    for q in &queries {
+        let (ms, v) = time(q, "balanced");
+        assert_eq!(v["served_by"]["role"], "owner");
+        served.push(ms);
+        fast.push(time(q, "fast").0);
+    }
+    // Extra `cairn mcp` processes on the same database: clients; the memory each holds.
+    let mut clients: Vec<Child> = (0..3)
+        .map(|_| {
+            Command::new(bin())
+                .args(["mcp", "--db", db.to_str().unwrap()])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    // Each answers a search (so it is warm) before it is measured.
+    let mut client_rss = Vec::new();
+    for c in &mut clients {
+        use std::io::Write;
+        let stdin = c.stdin.as_mut().unwrap();
+        let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"0"}}}"#;
+        let call = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"search","arguments":{"query":"functional programming language"}}}"#;
+        writeln!(stdin, "{init}\n{{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}}\n{call}")
+            .unwrap();
+        let mut lines = std::io::BufReader::new(c.stdout.as_mut().unwrap()).lines();
+        while let Some(Ok(l)) = lines.next() {
+            if l.contains("\"id\":2") {
+                break;
+            }
+        }
+        client_rss.push(rss_mib(c.id()));
+    }
+    let owner_after = rss_mib(watch.child.id());
+    for mut c in clients {
+        drop(c.stdin.take());
+        let _ = c.wait();
+    }
+    watch.stop();
+    println!("## `cairn search` from a shell, FOLDOC + Cranfield + 5,000 stubs (process start to exit)\n");
+    println!("| path | queries | p50 ms (goal ≤ 30) | p99 ms (goal ≤ 80) |");
+    println!("|---|---|---|---|");
+    println!(
+        "| one-shot, no owner (reads the tables, loads the model) | {} | {:.1} | {:.1} |",
+        alone.len(),
+        pct(&alone, 0.5),
+        pct(&alone, 0.99)
+    );
+    println!(
+        "| through a running owner, balanced | {} | {:.1} | {:.1} |",
+        served.len(),
+        pct(&served, 0.5),
+        pct(&served, 0.99)
+    );
+    println!(
+        "| through a running owner, fast | {} | {:.1} | {:.1} |\n",
+        fast.len(),
+        pct(&fast, 0.5),
+        pct(&fast, 0.99)
+    );
+    println!("## Memory: the owner and three `cairn mcp` clients\n");
+    println!("| owner RSS MiB (before / after the clients) | each client's RSS MiB (goal ≤ 40) |");
+    println!("|---|---|");
+    println!(
+        "| {watch_rss:.0} / {owner_after:.0} | {} |\n",
+        client_rss.iter().map(|r| format!("{r:.1}")).collect::<Vec<_>>().join(", ")
+    );
+}
+
+fn rss_mib(pid: u32) -> f64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    s.lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        .unwrap_or(0.0)
+        / 1024.0
+}
+
+/// Versions and data files of a source's tables.
+fn table_files(db: &Path, id: &str) -> (usize, usize) {
+    let count = |dir: PathBuf| std::fs::read_dir(dir).map_or(0, |d| d.count());
+    let versions: usize =
+        ["chunks", "pages"].iter().map(|t| count(db.join(format!("{id}_{t}.lance/_versions")))).sum();
+    let data: usize =
+        ["chunks", "pages"].iter().map(|t| count(db.join(format!("{id}_{t}.lance/data")))).sum();
+    (versions, data)
+}
+
+/// Balanced-mode latency of the owner's answers, p50/p99 ms (the latency the owner reports).
+fn query_latency(db: &Path, queries: &[String]) -> (f64, f64) {
+    let ms: Vec<f64> =
+        queries.iter().map(|q| search(db, q, "balanced")["latency_ms"].as_f64().unwrap()).collect();
+    (pct(&ms, 0.5), pct(&ms, 0.99))
+}
+
+/// `soak`: single-page edits, one at a time, through a running watch on FOLDOC.
+fn soak(work: &Path) {
+    let n: usize =
+        std::env::var("CAIRN_BENCH_SOAK_EDITS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
+    let dir = work.join("soak");
+    let _ = std::fs::remove_dir_all(&dir);
+    let (vault, db) = (dir.join("foldoc"), dir.join("db"));
+    copy_dir(&shared("foldoc/vault"), &vault);
+    let out = Command::new(bin())
+        .args(["index", "--db", db.to_str().unwrap(), "--source"])
+        .arg(format!("foldoc={}", vault.display()))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let queries: Vec<String> = std::fs::read_to_string(shared("foldoc/queries-alias-dev.jsonl"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok()?["query"].as_str().map(str::to_string))
+        .step_by(11)
+        .take(100)
+        .collect();
+    let files: Vec<String> = walkdir::WalkDir::new(&vault)
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_file())
+        .map(|e| e.path().strip_prefix(&vault).unwrap().to_string_lossy().into_owned())
+        .collect();
+    let (mut watch, _) = Watch::start(&db, &[("foldoc", &vault)]);
+    watch.said("up to date", Duration::from_secs(3600)).expect("the watcher is up");
+    let before = (du_mib(&db), table_files(&db, "foldoc"), query_latency(&db, &queries));
+    let started = Instant::now();
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    let mut upkeeps = 0;
+    for i in 0..n {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let rel = &files[(seed % files.len() as u64) as usize];
+        let mut text = std::fs::read_to_string(vault.join(rel)).unwrap();
+        text.push_str(&format!("\nSoak edit {i}.\n"));
+        std::fs::write(vault.join(rel), text).unwrap();
+        let mut slug = String::new();
+        watch.until(Duration::from_secs(120), |_, e| {
+            if e["event"] == "optimized" {
+                upkeeps += 1;
+            }
+            if e["event"] == "page_indexed" && e["path"] == rel.as_str() {
+                slug = e["slug"].as_str().unwrap_or_default().to_string();
+                return e["vectors_pending"] == 0;
+            }
+            e["event"] == "page_embedded" && e["slug"] == slug.as_str() && !slug.is_empty()
+        });
+        if (i + 1) % 1000 == 0 {
+            eprintln!(
+                "soak: {} edits, {:.0} s, {:.1} MiB on disk",
+                i + 1,
+                started.elapsed().as_secs_f64(),
+                du_mib(&db)
+            );
+        }
+    }
+    let soaked = started.elapsed().as_secs_f64();
+    let after = (du_mib(&db), table_files(&db, "foldoc"), query_latency(&db, &queries));
+    watch.stop();
+    // A fresh index of the folder as the soak left it.
+    let fresh = dir.join("fresh-db");
+    let out = Command::new(bin())
+        .args(["index", "--db", fresh.to_str().unwrap(), "--source"])
+        .arg(format!("foldoc={}", vault.display()))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let fresh_mib = du_mib(&fresh);
+    println!(
+        "## Soak: {n} single-page edits through a running watch on FOLDOC ({soaked:.0} s, {upkeeps} upkeep runs)\n"
+    );
+    println!("| when | disk MiB | table versions kept | data files | query p50 ms | p99 ms |");
+    println!("|---|---|---|---|---|---|");
+    for (when, (mib, (v, d), (p50, p99))) in [("before", before), ("after", after)] {
+        println!("| {when} | {mib:.1} | {v} | {d} | {p50:.1} | {p99:.1} |");
+    }
+    println!(
+        "| fresh index of the final folder | {fresh_mib:.1} | {:?} | | | |",
+        table_files(&fresh, "foldoc")
+    );
+    println!("\ndisk after the soak / fresh index: **{:.2}** (goal ≤ 1.5)\n", after.0 / fresh_mib);
+}
