@@ -325,6 +325,19 @@ impl Cairn {
     }
 
     pub async fn get(&self, source: &str, slug: &str) -> Result<Option<PageWithBody>> {
+        let mut page = self.get_unmarked(source, slug).await?;
+        if let Some(p) = page.as_mut() {
+            p.served_by.get_or_insert(self.served_here());
+        }
+        Ok(page)
+    }
+
+    /// Who answers when this process does (the owner, or a reader).
+    fn served_here(&self) -> cairn_query::ServedBy {
+        cairn_query::ServedBy { pid: std::process::id(), role: self.role() }
+    }
+
+    async fn get_unmarked(&self, source: &str, slug: &str) -> Result<Option<PageWithBody>> {
         match self.state() {
             State::Owner(o) => o.pipeline.get(source, slug).await,
             State::Client(c) => {

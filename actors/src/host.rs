@@ -25,6 +25,9 @@ pub struct PageWithBody {
     pub page: PageRecord,
     pub source: String,
     pub body: String,
+    /// The process that answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub served_by: Option<cairn_query::ServedBy>,
 }
 
 /// The sources of one process and its query model.
@@ -151,7 +154,7 @@ impl QueryHost {
         };
         let Some(page) = src.resident.read().pages(&[slug]).into_iter().next() else { return Ok(None) };
         let body = page_body(src, &page).await.map_err(|e| e.to_string())?;
-        Ok(Some(PageWithBody { page, source: source.to_string(), body }))
+        Ok(Some(PageWithBody { page, source: source.to_string(), body, served_by: None }))
     }
 }
 

@@ -264,13 +264,24 @@ fn ok<T: Serialize>(r: crate::Result<T>) -> Reply {
     }
 }
 
+/// This process, as the owner that answered.
+fn served_by() -> cairn_query::ServedBy {
+    cairn_query::ServedBy { pid: std::process::id(), role: cairn_query::Role::Owner }
+}
+
 async fn handle(ctx: &Ctx, request: Request) -> Reply {
     let p = &ctx.pipeline;
     match request {
         Request::Hello(_) => error(ErrorCode::BadRequest, "`hello` was already said"),
         Request::Search { request } => ok(p.search(request).await),
-        Request::Get { source, slug } => ok(p.get(&source, &slug).await),
-        Request::Diagnose { request, source, slug } => ok(p.diagnose(request, &source, &slug).await),
+        Request::Get { source, slug } => ok(p
+            .get(&source, &slug)
+            .await
+            .map(|page| page.map(|page| crate::host::PageWithBody { served_by: Some(served_by()), ..page }))),
+        Request::Diagnose { request, source, slug } => ok(p
+            .diagnose(request, &source, &slug)
+            .await
+            .map(|d| cairn_query::Diagnosis { served_by: Some(served_by()), ..d })),
         Request::Stats { days } => ok(crate::stats::collect(&ctx.db, ctx.log_dir.as_deref(), days).await),
         Request::Status => {
             let clients = ctx.clients.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();

@@ -41,6 +41,9 @@ pub struct Diagnosis {
     /// filled by the caller that has them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ingest: Option<IngestState>,
+    /// The process that answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub served_by: Option<crate::ServedBy>,
 }
 
 /// One page's ingest state.
@@ -198,5 +201,6 @@ pub async fn diagnose<R: SourceReader>(
         limit,
         verdict,
         ingest: None,
+        served_by: None,
     })
 }
