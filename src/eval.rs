@@ -103,6 +103,7 @@ pub async fn run(
                 mode,
                 limit: k,
                 explain: false,
+                filter: Default::default(),
                 pooled_baseline,
             };
             // A query of punctuation only is still a query (that finds nothing).

@@ -60,6 +60,23 @@ struct SearchArgs {
     mode: String,
     #[arg(long, default_value_t = 10)]
     limit: usize,
+    /// Only pages with this tag (a nested tag matches its children: `project` finds
+    /// `project/alpha`); repeatable: any of them.
+    #[arg(long = "tag", value_name = "TAG")]
+    tags: Vec<String>,
+    /// Only pages under this folder (`meetings/`) or matching this glob (`**/2024-*.md`);
+    /// repeatable: any of them.
+    #[arg(long = "path", value_name = "FOLDER|GLOB")]
+    paths: Vec<String>,
+    /// Only pages of this frontmatter `type`; repeatable: any of them.
+    #[arg(long = "type", value_name = "TYPE")]
+    types: Vec<String>,
+    /// Only pages modified on or after this day (YYYY-MM-DD).
+    #[arg(long, value_name = "YYYY-MM-DD")]
+    after: Option<String>,
+    /// Only pages modified before this day (YYYY-MM-DD).
+    #[arg(long, value_name = "YYYY-MM-DD")]
+    before: Option<String>,
 }
 
 impl SearchArgs {
@@ -72,6 +89,13 @@ impl SearchArgs {
             mode,
             limit: self.limit,
             explain,
+            filter: cairn_query::Filter {
+                tags: self.tags.clone(),
+                paths: self.paths.clone(),
+                types: self.types.clone(),
+                after: self.after.clone(),
+                before: self.before.clone(),
+            },
             pooled_baseline: false,
         })
     }

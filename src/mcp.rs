@@ -28,6 +28,19 @@ pub struct SearchArgs {
     pub mode: Option<String>,
     /// Results to return (default 10, at most 100).
     pub limit: Option<usize>,
+    /// Only pages with one of these tags (a nested tag matches its children).
+    #[serde(default)]
+    pub tags: Vec<String>,
+    /// Only pages under one of these folders (`meetings/`) or matching one of these globs.
+    #[serde(default)]
+    pub paths: Vec<String>,
+    /// Only pages of one of these frontmatter types.
+    #[serde(default)]
+    pub types: Vec<String>,
+    /// Only pages modified on or after this day (YYYY-MM-DD).
+    pub after: Option<String>,
+    /// Only pages modified before this day (YYYY-MM-DD).
+    pub before: Option<String>,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -101,7 +114,14 @@ create_safety, best chunk), each source's status with pending changes and lag, a
 create_safety = \"exists\" means the page is there: update it instead of writing a new one. An answer \
 with pending_changes > 0 or vectors_pending > 0 is not proof of absence.")]
     async fn search(&self, Parameters(a): Parameters<SearchArgs>) -> Result<String, ErrorData> {
-        let req = request(a.query, a.sources, a.mode.as_deref(), a.limit)?;
+        let mut req = request(a.query, a.sources, a.mode.as_deref(), a.limit)?;
+        req.filter = cairn_query::Filter {
+            tags: a.tags,
+            paths: a.paths,
+            types: a.types,
+            after: a.after,
+            before: a.before,
+        };
         let resp = self.cairn.search(req).await.map_err(bad)?;
         json(&resp)
     }

@@ -207,9 +207,8 @@ impl Cairn {
                 } else {
                     None
                 };
-                State::Reader(Arc::new(
-                    QueryHost::open_read_only(&db, embedder, config.event_log_dir()).await?,
-                ))
+                let host = QueryHost::open_read_only(&db, embedder, config.event_log_dir()).await?;
+                State::Reader(Arc::new(host.with_parse_options(config.limits.parse_options())))
             }
         };
         let role = match state {

@@ -39,6 +39,8 @@ pub struct QueryHost {
     log_dir: Option<PathBuf>,
     /// Sources whose tables could not be opened, with why (reported as degraded in answers).
     broken: Vec<(String, String)>,
+    /// The bounds pages were parsed with (to re-hash a file whose stat changed).
+    parse: cairn_ingest::ParseOptions,
 }
 
 impl QueryHost {
@@ -67,6 +69,12 @@ impl QueryHost {
             }
         }
         Ok(host)
+    }
+
+    /// Parse with these bounds when checking whether a result's file changed.
+    pub fn with_parse_options(mut self, parse: cairn_ingest::ParseOptions) -> Self {
+        self.parse = parse;
+        self
     }
 
     pub fn add(&mut self, source: LiveSource) {
@@ -129,7 +137,37 @@ impl QueryHost {
         cairn_query::note_vectors_pending(&mut resp, |id| {
             pending.iter().find(|(s, _)| s == id).map(|(_, n)| *n)
         });
+        self.mark_stale(&mut resp).await;
         Ok(resp)
+    }
+
+    /// Look at each result's file: gone, or holding other content than was indexed (a stat that
+    /// differs is confirmed by hashing the content, so a file only touched is not stale).
+    async fn mark_stale(&self, resp: &mut SearchResponse) {
+        let files: Vec<Option<(PathBuf, PageRecord)>> = resp
+            .results
+            .iter()
+            .map(|r| {
+                let src = self.sources.get(&r.source)?;
+                let root = src.root.as_ref()?;
+                let page = src.resident.read().pages(&[r.slug.as_str()]).into_iter().next()?;
+                Some((root.join(&page.path), page))
+            })
+            .collect();
+        let parse = self.parse.clone();
+        let looked = tokio::task::spawn_blocking(move || {
+            files
+                .into_iter()
+                .map(|f| f.and_then(|(path, page)| staleness(&path, &page, &parse)))
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_default();
+        let by_key: Vec<(String, String, Option<cairn_query::Stale>)> =
+            resp.results.iter().zip(looked).map(|(r, s)| (r.source.clone(), r.slug.clone(), s)).collect();
+        cairn_query::mark_stale(resp, |r| {
+            by_key.iter().find(|(s, g, _)| *s == r.source && *g == r.slug).and_then(|(_, _, st)| *st)
+        });
     }
 
     /// Where one page stands at every layer for a query, with its ingest state.
@@ -171,4 +209,30 @@ async fn page_body(src: &LiveSource, page: &PageRecord) -> cairn_index::Result<S
             chunks.into_iter().map(|c| c.text).collect::<Vec<_>>().join("\n\n")
         }
     })
+}
+
+/// Whether the file at `path` still holds `page` as indexed.
+fn staleness(
+    path: &std::path::Path,
+    page: &PageRecord,
+    parse: &cairn_ingest::ParseOptions,
+) -> Option<cairn_query::Stale> {
+    use cairn_query::Stale;
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Some(Stale::Deleted),
+        Err(_) => return None,
+    };
+    let mtime = meta.modified().map(cairn_ingest::scan::mtime_ms).unwrap_or(0);
+    if mtime == page.mtime_ms && meta.len() as i64 == page.bytes {
+        return None;
+    }
+    if meta.len() > parse.max_page_bytes {
+        return Some(Stale::Modified);
+    }
+    let bytes = std::fs::read(path).ok()?;
+    match cairn_ingest::content_hash_of(&bytes, parse) {
+        Some(h) if h == page.content_hash => None,
+        _ => Some(Stale::Modified),
+    }
 }

@@ -40,8 +40,9 @@ impl QueryActor {
         emit: Emitter,
         status: StatusBoard,
         log_dir: Option<std::path::PathBuf>,
+        parse: cairn_ingest::ParseOptions,
     ) -> Self {
-        Self { host: QueryHost::new(embedder, log_dir), emit, status }
+        Self { host: QueryHost::new(embedder, log_dir).with_parse_options(parse), emit, status }
     }
 }
 

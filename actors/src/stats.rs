@@ -286,7 +286,7 @@ pub async fn collect(db: &str, log_dir: Option<&Path>, days: Option<u32>) -> Res
         let (pages, chunks) = store.counts().await?;
         let mut claims: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         for n in store.names().await? {
-            for a in n.aliases_norm.iter().chain(std::iter::once(&n.title_norm)) {
+            for a in n.aliases_norm.iter().chain([&n.title_norm, &n.file_name_norm]) {
                 claims.entry(a.clone()).or_default().insert(n.slug.clone());
             }
         }

@@ -300,6 +300,7 @@ impl Pipeline {
             emit.clone(),
             status.clone(),
             config.event_log_dir(),
+            config.limits.parse_options(),
         )
         .start();
         let parts = WriterParts {

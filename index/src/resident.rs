@@ -52,6 +52,14 @@ pub fn terms(text: &str) -> Vec<String> {
     })
 }
 
+/// A page's file name without its folder and extension (`meetings/Standup 2024-05-01.md` →
+/// `Standup 2024-05-01`): one of its names.
+pub fn file_name(path: &str) -> String {
+    let base = path.rsplit('/').next().unwrap_or(path);
+    let stem = base.strip_suffix(".md").or_else(|| base.strip_suffix(".markdown")).unwrap_or(base);
+    stem.to_string()
+}
+
 /// What the title arm searches: the title and every alias.
 pub fn names_text(title: &str, aliases: &[String]) -> String {
     std::iter::once(title).chain(aliases.iter().map(String::as_str)).collect::<Vec<_>>().join("\n")
@@ -203,7 +211,11 @@ pub struct Prepared {
 impl PreparedPage {
     /// A stored page and its stored chunks.
     pub fn stored(record: PageRecord, chunks: Vec<StoredChunk>) -> Self {
-        let mut names = vec![record.slug.clone(), normalize_name(&record.title)];
+        let mut names = vec![
+            record.slug.clone(),
+            normalize_name(&record.title),
+            normalize_name(&file_name(&record.path)),
+        ];
         names.extend(record.aliases.iter().map(|a| normalize_name(a)));
         let name_terms = terms(&names_text(&record.title, &record.aliases));
         let chunks = chunks
@@ -230,6 +242,7 @@ impl PreparedPage {
             links: serde_json::to_value(&page.links).unwrap_or_default(),
             content_hash: page.content_hash.clone(),
             mtime_ms,
+            bytes: page.bytes as i64,
             chunk_count: page.chunks.len() as i32,
             problems: serde_json::to_value(&page.problems).unwrap_or_default(),
             score: 0.0,
@@ -500,14 +513,42 @@ impl ResidentIndex {
         self.chunks.get(slot).and_then(Option::as_ref).is_some_and(|s| s.embedded)
     }
 
-    /// Keyword arm: chunks by BM25 over their search text, best first.
-    pub fn keyword(&self, query: &str, k: usize) -> Vec<ChunkHit> {
-        let scored = self.chunk_text.scores(&terms(query)).into_iter().map(|(d, s)| (s, d)).collect();
+    /// Whether chunk `slot` belongs to a page `allow`ed (every page when `None`).
+    fn allowed(&self, slot: usize, allow: Option<&std::collections::HashSet<String>>) -> bool {
+        allow.is_none_or(|a| self.chunks[slot].as_ref().is_some_and(|c| a.contains(&c.hit.slug)))
+    }
+
+    /// The slugs of the pages `keep` says yes to.
+    pub fn slugs_where(&self, keep: impl Fn(&PageRecord) -> bool) -> std::collections::HashSet<String> {
+        self.pages.iter().filter(|(_, p)| keep(&p.record)).map(|(s, _)| s.clone()).collect()
+    }
+
+    /// Keyword arm: chunks by BM25 over their search text, best first (of the pages `allow`ed).
+    pub fn keyword(
+        &self,
+        query: &str,
+        k: usize,
+        allow: Option<&std::collections::HashSet<String>>,
+    ) -> Vec<ChunkHit> {
+        let scored = self
+            .chunk_text
+            .scores(&terms(query))
+            .into_iter()
+            .filter(|(d, _)| self.allowed(*d as usize, allow))
+            .map(|(d, s)| (s, d))
+            .collect();
         top_k(scored, k, |d| self.chunk_id(*d)).into_iter().map(|(s, d)| self.hit(d, s)).collect()
     }
 
-    /// Vector arm: chunks by exact cosine, best first; `within` restricts it to some pages.
-    pub fn vector(&self, query: &[f32], within: Option<&[&str]>, k: usize) -> Vec<ChunkHit> {
+    /// Vector arm: chunks by exact cosine, best first; `within` restricts it to some pages, and so
+    /// does `allow`.
+    pub fn vector(
+        &self,
+        query: &[f32],
+        within: Option<&[&str]>,
+        k: usize,
+        allow: Option<&std::collections::HashSet<String>>,
+    ) -> Vec<ChunkHit> {
         if self.dim == 0 {
             return Vec::new();
         }
@@ -518,7 +559,7 @@ impl ResidentIndex {
                 .vectors
                 .chunks_exact(self.dim)
                 .enumerate()
-                .filter(|(i, _)| self.embedded(*i))
+                .filter(|(i, _)| self.embedded(*i) && self.allowed(*i, allow))
                 .map(|(i, v)| (dot(&q, v), i as u32))
                 .collect(),
             Some(slugs) => slugs
@@ -532,13 +573,19 @@ impl ResidentIndex {
         top_k(scored, k, |d| self.chunk_id(*d)).into_iter().map(|(s, d)| self.hit(d, s)).collect()
     }
 
-    /// Title arm: pages by BM25 over title and aliases, best first.
-    pub fn titles(&self, query: &str, k: usize) -> Vec<PageRecord> {
+    /// Title arm: pages by BM25 over title and aliases, best first (of the pages `allow`ed).
+    pub fn titles(
+        &self,
+        query: &str,
+        k: usize,
+        allow: Option<&std::collections::HashSet<String>>,
+    ) -> Vec<PageRecord> {
         let scored: Vec<(f32, &str)> = self
             .page_names
             .scores(&terms(query))
             .into_iter()
             .filter_map(|(d, s)| self.page_slots[d as usize].as_deref().map(|slug| (s, slug)))
+            .filter(|(_, slug)| allow.is_none_or(|a| a.contains(*slug)))
             .collect();
         top_k(scored, k, |s| *s)
             .into_iter()
@@ -643,14 +690,14 @@ mod tests {
             page("b", "B", &[], &[("moon", vec![0.0, 1.0])]),
             page("c", "C", &[], &[("sun", vec![0.0, 1.0])]),
         ]);
-        let hits = i.keyword("tides", 10);
+        let hits = i.keyword("tides", 10, None);
         assert_eq!(hits.iter().map(|h| h.slug.as_str()).collect::<Vec<_>>(), ["a"]);
         // Search text "A\n\ntides tides moon": "a" is a stop word, so 3 terms; average (3+2+2)/3.
         let (n, df, tf, len, avg) = (3.0f32, 1.0f32, 2.0f32, 3.0f32, 7.0f32 / 3.0);
         let idf = ((n - df + 0.5) / (df + 0.5) + 1.0).ln();
         let want = idf * (K1 + 1.0) * tf / (tf + K1 * (1.0 - B + B * len / avg));
         assert!((hits[0].score - want).abs() < 1e-5, "{} against {want}", hits[0].score);
-        let both = i.keyword("tides moon", 10);
+        let both = i.keyword("tides moon", 10, None);
         assert_eq!(both.iter().map(|h| h.slug.as_str()).collect::<Vec<_>>(), ["a", "b"]);
     }
 
@@ -660,10 +707,10 @@ mod tests {
             page("a", "A", &[], &[("x", vec![3.0, 4.0]), ("y", vec![0.0, 2.0])]),
             page("b", "B", &[], &[("z", vec![1.0, 0.0])]),
         ]);
-        let hits = i.vector(&[1.0, 0.0], None, 10);
+        let hits = i.vector(&[1.0, 0.0], None, 10, None);
         assert_eq!(hits.iter().map(|h| h.chunk_id.as_str()).collect::<Vec<_>>(), ["b#0", "a#0", "a#1"]);
         assert!((hits[1].score - 0.6).abs() < 1e-6);
-        let within = i.vector(&[1.0, 0.0], Some(&["a"]), 1);
+        let within = i.vector(&[1.0, 0.0], Some(&["a"]), 1, None);
         assert_eq!(within.iter().map(|h| h.chunk_id.as_str()).collect::<Vec<_>>(), ["a#0"]);
     }
 
@@ -674,27 +721,36 @@ mod tests {
             page("dock", "Dock", &[], &[("boats", vec![0.0, 1.0])]),
         ]);
         assert_eq!(i.alias("hall of light").len(), 1);
-        assert_eq!(i.titles("greek amphitheater", 5)[0].slug, "hall");
+        assert_eq!(i.titles("greek amphitheater", 5, None)[0].slug, "hall");
         i.apply(Prepared {
             upserts: vec![page("hall", "Odeon", &[], &[("marble", vec![1.0, 0.0])])],
             removals: vec![],
         });
         assert!(i.alias("hall of light").is_empty());
-        assert!(i.titles("greek", 5).is_empty());
-        assert!(i.keyword("stone", 5).is_empty());
-        assert_eq!(i.keyword("marble", 5)[0].slug, "hall");
+        assert!(i.titles("greek", 5, None).is_empty());
+        assert!(i.keyword("stone", 5, None).is_empty());
+        assert_eq!(i.keyword("marble", 5, None)[0].slug, "hall");
         assert_eq!(i.chunk_count(), 2);
         i.apply(Prepared { upserts: vec![], removals: vec!["hall".into(), "missing".into()] });
         assert_eq!((i.page_count(), i.chunk_count()), (1, 1));
-        assert!(i.keyword("marble", 5).is_empty());
+        assert!(i.keyword("marble", 5, None).is_empty());
         assert!(i.pages(&["hall"]).is_empty());
-        assert_eq!(i.vector(&[1.0, 0.0], None, 5).len(), 1);
+        assert_eq!(i.vector(&[1.0, 0.0], None, 5, None).len(), 1);
         // Freed slots are reused and stay consistent.
         i.apply(Prepared::pages(vec![page("new", "New", &[], &[("marble", vec![-1.0, 0.0])])]));
-        assert_eq!(i.keyword("marble", 5)[0].slug, "new");
+        assert_eq!(i.keyword("marble", 5, None)[0].slug, "new");
         assert_eq!(i.chunk_count(), 2);
-        let v = i.vector(&[-1.0, 0.0], None, 5);
+        let v = i.vector(&[-1.0, 0.0], None, 5, None);
         assert_eq!((v[0].slug.as_str(), v[0].score), ("new", 1.0), "the reused slot holds the new vector");
+    }
+
+    #[test]
+    fn a_page_is_named_by_its_file_too() {
+        let mut p = page("meetings/standup-2024-05-01", "Agenda", &[], &[("who does what", vec![1.0])]);
+        p.record.path = "meetings/Standup 2024-05-01.md".into();
+        let i = index(vec![PreparedPage::stored(p.record.clone(), vec![])]);
+        assert_eq!(i.alias("standup 2024-05-01")[0].slug, "meetings/standup-2024-05-01");
+        assert_eq!(file_name("a/b/Note.markdown"), "Note");
     }
 
     #[test]
@@ -704,15 +760,15 @@ mod tests {
             page("b", "B", &[], &[("moon", vec![]), ("sun", vec![])]),
         ]);
         assert_eq!(i.unembedded_count(), 2);
-        assert_eq!(i.keyword("moon", 5)[0].slug, "b");
-        let only_a: Vec<String> = i.vector(&[0.0, 1.0], None, 5).into_iter().map(|h| h.slug).collect();
+        assert_eq!(i.keyword("moon", 5, None)[0].slug, "b");
+        let only_a: Vec<String> = i.vector(&[0.0, 1.0], None, 5, None).into_iter().map(|h| h.slug).collect();
         assert_eq!(only_a, ["a"], "a chunk without a vector is not in the vector arm");
         let pending = i.unembedded();
         assert_eq!(pending.iter().map(|(id, _, _)| id.as_str()).collect::<Vec<_>>(), ["b#0", "b#1"]);
         assert_eq!(pending[0].2, "B\n\nmoon", "the text the model embeds");
         i.apply_vectors(&[("b#0".into(), vec![0.0, 3.0]), ("gone#7".into(), vec![1.0, 1.0])]);
         assert_eq!(i.unembedded_count(), 1);
-        let v = i.vector(&[0.0, 1.0], None, 5);
+        let v = i.vector(&[0.0, 1.0], None, 5, None);
         assert_eq!((v[0].chunk_id.as_str(), v[0].score), ("b#0", 1.0));
         assert_eq!(i.vector_of("h:moon"), Some(vec![0.0, 1.0]), "reusable by text hash, normalised");
         i.apply(Prepared { upserts: vec![], removals: vec!["b".into()] });

@@ -189,10 +189,14 @@ async fn a_resident_index_kept_by_commits_matches_the_tables() {
     assert_eq!((loaded.page_count(), loaded.chunk_count()), counts);
     let ids = |h: &[cairn_index::ChunkHit]| h.iter().map(|h| h.chunk_id.clone()).collect::<Vec<_>>();
     for (q, (lance_kw, lance_vec, v)) in queries.into_iter().zip(&lance) {
-        assert_eq!(kept.keyword(q, 10), loaded.keyword(q, 10), "{q}");
-        assert_eq!(kept.titles(q, 10), loaded.titles(q, 10), "{q}");
-        assert_eq!(ids(&kept.keyword(q, 10)), ids(lance_kw), "{q}: the same chunks as LanceDB, in order");
-        for (a, b) in kept.keyword(q, 10).iter().zip(lance_kw) {
+        assert_eq!(kept.keyword(q, 10, None), loaded.keyword(q, 10, None), "{q}");
+        assert_eq!(kept.titles(q, 10, None), loaded.titles(q, 10, None), "{q}");
+        assert_eq!(
+            ids(&kept.keyword(q, 10, None)),
+            ids(lance_kw),
+            "{q}: the same chunks as LanceDB, in order"
+        );
+        for (a, b) in kept.keyword(q, 10, None).iter().zip(lance_kw) {
             assert!(
                 (a.score - b.score).abs() < 1e-3 * b.score.max(1.0),
                 "{q}: BM25 {} vs LanceDB {}",
@@ -200,13 +204,13 @@ async fn a_resident_index_kept_by_commits_matches_the_tables() {
                 b.score
             );
         }
-        assert_eq!(kept.vector(v, None, 10), loaded.vector(v, None, 10), "{q}");
-        assert_eq!(ids(&kept.vector(v, None, 10)), ids(lance_vec), "{q}: the same chunks as LanceDB");
-        assert!((kept.vector(v, None, 1)[0].score - lance_vec[0].score).abs() < 1e-4);
+        assert_eq!(kept.vector(v, None, 10, None), loaded.vector(v, None, 10, None), "{q}");
+        assert_eq!(ids(&kept.vector(v, None, 10, None)), ids(lance_vec), "{q}: the same chunks as LanceDB");
+        assert!((kept.vector(v, None, 1, None)[0].score - lance_vec[0].score).abs() < 1e-4);
     }
     assert_eq!(kept.alias("old port"), loaded.alias("old port"));
     assert_eq!(kept.alias("old port")[0].slug, "harbour");
-    assert!(kept.keyword("oak", 10).is_empty(), "the edited-out words are gone");
+    assert!(kept.keyword("oak", 10, None).is_empty(), "the edited-out words are gone");
     assert!(kept.alias("sourdough").is_empty() && kept.pages(&["sourdough"]).is_empty());
 }
 
@@ -226,7 +230,11 @@ async fn vectors_attached_after_the_pages_and_a_load_in_between_knows_what_waits
     assert!(loaded.inconsistent.is_empty() && loaded.orphans.is_empty());
     let waiting = resident.read().unembedded();
     assert_eq!(waiting.len(), full.vectors.len());
-    assert_eq!(resident.read().keyword("spring tides", 5)[0].slug, "tides", "found by its words meanwhile");
+    assert_eq!(
+        resident.read().keyword("spring tides", 5, None)[0].slug,
+        "tides",
+        "found by its words meanwhile"
+    );
     let attach: Vec<(String, Vec<f32>)> = full
         .page
         .chunks

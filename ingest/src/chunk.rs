@@ -86,17 +86,32 @@ fn embed_text(path: &[String], text: &str) -> String {
 }
 
 /// A cheap, deliberately generous estimate of WordPiece tokens: a word costs one token per five
-/// letters or digits (at least one) plus one per punctuation character.
+/// letters or digits (at least one) plus one per punctuation character, and one per character of
+/// scripts written without spaces (Chinese, Japanese, Korean), which the tokenizer splits into
+/// single characters.
 pub fn estimate_tokens(s: &str) -> usize {
     s.split_whitespace()
         .map(|w| {
-            let (mut alnum, mut punct) = (0usize, 0usize);
+            let (mut alnum, mut punct, mut cjk) = (0usize, 0usize, 0usize);
             for c in w.chars() {
-                if c.is_alphanumeric() { alnum += 1 } else { punct += 1 }
+                if is_cjk(c) {
+                    cjk += 1;
+                } else if c.is_alphanumeric() {
+                    alnum += 1
+                } else {
+                    punct += 1
+                }
             }
-            alnum.div_ceil(5) + punct
+            alnum.div_ceil(5) + punct + cjk
         })
         .sum()
+}
+
+/// Characters of CJK scripts (ideographs, kana, hangul, CJK punctuation and full-width forms).
+fn is_cjk(c: char) -> bool {
+    matches!(c as u32,
+        0x3000..=0x30FF | 0x3400..=0x4DBF | 0x4E00..=0x9FFF | 0xAC00..=0xD7AF | 0xF900..=0xFAFF
+        | 0xFF00..=0xFFEF | 0x20000..=0x2FA1F)
 }
 
 struct Unit {
@@ -341,11 +356,13 @@ fn word_pieces(word: &str, max: usize, budget: &Budget) -> Result<Vec<Range<usiz
     let (mut start, mut alnum, mut punct) = (0usize, 0usize, 0usize);
     for (i, c) in word.char_indices() {
         budget.tick()?;
-        let (a, p) = if c.is_alphanumeric() { (alnum + 1, punct) } else { (alnum, punct + 1) };
+        // A CJK character is a token of its own: count it with the punctuation.
+        let letter = c.is_alphanumeric() && !is_cjk(c);
+        let (a, p) = if letter { (alnum + 1, punct) } else { (alnum, punct + 1) };
         if a.div_ceil(5) + p > max && i > start {
             out.push(start..i);
             start = i;
-            (alnum, punct) = if c.is_alphanumeric() { (1, 0) } else { (0, 1) };
+            (alnum, punct) = if letter { (1, 0) } else { (0, 1) };
         } else {
             (alnum, punct) = (a, p);
         }
@@ -557,6 +574,21 @@ mod tests {
         }
         assert_eq!(clip_name(&"é".repeat(300)).chars().count(), MAX_NAME_CHARS + 1);
         assert_eq!(clip_name("short"), "short");
+    }
+
+    #[test]
+    fn text_without_spaces_counts_a_token_per_character() {
+        assert_eq!(estimate_tokens("東京は日本の首都です"), 10);
+        let body = "東京は日本の首都です。".repeat(100);
+        let cs = chunks(&body, &ChunkOptions::default());
+        assert!(cs.len() >= 4, "1,100 characters are 1,100 tokens: {} chunks", cs.len());
+        for c in &cs {
+            assert!(
+                c.text.chars().count() <= ChunkOptions::default().max_tokens,
+                "{}",
+                c.text.chars().count()
+            );
+        }
     }
 
     #[test]

@@ -24,6 +24,6 @@ pub use debounce::{Debouncer, RawEvent, Settled};
 pub use error::{Error, Result};
 pub use hash::hex_digest;
 pub use markdown::Link;
-pub use page::{ParseOptions, ParsedPage, TitleSource, parse_page, read_page, rel_string};
+pub use page::{ParseOptions, ParsedPage, TitleSource, content_hash_of, parse_page, read_page, rel_string};
 pub use scan::{PathFilter, ScanOptions, ScanReport, ScannedFile, scan};
 pub use slug::{is_markdown, normalize_name, slugify_id, slugify_path, tokens};

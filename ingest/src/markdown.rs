@@ -51,6 +51,36 @@ pub struct Analysis {
     /// Text of the first level-1 heading (outside code, by construction).
     pub first_h1: Option<String>,
     pub links: Vec<Link>,
+    /// Inline `#tags` of the text (not in code or headings), without the `#`, in order.
+    pub tags: Vec<String>,
+}
+
+/// Obsidian's inline tags in a piece of text: `#` after a space or a line start (or at the
+/// start), then letters, digits, `_`, `-` and `/` (nested tags), with at least one character that
+/// is not a digit (`#1984` is not a tag); a trailing `/` is dropped.
+pub fn inline_tags(text: &str, out: &mut Vec<String>) {
+    let mut prev: Option<char> = None;
+    let mut chars = text.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        let starts = c == '#' && prev.is_none_or(char::is_whitespace);
+        prev = Some(c);
+        if !starts {
+            continue;
+        }
+        let rest = &text[i + 1..];
+        let len: usize = rest
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | '/'))
+            .map(char::len_utf8)
+            .sum();
+        let tag = rest[..len].trim_end_matches('/');
+        if !tag.is_empty() && tag.chars().any(|c| !c.is_ascii_digit()) && !tag.starts_with('/') {
+            out.push(tag.to_string());
+        }
+        for _ in 0..rest[..len].chars().count() {
+            prev = chars.next().map(|(_, c)| c);
+        }
+    }
 }
 
 fn options() -> Options {
@@ -89,6 +119,7 @@ fn analyze_segment(
     let mut block_start: Option<(BlockKind, usize)> = None;
     let mut heading_text: Option<String> = None;
     let mut md_link: Option<(String, String)> = None;
+    let mut in_code_block = false;
     let shift = |r: Range<usize>| r.start + base..r.end + base;
 
     for (event, range) in Parser::new_ext(text, options()).into_offset_iter() {
@@ -110,6 +141,7 @@ fn analyze_segment(
                 match &tag {
                     Tag::CodeBlock(CodeBlockKind::Fenced(_) | CodeBlockKind::Indented) => {
                         code_ranges.push(range.clone());
+                        in_code_block = true;
                     }
                     Tag::Link { link_type: LinkType::Inline | LinkType::Reference, dest_url, .. } => {
                         md_link = Some((dest_url.to_string(), String::new()));
@@ -120,6 +152,9 @@ fn analyze_segment(
             }
             Event::End(tag_end) => {
                 depth = depth.saturating_sub(1);
+                if matches!(tag_end, TagEnd::CodeBlock) {
+                    in_code_block = false;
+                }
                 if matches!(tag_end, TagEnd::Link)
                     && let Some((dest, label)) = md_link.take()
                     && let Some(link) = local_markdown_link(&dest, &label)
@@ -146,7 +181,13 @@ fn analyze_segment(
                 code_ranges.push(range);
                 push_text(&mut heading_text, &mut md_link, &t);
             }
-            Event::Text(t) | Event::InlineMath(t) | Event::DisplayMath(t) => {
+            Event::Text(t) => {
+                if heading_text.is_none() && !in_code_block {
+                    inline_tags(&t, &mut out.tags);
+                }
+                push_text(&mut heading_text, &mut md_link, &t);
+            }
+            Event::InlineMath(t) | Event::DisplayMath(t) => {
                 push_text(&mut heading_text, &mut md_link, &t);
             }
             Event::SoftBreak | Event::HardBreak => {
@@ -424,6 +465,18 @@ mod tests {
         let pieces = segments(&one_line, SEGMENT_BYTES);
         assert_eq!(pieces.iter().map(|r| r.len()).sum::<usize>(), one_line.len());
         assert!(pieces.iter().all(|r| r.len() <= SEGMENT_BYTES));
+    }
+
+    #[test]
+    fn inline_tags_as_obsidian_reads_them() {
+        let a = analyze(
+            "# Heading #not-a-tag\n\nPlanning #project/alpha and #todo, not mail#x nor #1984 nor `#code`.\n\n\
+             ```\n#fenced\n```\n\n#Last-one/\n",
+        );
+        assert_eq!(a.tags, ["project/alpha", "todo", "Last-one"]);
+        let mut t = Vec::new();
+        inline_tags("#a #b#c ##d #é_1", &mut t);
+        assert_eq!(t, ["a", "b", "é_1"]);
     }
 
     #[test]

@@ -147,12 +147,7 @@ pub fn parse_page(source_id: &str, rel: &Path, bytes: &[u8], opts: &ParseOptions
         (None, None) => (file_name, TitleSource::FileName),
     };
     let title = clip_name(&title);
-    let content_hash = hex_digest(&[
-        frontmatter::stable_json(&map).as_bytes(),
-        split.body.as_bytes(),
-        // A frontmatter that fails to parse still changes the page when its text changes.
-        split.yaml.filter(|_| !problems.is_empty()).unwrap_or("").as_bytes(),
-    ]);
+    let content_hash = hash_content(&split, &map, !problems.is_empty());
     let page_text = PageText {
         source_id,
         slug: &slug,
@@ -168,12 +163,19 @@ pub fn parse_page(source_id: &str, rel: &Path, bytes: &[u8], opts: &ParseOptions
         problems.push(Error::Truncated { path: path.clone(), chunks: chunks.len() as u64, cap: cap as u64 });
         chunks.truncate(cap);
     }
+    // Frontmatter tags, then the body's inline `#tags` (Obsidian reads both), each once.
+    let mut tags = fields.tags;
+    for t in &analysis.tags {
+        if !tags.iter().any(|x| x.eq_ignore_ascii_case(t)) {
+            tags.push(t.clone());
+        }
+    }
     Ok(ParsedPage {
         source_id: source_id.to_string(),
         path: rel_string(rel),
         aliases_normalized: fields.aliases.iter().map(|a| normalize_name(a)).collect(),
         aliases: fields.aliases,
-        tags: fields.tags,
+        tags,
         page_type: fields.page_type,
         frontmatter: Value::Object(map),
         links: analysis.links,
@@ -185,6 +187,37 @@ pub fn parse_page(source_id: &str, rel: &Path, bytes: &[u8], opts: &ParseOptions
         title,
         title_source,
     })
+}
+
+/// A page's content hash: the frontmatter without volatile keys, and the body.
+fn hash_content(
+    split: &frontmatter::Split<'_>,
+    map: &Map<String, Value>,
+    broken_frontmatter: bool,
+) -> String {
+    hex_digest(&[
+        frontmatter::stable_json(map).as_bytes(),
+        split.body.as_bytes(),
+        // A frontmatter that fails to parse still changes the page when its text changes.
+        split.yaml.filter(|_| broken_frontmatter).unwrap_or("").as_bytes(),
+    ])
+}
+
+/// The content hash [`parse_page`] gives these bytes, without parsing the body (`None` when they
+/// are not a page's: not text, or a frontmatter over its bounds). Cheap enough to check, when
+/// answering, whether a file still holds what was indexed.
+pub fn content_hash_of(bytes: &[u8], opts: &ParseOptions) -> Option<String> {
+    let text = decode(Path::new(""), bytes).ok()?;
+    let split = frontmatter::split(&text);
+    if let Some(yaml) = split.yaml {
+        frontmatter::check_yaml(yaml, &opts.frontmatter).ok()?;
+    }
+    let (map, broken) = match split.yaml.map(frontmatter::parse_yaml) {
+        None => (Map::new(), split.unclosed),
+        Some(Ok(map)) => (map, split.unclosed),
+        Some(Err(_)) => (Map::new(), true),
+    };
+    Some(hash_content(&split, &map, broken))
 }
 
 /// The path with `/` separators, as stored and shown.
@@ -249,6 +282,13 @@ mod tests {
     }
 
     #[test]
+    fn inline_tags_join_the_frontmatter_tags() {
+        let p =
+            parse("m.md", "---\ntags: [meeting]\n---\n\nNotes for #Meeting and #project/alpha.\n").unwrap();
+        assert_eq!(p.tags, ["meeting", "project/alpha"]);
+    }
+
+    #[test]
     fn broken_frontmatter_keeps_the_body() {
         let p = parse("Broken.md", "---\ntitle: [oops\n---\n# Heading\n\nBody survives.\n").unwrap();
         assert_eq!(p.problems.len(), 1);
@@ -305,6 +345,19 @@ mod tests {
         let e = parse_page("s", Path::new("slow.md"), body.as_bytes(), &opts).unwrap_err();
         assert_eq!(e.kind(), "parse_timeout");
         assert!(e.to_string().contains("limits.parse_timeout_ms"), "{e}");
+    }
+
+    #[test]
+    fn the_content_hash_alone_agrees_with_a_full_parse() {
+        for text in [
+            "---\ntitle: A\nupdated: x\n---\nbody\n",
+            "no frontmatter\n",
+            "---\ntitle: [oops\n---\nbody\n",
+            "---\nunclosed\n",
+        ] {
+            let full = parse("a.md", text).unwrap().content_hash;
+            assert_eq!(content_hash_of(text.as_bytes(), &ParseOptions::default()), Some(full), "{text:?}");
+        }
     }
 
     #[test]

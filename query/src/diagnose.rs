@@ -126,17 +126,22 @@ pub async fn diagnose<R: SourceReader>(
     let page = reader.pages(&[slug]).await.map_err(failed)?.into_iter().next();
     let text = tokens(query).join(" ");
     let qvec = if req.mode == Mode::Fast { None } else { embedder.and_then(|e| e.embed_query(query).ok()) };
+    let allowed = match req.filter.compile()? {
+        Some(f) => Some(reader.allowed(&f).await.map_err(failed)?),
+        None => None,
+    };
+    let allow = allowed.as_ref();
     let kw = if text.is_empty() {
         Vec::new()
     } else {
-        max_pool(&reader.keyword(&text, DEEP).await.map_err(failed)?)
+        max_pool(&reader.keyword(&text, DEEP, allow).await.map_err(failed)?)
     };
     let vec = match &qvec {
-        Some(v) => max_pool(&reader.vector(v, DEEP).await.map_err(failed)?),
+        Some(v) => max_pool(&reader.vector(v, DEEP, allow).await.map_err(failed)?),
         None => Vec::new(),
     };
     let titles =
-        if text.is_empty() { Vec::new() } else { reader.titles(&text, 100).await.map_err(failed)? };
+        if text.is_empty() { Vec::new() } else { reader.titles(&text, 100, allow).await.map_err(failed)? };
     let norm = normalize_name(query);
     let exact_name = reader.alias(&norm).await.map_err(failed)?.iter().any(|p| p.slug == slug);
     let within = match (&qvec, rank_of(&vec, slug)) {

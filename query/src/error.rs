@@ -13,6 +13,8 @@ pub enum QueryError {
     BadLimit,
     #[error("unknown mode `{0}`: use fast, balanced or thorough")]
     BadMode(String),
+    #[error("bad filter: {0}")]
+    BadFilter(String),
     #[error("unknown source `{id}`; known sources: {known}")]
     UnknownSource { id: String, known: String },
     #[error("no sources to search: index a folder first (`cairn index DIR`)")]
@@ -32,6 +34,7 @@ impl QueryError {
                 | QueryError::QueryTooLong { .. }
                 | QueryError::BadLimit
                 | QueryError::BadMode(_)
+                | QueryError::BadFilter(_)
                 | QueryError::UnknownSource { .. }
                 | QueryError::NoSources
         )

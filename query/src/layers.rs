@@ -148,6 +148,8 @@ pub fn title_phrase_match(query: &str, title: &str) -> bool {
 pub enum Evidence {
     AliasHit,
     ExactTitleMatch,
+    /// The query is the page's file name (without folder and extension).
+    FileNameMatch,
     HighVectorMatch,
     KeywordExact,
     WeakSemantic,
@@ -168,6 +170,7 @@ pub enum CreateSafety {
 pub enum ExactKind {
     Title,
     Slug,
+    FileName,
     Alias,
 }
 
@@ -188,6 +191,7 @@ pub fn evidence(s: &Signals) -> (Vec<Evidence>, CreateSafety) {
     match s.exact {
         Some(ExactKind::Alias) => ev.push(Evidence::AliasHit),
         Some(ExactKind::Title | ExactKind::Slug) => ev.push(Evidence::ExactTitleMatch),
+        Some(ExactKind::FileName) => ev.push(Evidence::FileNameMatch),
         None => {}
     }
     if s.cosine.is_some_and(|c| c >= HIGH_VECTOR_FLOOR) {
@@ -196,10 +200,15 @@ pub fn evidence(s: &Signals) -> (Vec<Evidence>, CreateSafety) {
     if s.keyword_rank.is_some_and(|r| r <= 3) && s.all_terms_present {
         ev.push(Evidence::KeywordExact);
     }
-    let safety = if ev
-        .iter()
-        .any(|e| matches!(e, Evidence::AliasHit | Evidence::ExactTitleMatch | Evidence::HighVectorMatch))
-    {
+    let safety = if ev.iter().any(|e| {
+        matches!(
+            e,
+            Evidence::AliasHit
+                | Evidence::ExactTitleMatch
+                | Evidence::FileNameMatch
+                | Evidence::HighVectorMatch
+        )
+    }) {
         CreateSafety::Exists
     } else if ev.contains(&Evidence::KeywordExact) {
         CreateSafety::Probable

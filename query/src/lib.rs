@@ -5,6 +5,7 @@
 
 pub mod diagnose;
 mod error;
+mod filter;
 pub mod layers;
 pub mod metrics;
 pub mod reader;
@@ -12,11 +13,12 @@ pub mod search;
 
 pub use diagnose::{Diagnosis, IngestState, diagnose};
 pub use error::{QueryError, Result};
+pub use filter::{Allowed, Filter, PageFilter, day_start_ms};
 pub use layers::{CreateSafety, Evidence, ExactKind};
 pub use reader::SourceReader;
 pub use search::{
-    Health, Mode, Role, SearchRequest, SearchResponse, SearchResult, ServedBy, SourceStatus,
-    note_vectors_pending, search,
+    Health, Mode, Role, SearchRequest, SearchResponse, SearchResult, ServedBy, SourceStatus, Stale,
+    mark_stale, note_vectors_pending, search,
 };
 
 #[cfg(test)]

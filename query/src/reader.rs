@@ -2,16 +2,27 @@
 //! loaded from its LanceDB tables and kept current by its writer) is what searches read;
 //! [`memory::MemoryReader`] is the test double for unit tests of the layers.
 
+use crate::filter::{Allowed, PageFilter};
 use cairn_index::{ChunkHit, PageRecord, Resident, Result};
 use std::future::Future;
 
 /// The per-source read primitives the gather step fans out to.
 pub trait SourceReader: Sync {
     fn id(&self) -> &str;
-    /// Keyword arm: chunks by BM25, best first.
-    fn keyword(&self, query: &str, k: usize) -> impl Future<Output = Result<Vec<ChunkHit>>> + Send;
-    /// Vector arm: chunks by cosine, best first.
-    fn vector(&self, query: &[f32], k: usize) -> impl Future<Output = Result<Vec<ChunkHit>>> + Send;
+    /// Keyword arm: chunks by BM25, best first (of the pages `allow`ed, when given).
+    fn keyword(
+        &self,
+        query: &str,
+        k: usize,
+        allow: Option<&Allowed>,
+    ) -> impl Future<Output = Result<Vec<ChunkHit>>> + Send;
+    /// Vector arm: chunks by cosine, best first (of the pages `allow`ed, when given).
+    fn vector(
+        &self,
+        query: &[f32],
+        k: usize,
+        allow: Option<&Allowed>,
+    ) -> impl Future<Output = Result<Vec<ChunkHit>>> + Send;
     /// The vector arm over some pages only (to max-pool candidates found by other arms).
     fn vector_within(
         &self,
@@ -19,8 +30,15 @@ pub trait SourceReader: Sync {
         slugs: &[&str],
         k: usize,
     ) -> impl Future<Output = Result<Vec<ChunkHit>>> + Send;
-    /// Title arm: pages by full-text match on title and aliases.
-    fn titles(&self, query: &str, k: usize) -> impl Future<Output = Result<Vec<PageRecord>>> + Send;
+    /// Title arm: pages by full-text match on title and aliases (of the pages `allow`ed).
+    fn titles(
+        &self,
+        query: &str,
+        k: usize,
+        allow: Option<&Allowed>,
+    ) -> impl Future<Output = Result<Vec<PageRecord>>> + Send;
+    /// The slugs of the pages that pass a filter.
+    fn allowed(&self, filter: &PageFilter) -> impl Future<Output = Result<Allowed>> + Send;
     /// Pages whose slug, title or alias equals the normalised name.
     fn alias(&self, normalized: &str) -> impl Future<Output = Result<Vec<PageRecord>>> + Send;
     fn pages(&self, slugs: &[&str]) -> impl Future<Output = Result<Vec<PageRecord>>> + Send;
@@ -30,17 +48,20 @@ impl SourceReader for Resident {
     fn id(&self) -> &str {
         Resident::id(self)
     }
-    async fn keyword(&self, query: &str, k: usize) -> Result<Vec<ChunkHit>> {
-        Ok(self.read().keyword(query, k))
+    async fn keyword(&self, query: &str, k: usize, allow: Option<&Allowed>) -> Result<Vec<ChunkHit>> {
+        Ok(self.read().keyword(query, k, allow))
     }
-    async fn vector(&self, query: &[f32], k: usize) -> Result<Vec<ChunkHit>> {
-        Ok(self.read().vector(query, None, k))
+    async fn vector(&self, query: &[f32], k: usize, allow: Option<&Allowed>) -> Result<Vec<ChunkHit>> {
+        Ok(self.read().vector(query, None, k, allow))
     }
     async fn vector_within(&self, query: &[f32], slugs: &[&str], k: usize) -> Result<Vec<ChunkHit>> {
-        Ok(self.read().vector(query, Some(slugs), k))
+        Ok(self.read().vector(query, Some(slugs), k, None))
     }
-    async fn titles(&self, query: &str, k: usize) -> Result<Vec<PageRecord>> {
-        Ok(self.read().titles(query, k))
+    async fn titles(&self, query: &str, k: usize, allow: Option<&Allowed>) -> Result<Vec<PageRecord>> {
+        Ok(self.read().titles(query, k, allow))
+    }
+    async fn allowed(&self, filter: &PageFilter) -> Result<Allowed> {
+        Ok(self.read().slugs_where(|p| filter.matches(p)))
     }
     async fn alias(&self, normalized: &str) -> Result<Vec<PageRecord>> {
         Ok(self.read().alias(normalized))
@@ -120,11 +141,12 @@ pub mod memory {
         fn id(&self) -> &str {
             &self.id
         }
-        async fn keyword(&self, query: &str, k: usize) -> Result<Vec<ChunkHit>> {
+        async fn keyword(&self, query: &str, k: usize, allow: Option<&Allowed>) -> Result<Vec<ChunkHit>> {
             self.check()?;
             let hits = self
                 .pages
                 .iter()
+                .filter(|(p, _)| allow.is_none_or(|a| a.contains(&p.slug)))
                 .flat_map(|(p, cs)| {
                     cs.iter().map(move |(c, _)| ChunkHit {
                         score: overlap(query, &format!("{} {}", p.title, c.text)),
@@ -134,9 +156,14 @@ pub mod memory {
                 .collect();
             Ok(self.ranked(hits, k))
         }
-        async fn vector(&self, query: &[f32], k: usize) -> Result<Vec<ChunkHit>> {
-            self.vector_within(query, &self.pages.iter().map(|(p, _)| p.slug.as_str()).collect::<Vec<_>>(), k)
-                .await
+        async fn vector(&self, query: &[f32], k: usize, allow: Option<&Allowed>) -> Result<Vec<ChunkHit>> {
+            let slugs: Vec<&str> = self
+                .pages
+                .iter()
+                .map(|(p, _)| p.slug.as_str())
+                .filter(|s| allow.is_none_or(|a| a.contains(*s)))
+                .collect();
+            self.vector_within(query, &slugs, k).await
         }
         async fn vector_within(&self, query: &[f32], slugs: &[&str], k: usize) -> Result<Vec<ChunkHit>> {
             self.check()?;
@@ -148,11 +175,16 @@ pub mod memory {
                 .collect();
             Ok(self.ranked(hits, k))
         }
-        async fn titles(&self, query: &str, k: usize) -> Result<Vec<PageRecord>> {
+        async fn allowed(&self, filter: &PageFilter) -> Result<Allowed> {
+            self.check()?;
+            Ok(self.pages.iter().filter(|(p, _)| filter.matches(p)).map(|(p, _)| p.slug.clone()).collect())
+        }
+        async fn titles(&self, query: &str, k: usize, allow: Option<&Allowed>) -> Result<Vec<PageRecord>> {
             self.check()?;
             let mut out: Vec<PageRecord> = self
                 .pages
                 .iter()
+                .filter(|(p, _)| allow.is_none_or(|a| a.contains(&p.slug)))
                 .map(|(p, _)| PageRecord {
                     score: overlap(query, &format!("{} {}", p.title, p.aliases.join(" "))),
                     ..p.clone()

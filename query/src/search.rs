@@ -3,6 +3,7 @@
 //! exact lookup and alias hop, and evidence.
 
 use crate::error::{QueryError, Result};
+use crate::filter::{Filter, PageFilter};
 use crate::layers::{
     self, CreateSafety, Evidence, ExactKind, HIGH_VECTOR_FLOOR, KEYWORD_WEIGHT, RELEVANCE_FLOOR,
     SCORING_VERSION, Signals, THIN_PAGE_FACTOR, THIN_PAGE_TOKENS, TITLE_PHRASE_BOOST, content_tokens,
@@ -59,6 +60,9 @@ pub struct SearchRequest {
     pub limit: usize,
     #[serde(default)]
     pub explain: bool,
+    /// Restrictions: tags, folders, types, dates.
+    #[serde(default, skip_serializing_if = "Filter::is_empty")]
+    pub filter: Filter,
     /// Evaluation baseline only: one candidate pool of K pages for all sources together (each
     /// arm ranked by its raw scores across sources, fused, cut to K), as a single shared index
     /// would do: the failure per-source gather exists to prevent.
@@ -78,6 +82,7 @@ impl SearchRequest {
             mode: Mode::Balanced,
             limit: 10,
             explain: false,
+            filter: Filter::default(),
             pooled_baseline: false,
         }
     }
@@ -131,6 +136,9 @@ pub struct SearchResult {
     pub create_safety: CreateSafety,
     pub chunk: Option<ResultChunk>,
     pub boosts: Vec<String>,
+    /// The page's file changed or vanished since it was indexed (looked at when answering).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stale: Option<Stale>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub explain: Option<Explain>,
 }
@@ -164,6 +172,39 @@ pub struct SourceStatus {
     /// Chunks of this source not embedded yet (found by name and keyword, not by meaning).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vectors_pending: Option<usize>,
+}
+
+/// How a result's file differs from what was indexed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stale {
+    /// The file holds other content now.
+    Modified,
+    /// The file is gone.
+    Deleted,
+}
+
+/// Mark each result whose file changed (`look` says how); a stale result is never `exists`: a
+/// deleted page is `unknown`, a modified one `probable`.
+pub fn mark_stale(resp: &mut SearchResponse, look: impl Fn(&SearchResult) -> Option<Stale>) {
+    let mut any = false;
+    for r in &mut resp.results {
+        r.stale = look(r);
+        let cap = match r.stale {
+            Some(Stale::Deleted) => CreateSafety::Unknown,
+            Some(Stale::Modified) => CreateSafety::Probable,
+            None => continue,
+        };
+        any = true;
+        if r.create_safety < cap {
+            r.create_safety = cap;
+        }
+    }
+    if any {
+        resp.notes.push(
+            "some results' files changed or vanished since they were indexed (`stale`); they are not evidence that the page exists as indexed".into(),
+        );
+    }
 }
 
 /// Which process answered, and as what.
@@ -296,22 +337,29 @@ async fn gather_source<R: SourceReader>(
     text: &str,
     qvec: Option<&[f32]>,
     k: usize,
+    filter: Option<&PageFilter>,
 ) -> cairn_index::Result<Gathered> {
     let pool = k * 4;
+    // A filter restricts every arm before its cut: the source's slots go to pages that pass.
+    let allowed = match filter {
+        Some(f) => Some(r.allowed(f).await?),
+        None => None,
+    };
+    let allow = allowed.as_ref();
     let kw = async {
         if text.is_empty() {
             Ok((Vec::new(), false))
         } else {
-            pooled_arm(k, pool, |n| r.keyword(text, n)).await
+            pooled_arm(k, pool, |n| r.keyword(text, n, allow)).await
         }
     };
     let vec = async {
         match qvec {
-            Some(v) => pooled_arm(k, pool, |n| r.vector(v, n)).await,
+            Some(v) => pooled_arm(k, pool, |n| r.vector(v, n, allow)).await,
             None => Ok((Vec::new(), false)),
         }
     };
-    let titles = async { if text.is_empty() { Ok(Vec::new()) } else { r.titles(text, k).await } };
+    let titles = async { if text.is_empty() { Ok(Vec::new()) } else { r.titles(text, k, allow).await } };
     let (kw, vec, titles) = futures::join!(kw, vec, titles);
     let ((kw, kw_under), (vec, vec_under), titles) = (kw?, vec?, titles?);
 
@@ -437,6 +485,8 @@ async fn exact_pages<R: SourceReader>(readers: &[&R], query: &str) -> Vec<(Strin
             ExactKind::Title
         } else if Some(&page.slug) == slug.as_ref() || page.slug == norm {
             ExactKind::Slug
+        } else if normalize_name(&cairn_index::resident::file_name(&page.path)) == norm {
+            ExactKind::FileName
         } else {
             ExactKind::Alias
         };
@@ -522,11 +572,21 @@ pub async fn search<R: SourceReader>(
         },
     };
 
+    let filter = req.filter.compile()?;
     // The exact lookup does not depend on the arms: it runs alongside the gather.
     let (gathered, exact) = futures::join!(
-        futures::future::join_all(readers.iter().map(|r| gather_source(*r, &text, qvec.as_deref(), k))),
+        futures::future::join_all(readers.iter().map(|r| gather_source(
+            *r,
+            &text,
+            qvec.as_deref(),
+            k,
+            filter.as_ref()
+        ))),
         exact_pages(&readers, &req.query)
     );
+    // A page named by the query but outside the filter is not injected.
+    let exact: Vec<(String, PageRecord, ExactKind)> =
+        exact.into_iter().filter(|(_, p, _)| filter.as_ref().is_none_or(|f| f.matches(p))).collect();
     let mut statuses = Vec::new();
     let mut union: Vec<Candidate> = Vec::new();
     let mut errors = Vec::new();
@@ -570,13 +630,14 @@ pub async fn search<R: SourceReader>(
 
     // Exact lookup and alias hop: matching pages are marked, or injected when no arm found them.
     let mut collisions = Vec::new();
-    let aliased: Vec<String> = exact
+    // Several pages answering to the query's name (by title, file name or alias) collide.
+    let named: Vec<String> = exact
         .iter()
-        .filter(|(_, _, k)| *k == ExactKind::Alias)
+        .filter(|(_, _, k)| *k != ExactKind::Slug)
         .map(|(s, p, _)| format!("{s}:{}", p.slug))
         .collect();
-    if aliased.len() > 1 {
-        collisions.push(AliasCollision { name: normalize_name(&req.query), pages: aliased });
+    if named.len() > 1 {
+        collisions.push(AliasCollision { name: normalize_name(&req.query), pages: named });
     }
     for (source, page, kind) in exact.iter().take(3) {
         match union.iter_mut().find(|c| c.source == *source && c.slug == page.slug) {
@@ -680,6 +741,7 @@ pub async fn search<R: SourceReader>(
                 create_safety,
                 chunk: best,
                 boosts: multipliers.into_iter().map(|(n, _)| n).collect(),
+                stale: None,
                 explain,
             }
         })

@@ -186,3 +186,31 @@ async fn a_name_written_as_the_query_wins_over_a_folded_one() {
     let resp = run(&[&c], SearchRequest::new("ae")).await.unwrap();
     assert_eq!(resp.results[0].slug, "ae");
 }
+
+#[tokio::test]
+async fn a_filter_restricts_each_source_before_its_cut_so_a_match_outside_the_top_slots_is_found() {
+    // One source: 60 pages that match the query better than the one tagged page.
+    let mut pages: Vec<crate::reader::memory::MemoryPage> = (0..60)
+        .map(|i| {
+            page(
+                &format!("log/entry-{i}"),
+                &format!("Data platform entry {i}"),
+                &[],
+                &["data platform team data platform"],
+            )
+        })
+        .collect();
+    let mut tagged = page("notes/roadmap", "Roadmap", &[], &["the data platform next year"]);
+    tagged.0.tags = vec!["Planning/2025".into()];
+    pages.push(tagged);
+    let r = MemoryReader::new("notes", pages);
+    let unfiltered = run(&[&r], SearchRequest::new("data platform team")).await.unwrap();
+    assert!(!unfiltered.results.iter().any(|x| x.slug == "notes/roadmap"), "outside the top slots");
+    let mut req = SearchRequest::new("data platform team");
+    req.filter.tags = vec!["planning".into()];
+    let filtered = run(&[&r], req).await.unwrap();
+    assert_eq!(filtered.results.iter().map(|x| x.slug.as_str()).collect::<Vec<_>>(), ["notes/roadmap"]);
+    let mut bad = SearchRequest::new("data");
+    bad.filter.after = Some("last week".into());
+    assert!(matches!(run(&[&r], bad).await, Err(QueryError::BadFilter(_))));
+}

@@ -14,7 +14,7 @@ use cairn_ingest::ParsedPage;
 use cairn_ingest::chunk::PATH_SEPARATOR;
 use std::sync::Arc;
 
-pub(super) const PAGE_COLUMNS: [&str; 12] = [
+pub(super) const PAGE_COLUMNS: [&str; 13] = [
     "slug",
     "path",
     "title",
@@ -25,6 +25,7 @@ pub(super) const PAGE_COLUMNS: [&str; 12] = [
     "links",
     "content_hash",
     "mtime_ms",
+    "bytes",
     "chunk_count",
     "problems",
 ];
@@ -172,6 +173,7 @@ pub(super) fn page_records(batches: &[RecordBatch]) -> Result<Vec<PageRecord>> {
         );
         let (aliases, tags) = (column::<ListArray>(b, "aliases")?, column::<ListArray>(b, "tags")?);
         let mtime = column::<Int64Array>(b, "mtime_ms")?;
+        let size = column::<Int64Array>(b, "bytes")?;
         let count = int32(b, "chunk_count")?;
         let score = b.column_by_name("_score").and_then(|c| c.as_any().downcast_ref::<Float32Array>());
         let parse = |t: &str| serde_json::from_str(t).unwrap_or(serde_json::Value::Null);
@@ -187,6 +189,7 @@ pub(super) fn page_records(batches: &[RecordBatch]) -> Result<Vec<PageRecord>> {
                 links: parse(links.value(i)),
                 content_hash: hash.value(i).into(),
                 mtime_ms: mtime.value(i),
+                bytes: size.value(i),
                 chunk_count: count.value(i),
                 problems: parse(problems.value(i)),
                 score: score.map_or(0.0, |s| s.value(i)),

@@ -94,16 +94,17 @@ impl SourceStore {
     /// Every page's names: slug, normalised title and normalised aliases (`cairn stats` counts
     /// the names several pages claim).
     pub async fn names(&self) -> Result<Vec<PageNames>> {
-        let q = self.pages.query().select(Select::columns(&["slug", "title_norm", "aliases_norm"]));
+        let q = self.pages.query().select(Select::columns(&["slug", "path", "title_norm", "aliases_norm"]));
         let mut out = Vec::new();
         for b in self.collect(q.execute().await).await? {
-            let (slug, title) = (string(&b, "slug")?, string(&b, "title_norm")?);
+            let (slug, path, title) = (string(&b, "slug")?, string(&b, "path")?, string(&b, "title_norm")?);
             let aliases = column::<ListArray>(&b, "aliases_norm")?;
             for i in 0..b.num_rows() {
                 out.push(PageNames {
                     slug: slug.value(i).into(),
                     title_norm: title.value(i).into(),
                     aliases_norm: super::arrow::strings(aliases, i)?,
+                    file_name_norm: cairn_ingest::normalize_name(&crate::resident::file_name(path.value(i))),
                 });
             }
         }

@@ -23,6 +23,8 @@ pub struct PageNames {
     pub slug: String,
     pub title_norm: String,
     pub aliases_norm: Vec<String>,
+    /// The file name (without folder and extension), normalised.
+    pub file_name_norm: String,
 }
 
 /// A page to write, with one vector per chunk (in chunk order) where one is known: chunks
@@ -83,6 +85,9 @@ pub struct PageRecord {
     pub links: serde_json::Value,
     pub content_hash: String,
     pub mtime_ms: i64,
+    /// The file's size when it was indexed.
+    #[serde(default)]
+    pub bytes: i64,
     pub chunk_count: i32,
     pub problems: serde_json::Value,
     /// Full-text score on title + aliases (title arm only; 0 otherwise).
@@ -132,6 +137,7 @@ impl PageRecord {
             links: serde_json::Value::Null,
             content_hash: String::new(),
             mtime_ms: 0,
+            bytes: 0,
             chunk_count: chunk_count as i32,
             problems: serde_json::Value::Null,
             score: 0.0,
