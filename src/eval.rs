@@ -176,3 +176,176 @@ pub fn check_gates(report: &EvalReport, gates: &str) -> Result<Vec<String>> {
     }
     Ok(breaches)
 }
+
+/// How far `create_safety: exists` can be trusted, measured both ways on a vault: pages held out
+/// by a hash rule are not indexed, and their titles and aliases must not come back `exists` at
+/// rank 1 (false `exists`); present pages' titles must come back at rank 1 with `exists`
+/// (recall).
+#[derive(Debug, Default, Serialize)]
+pub struct ExistsReport {
+    pub pages: usize,
+    pub held_out: usize,
+    /// Held-out titles and aliases asked, and how many came back `exists` at rank 1.
+    pub absent_queries: usize,
+    pub false_exists: usize,
+    /// Of those, the ones where a present page carries that very name (title, alias or file
+    /// name): a name two pages share, not a false claim.
+    pub false_exists_named_elsewhere: usize,
+    pub false_exists_rate: f64,
+    /// Present titles asked, and how many came back at rank 1 with `exists`.
+    pub present_queries: usize,
+    pub exists_at_rank_1: usize,
+    pub exists_recall: f64,
+    /// Every false `exists` and every recall miss, for inspection.
+    pub misses: Vec<ExistsMiss>,
+}
+
+/// One query the measure counts against cairn.
+#[derive(Debug, Serialize)]
+pub struct ExistsMiss {
+    pub query: String,
+    /// `false_exists` or `recall`.
+    pub kind: &'static str,
+    pub expected: Option<String>,
+    pub top: Option<String>,
+    pub evidence: Vec<String>,
+    pub cosine: Option<f32>,
+}
+
+/// Whether a vault page is held out: one in `every` by a hash of its path (stable across runs
+/// and machines).
+pub fn held_out(rel: &str, every: u64) -> bool {
+    let h = cairn_ingest::hex_digest(&[rel.as_bytes()]);
+    u64::from_str_radix(&h[..12], 16).unwrap_or(0) % every.max(2) == 0
+}
+
+/// Measure `exists` on `vault`: copy the pages not held out into `work`, index them into a
+/// database there, and ask. `every`: one page in `every` is held out, one present title in
+/// `every` is asked.
+pub async fn exists_trust(vault: &Path, work: &Path, every: u64, mode: Mode) -> Result<ExistsReport> {
+    use cairn_ingest::{ParseOptions, PathFilter, ScanOptions, read_page, rel_string, scan};
+    let report = scan(vault, &PathFilter::new(&ScanOptions::default())?)?;
+    let present_dir = work.join("vault");
+    let mut absent: Vec<(String, String)> = Vec::new(); // (query, held-out slug)
+    let mut present: Vec<(String, String)> = Vec::new(); // (title, slug)
+    let mut r = ExistsReport { pages: report.files.len(), ..ExistsReport::default() };
+    for (i, f) in report.files.iter().enumerate() {
+        let rel = rel_string(&f.rel);
+        let Ok(page) = read_page("x", vault, &f.rel, &ParseOptions::default()) else { continue };
+        if held_out(&rel, every) {
+            r.held_out += 1;
+            absent.push((page.title.clone(), page.slug.clone()));
+            absent.extend(page.aliases.iter().map(|a| (a.clone(), page.slug.clone())));
+            continue;
+        }
+        let dest = present_dir.join(&f.rel);
+        std::fs::create_dir_all(dest.parent().context("a file has a folder")?)?;
+        std::fs::copy(vault.join(&f.rel), &dest)?;
+        if (i as u64).is_multiple_of(every) {
+            present.push((page.title.clone(), page.slug.clone()));
+        }
+    }
+    let mut config = crate::Config::new(work.join("db").display().to_string(), Vec::new());
+    config.sources.push(crate::SourceSpec { id: "vault".into(), root: present_dir }.config());
+    crate::index(config.clone(), false, false).await?;
+    config.sources.clear();
+    let cairn = Cairn::attach(config, "eval", mode != Mode::Fast).await?;
+    let ask = |q: String| {
+        let cairn = cairn.clone();
+        async move {
+            let mut req = SearchRequest::new(q);
+            req.mode = mode;
+            req.limit = 3;
+            cairn.search(req).await
+        }
+    };
+    let name = |v: &dyn erased::Named| v.name();
+    for (q, _) in &absent {
+        if !q.chars().any(char::is_alphanumeric) {
+            continue;
+        }
+        r.absent_queries += 1;
+        let resp = ask(q.clone()).await?;
+        let Some(top) = resp.results.first() else { continue };
+        if top.create_safety != cairn_query::CreateSafety::Exists {
+            continue;
+        }
+        let named = top.evidence.iter().any(|e| {
+            matches!(
+                e,
+                cairn_query::Evidence::AliasHit
+                    | cairn_query::Evidence::ExactTitleMatch
+                    | cairn_query::Evidence::FileNameMatch
+            )
+        });
+        if named {
+            r.false_exists_named_elsewhere += 1;
+            continue;
+        }
+        r.false_exists += 1;
+        r.misses.push(ExistsMiss {
+            query: q.clone(),
+            kind: "false_exists",
+            expected: None,
+            top: Some(top.slug.clone()),
+            evidence: top.evidence.iter().map(|e| name(e)).collect(),
+            cosine: top.cosine,
+        });
+    }
+    for (q, slug) in &present {
+        if !q.chars().any(char::is_alphanumeric) {
+            continue;
+        }
+        r.present_queries += 1;
+        let resp = ask(q.clone()).await?;
+        let top = resp.results.first();
+        if top.is_some_and(|t| t.slug == *slug && t.create_safety == cairn_query::CreateSafety::Exists) {
+            r.exists_at_rank_1 += 1;
+        } else {
+            r.misses.push(ExistsMiss {
+                query: q.clone(),
+                kind: "recall",
+                expected: Some(slug.clone()),
+                top: top.map(|t| t.slug.clone()),
+                evidence: top.map(|t| t.evidence.iter().map(|e| name(e)).collect()).unwrap_or_default(),
+                cosine: top.and_then(|t| t.cosine),
+            });
+        }
+    }
+    r.false_exists_rate = r.false_exists as f64 / r.absent_queries.max(1) as f64;
+    r.exists_recall = r.exists_at_rank_1 as f64 / r.present_queries.max(1) as f64;
+    Ok(r)
+}
+
+/// Floors of `cairn eval --exists --gate`: `false_exists_rate` at most, `exists_recall` at least.
+pub fn check_exists_gates(r: &ExistsReport, gates: &str) -> Result<Vec<String>> {
+    #[derive(serde::Deserialize)]
+    struct Gates {
+        max_false_exists_rate: f64,
+        min_exists_recall: f64,
+    }
+    let g: Gates = toml::from_str(gates).context("gate file")?;
+    let mut breaches = Vec::new();
+    if r.false_exists_rate > g.max_false_exists_rate + 1e-12 {
+        breaches.push(format!(
+            "false exists rate {:.4} is above {}",
+            r.false_exists_rate, g.max_false_exists_rate
+        ));
+    }
+    if r.exists_recall + 1e-12 < g.min_exists_recall {
+        breaches.push(format!("exists recall {:.4} is below {}", r.exists_recall, g.min_exists_recall));
+    }
+    Ok(breaches)
+}
+
+mod erased {
+    /// The serde name of a unit enum value (`alias_hit`, …).
+    pub trait Named {
+        fn name(&self) -> String;
+    }
+    impl<T: serde::Serialize> Named for T {
+        fn name(&self) -> String {
+            serde_json::to_value(self).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
+        }
+    }
+}

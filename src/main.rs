@@ -219,6 +219,13 @@ enum Command {
         gate: Option<PathBuf>,
         #[arg(long)]
         json: bool,
+        /// Instead of judged queries: measure `create_safety: exists` on --vault both ways (held-out
+        /// pages' names must not come back `exists`; present titles must). QUERIES is ignored.
+        #[arg(long)]
+        exists: bool,
+        /// With --exists: one page in N is held out, one present title in N is asked.
+        #[arg(long, default_value_t = 20)]
+        every: u64,
     },
     /// Walk the query layers for one page, for the search as you ran it: where it was found or lost.
     Diagnose {
@@ -438,7 +445,53 @@ async fn run(command: Command, common: Common) -> Result<ExitCode> {
             eprintln!("wrote {n} stubs under {}", dir.join("models").display());
             Ok(ExitCode::SUCCESS)
         }
-        Command::Eval { queries, sources, mode, vault, k, skip_flags, pooled_baseline, gate, json } => {
+        Command::Eval { mode, vault, gate, json, exists: true, every, .. } => {
+            let mode: cairn_query::Mode =
+                mode.parse().map_err(|e: cairn_query::QueryError| Usage(e.to_string()))?;
+            let vault = vault.ok_or_else(|| Usage("--exists needs --vault DIR".into()))?;
+            let work = std::env::temp_dir().join(format!("cairn-exists-{}", std::process::id()));
+            let report = cairn::eval::exists_trust(&vault, &work, every, mode).await;
+            let _ = std::fs::remove_dir_all(&work);
+            let report = report?;
+            if json {
+                out!("{}", serde_json::to_string(&report)?);
+            } else {
+                out!(
+                    "pages {} (held out {}): false exists {}/{} = {:.4} ({} more named by a present page); exists recall {}/{} = {:.4}",
+                    report.pages,
+                    report.held_out,
+                    report.false_exists,
+                    report.absent_queries,
+                    report.false_exists_rate,
+                    report.false_exists_named_elsewhere,
+                    report.exists_at_rank_1,
+                    report.present_queries,
+                    report.exists_recall
+                );
+                for m in report.misses.iter().take(20) {
+                    eprintln!(
+                        "{}: {:?} -> {:?} {:?} cosine {:?} (wanted {:?})",
+                        m.kind, m.query, m.top, m.evidence, m.cosine, m.expected
+                    );
+                }
+            }
+            if let Some(g) = gate {
+                let text =
+                    std::fs::read_to_string(&g).map_err(|e| anyhow::anyhow!("{}: {e}", g.display()))?;
+                let breaches = cairn::eval::check_exists_gates(&report, &text)?;
+                for b in &breaches {
+                    eprintln!("gate breached: {b}");
+                }
+                if !breaches.is_empty() {
+                    return Ok(ExitCode::from(1));
+                }
+                eprintln!("gates passed ({})", g.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Eval {
+            queries, sources, mode, vault, k, skip_flags, pooled_baseline, gate, json, ..
+        } => {
             let mode: cairn_query::Mode =
                 mode.parse().map_err(|e: cairn_query::QueryError| Usage(e.to_string()))?;
             let judged = cairn::eval::load_queries(&queries, &skip_flags)?;

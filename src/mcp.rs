@@ -7,7 +7,7 @@
 use cairn_actors::{Cairn, Mode, SearchRequest};
 use rmcp::handler::server::{router::tool::ToolRouter, wrapper::Parameters};
 use rmcp::model::{ServerCapabilities, ServerConfig};
-use rmcp::{ErrorData, ServerHandler, ServiceExt, schemars, tool, tool_handler, tool_router};
+use rmcp::{ServerHandler, ServiceExt, schemars, tool, tool_handler, tool_router};
 use serde::Deserialize;
 
 const INSTRUCTIONS: &str = "cairn indexes folders of markdown notes. Before writing a new page, \
@@ -82,8 +82,10 @@ impl std::fmt::Debug for CairnTools {
     }
 }
 
-fn bad(e: impl std::fmt::Display) -> ErrorData {
-    ErrorData::invalid_params(e.to_string(), None)
+/// A tool's failure: a result with `isError` whose text says what is wrong (the MCP spec's tool
+/// execution error, which the agent reads), not a protocol error.
+fn bad(e: impl std::fmt::Display) -> String {
+    e.to_string()
 }
 
 fn request(
@@ -91,7 +93,7 @@ fn request(
     sources: Vec<String>,
     mode: Option<&str>,
     limit: Option<usize>,
-) -> Result<SearchRequest, ErrorData> {
+) -> Result<SearchRequest, String> {
     let mut req = SearchRequest::new(query);
     req.sources = sources;
     req.mode = mode.unwrap_or("balanced").parse::<Mode>().map_err(bad)?;
@@ -99,8 +101,8 @@ fn request(
     Ok(req)
 }
 
-fn json(v: &impl serde::Serialize) -> Result<String, ErrorData> {
-    serde_json::to_string(v).map_err(|e| ErrorData::internal_error(e.to_string(), None))
+fn json(v: &impl serde::Serialize) -> Result<String, String> {
+    serde_json::to_string(v).map_err(|e| e.to_string())
 }
 
 #[tool_router]
@@ -113,7 +115,7 @@ impl CairnTools {
 create_safety, best chunk), each source's status with pending changes and lag, and notes. \
 create_safety = \"exists\" means the page is there: update it instead of writing a new one. An answer \
 with pending_changes > 0 or vectors_pending > 0 is not proof of absence.")]
-    async fn search(&self, Parameters(a): Parameters<SearchArgs>) -> Result<String, ErrorData> {
+    async fn search(&self, Parameters(a): Parameters<SearchArgs>) -> Result<String, String> {
         let mut req = request(a.query, a.sources, a.mode.as_deref(), a.limit)?;
         req.filter = cairn_query::Filter {
             tags: a.tags,
@@ -127,7 +129,7 @@ with pending_changes > 0 or vectors_pending > 0 is not proof of absence.")]
     }
 
     #[tool(description = "Read one page: title, aliases, tags, path, frontmatter, outgoing links and body.")]
-    async fn get(&self, Parameters(a): Parameters<GetArgs>) -> Result<String, ErrorData> {
+    async fn get(&self, Parameters(a): Parameters<GetArgs>) -> Result<String, String> {
         match self.cairn.get(&a.source, &a.slug).await.map_err(bad)? {
             Some(p) => json(&p),
             None => Err(bad(format!(
@@ -139,7 +141,7 @@ with pending_changes > 0 or vectors_pending > 0 is not proof of absence.")]
 
     #[tool(description = "Explain why a page was or was not found for a query: its rank in each arm \
 (keyword, vector, title), the exact-name match, the fusion and the final rank, with a verdict.")]
-    async fn diagnose(&self, Parameters(a): Parameters<DiagnoseArgs>) -> Result<String, ErrorData> {
+    async fn diagnose(&self, Parameters(a): Parameters<DiagnoseArgs>) -> Result<String, String> {
         let Some((source, slug)) = a.target.split_once(':') else {
             return Err(bad(format!("target `{}`: expected SOURCE:SLUG", a.target)));
         };
@@ -151,7 +153,7 @@ with pending_changes > 0 or vectors_pending > 0 is not proof of absence.")]
     #[tool(description = "This process's role (owner or client of the database's owner), the owner, \
 and every source: pages, chunks still waiting for vectors, pending changes, lag, last event, files \
 that could not be indexed and why.")]
-    async fn status(&self) -> Result<String, ErrorData> {
+    async fn status(&self) -> Result<String, String> {
         json(&self.cairn.status().await.map_err(bad)?)
     }
 }

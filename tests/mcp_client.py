@@ -39,18 +39,16 @@ async def main(cairn, db, vault, log_path):
                 assert page["title"] == "Indoor Greek Amphitheater", page
                 assert "glass roof" in page["body"], page["body"]
 
+                # Failures of a tool are results with isError and a message the agent reads (MCP
+                # spec), not protocol errors.
                 for bad in ({"query": "owls", "sources": ["nope"]}, {"query": "   "}, {"query": "x" * 5000}):
-                    try:
-                        r = await session.call_tool("search", bad)
-                    except MCPError as e:
-                        assert str(e), "an error without a message"
-                    else:
-                        raise AssertionError(f"{bad} was answered: {r}")
-                try:
-                    await session.call_tool("get", {"source": "notes", "slug": "no/such/page"})
-                    raise AssertionError("a missing page was answered")
-                except MCPError as e:
-                    assert "no page" in str(e), str(e)
+                    r = await session.call_tool("search", bad)
+                    assert r.is_error, f"{bad} was answered: {r}"
+                    assert r.content and r.content[0].text, "an error without a message"
+                r = await session.call_tool("search", {"query": "owls", "sources": ["nope"]})
+                assert "unknown source" in r.content[0].text, r.content
+                r = await session.call_tool("get", {"source": "notes", "slug": "no/such/page"})
+                assert r.is_error and "no page" in r.content[0].text, r
 
                 # The server keeps serving after errors.
                 status = text(await session.call_tool("status", {}))
