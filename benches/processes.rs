@@ -519,7 +519,7 @@ fn soak(work: &Path) {
             }
             e["event"] == "page_embedded" && e["slug"] == slug.as_str() && !slug.is_empty()
         });
-        if (i + 1) % 1000 == 0 {
+        if (i + 1).is_multiple_of(1000) {
             eprintln!(
                 "soak: {} edits, {:.0} s, {:.1} MiB on disk",
                 i + 1,

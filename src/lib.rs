@@ -17,6 +17,7 @@ pub use cairn_actors::{Cairn, Config, OpenOptions, Role, SourceConfig, Status};
 
 pub mod eval;
 pub mod mcp;
+pub mod selftest;
 pub mod swamp;
 
 /// A source id: `^[a-z0-9][a-z0-9-]{0,31}$`.

@@ -195,8 +195,9 @@ enum Command {
     },
     /// Run judged queries and report retrieval metrics; with --gate, fail below the floors.
     Eval {
-        /// JSON Lines query file (or a bootstrap queries.json).
-        queries: PathBuf,
+        /// JSON Lines query file (or a bootstrap queries.json); not with --exists.
+        #[arg(required_unless_present = "exists")]
+        queries: Option<PathBuf>,
         #[arg(long = "source")]
         sources: Vec<String>,
         #[arg(long, default_value = "balanced")]
@@ -249,6 +250,38 @@ enum Command {
         /// SOURCE:SLUG, e.g. notes:projects/amphitheater
         target: String,
         /// The record and body as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A page's links: where each of its links leads (unresolved ones listed as such), and the
+    /// pages that link to it.
+    Links {
+        /// SOURCE:SLUG
+        target: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Groups of pages that look like one subject, across the vault and across sources: a name
+    /// they share, identical content, or near-identical chunks. Read-only.
+    Duplicates {
+        /// Cosine at or above which two chunks count as near-identical.
+        #[arg(long, default_value_t = cairn_query::duplicates::NEAR_IDENTICAL)]
+        threshold: f32,
+        #[arg(long)]
+        json: bool,
+    },
+    /// How well the index finds your own pages: queries made from each page's title, aliases,
+    /// file name and headings, Hit@1 per family, each miss with diagnose's verdict.
+    Selftest {
+        /// Only this source.
+        #[arg(long)]
+        source: Option<String>,
+        /// At most this many queries per family (a fixed sample).
+        #[arg(long, default_value_t = 200)]
+        per_family: usize,
+        /// `fast`, `balanced` or `thorough`.
+        #[arg(long, default_value = "balanced")]
+        mode: String,
         #[arg(long)]
         json: bool,
     },
@@ -464,7 +497,7 @@ async fn run(command: Command, common: Common) -> Result<ExitCode> {
                     report.absent_queries,
                     report.false_exists_rate,
                     report.false_exists_named_elsewhere,
-                    report.exists_at_rank_1,
+                    report.exists_found,
                     report.present_queries,
                     report.exists_recall
                 );
@@ -494,6 +527,7 @@ async fn run(command: Command, common: Common) -> Result<ExitCode> {
         } => {
             let mode: cairn_query::Mode =
                 mode.parse().map_err(|e: cairn_query::QueryError| Usage(e.to_string()))?;
+            let queries = queries.ok_or_else(|| Usage("name a query file".into()))?;
             let judged = cairn::eval::load_queries(&queries, &skip_flags)?;
             let temp = vault
                 .as_ref()
@@ -553,6 +587,101 @@ async fn run(command: Command, common: Common) -> Result<ExitCode> {
                 }
                 out!();
                 out!("{}", page.body);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Links { target: t, json } => {
+            let (source, slug) = target(&t)?;
+            let cairn = attach(&common, "links", false).await?;
+            let links = cairn
+                .links(&source, &slug)
+                .await?
+                .ok_or_else(|| anyhow::anyhow!("no page `{slug}` in source `{source}`"))?;
+            if json {
+                out!("{}", serde_json::to_string(&links)?);
+            } else {
+                out!("{} ({}:{})", links.title, links.source, links.slug);
+                out!("links out ({}, {} unresolved):", links.outgoing.len(), links.unresolved);
+                for l in &links.outgoing {
+                    let part = l.heading.as_ref().map_or(String::new(), |h| format!("#{h}"));
+                    match (&l.resolved, &l.by) {
+                        (Some(to), Some(by)) => out!("  [[{}{part}]] -> {to} (by {by})", l.target),
+                        _ => out!("  [[{}{part}]] -> unresolved", l.target),
+                    }
+                }
+                out!("linked from ({}):", links.backlinks.len());
+                for b in &links.backlinks {
+                    out!("  {} ({}) as [[{}]]", b.slug, b.title, b.target);
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Duplicates { threshold, json } => {
+            if !(0.0..=1.0).contains(&threshold) {
+                return Err(Usage(format!("--threshold {threshold}: a cosine between 0 and 1")).into());
+            }
+            let groups = attach(&common, "duplicates", false).await?.duplicates(threshold).await?;
+            if json {
+                out!("{}", serde_json::to_string(&groups)?);
+            } else {
+                for g in &groups {
+                    let pages: Vec<String> =
+                        g.pages.iter().map(|p| format!("{}:{}", p.source, p.slug)).collect();
+                    out!("{}: {} ({})", g.kind, pages.join(", "), g.evidence);
+                }
+                if groups.is_empty() {
+                    out!("no duplicate candidates");
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Selftest { source, per_family, mode, json } => {
+            let mode: cairn_query::Mode =
+                mode.parse().map_err(|e: cairn_query::QueryError| Usage(e.to_string()))?;
+            let cairn = attach(&common, "selftest", mode != cairn_query::Mode::Fast).await?;
+            let opts = cairn::selftest::SelftestOptions { source, per_family, mode };
+            let report = cairn::selftest::selftest(&cairn, &opts).await?;
+            if json {
+                out!("{}", serde_json::to_string(&report)?);
+                return Ok(ExitCode::SUCCESS);
+            }
+            out!(
+                "selftest of {} ({} pages, mode {}, at most {per_family} queries per family)",
+                report.sources.join(", "),
+                report.pages,
+                name(&report.mode)
+            );
+            out!(
+                "{:<10} {:>7} {:>6} {:>7} {:>9} {:>11}",
+                "family",
+                "queries",
+                "hit@1",
+                "exists",
+                "ambiguous",
+                "not indexed"
+            );
+            for f in &report.families {
+                out!(
+                    "{:<10} {:>7} {:>6.3} {:>7} {:>9} {:>11}",
+                    f.family,
+                    f.queries,
+                    f.hit_at_1,
+                    f.exists,
+                    f.ambiguous,
+                    f.not_indexed
+                );
+            }
+            for f in &report.families {
+                for m in &f.misses {
+                    out!(
+                        "miss {} {:?}: expected {}, rank 1 {} ({})",
+                        f.family,
+                        m.query,
+                        m.expected,
+                        m.top.as_deref().unwrap_or("nothing"),
+                        m.verdict
+                    );
+                }
             }
             Ok(ExitCode::SUCCESS)
         }

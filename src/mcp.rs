@@ -11,8 +11,9 @@ use rmcp::{ServerHandler, ServiceExt, schemars, tool, tool_handler, tool_router}
 use serde::Deserialize;
 
 const INSTRUCTIONS: &str = "cairn indexes folders of markdown notes. Before writing a new page, \
-`search` for its subject: a result with create_safety = \"exists\" means the page is there (update it \
-instead of writing a new one); \"probable\" means look at it first; \"unknown\" is only weak \
+`search` for its subject by name: a result with create_safety = \"exists\" was found by one of its \
+own names (title, file name, alias), so the page is there (update it instead of writing a new one); \
+\"probable\" is a page close in meaning or words: read it first; \"unknown\" is only weak \
 similarity. An answer while a source has pending changes (pending_changes > 0) is not proof that a \
 page is absent: wait and search again before creating one.";
 
@@ -41,6 +42,13 @@ pub struct SearchArgs {
     pub after: Option<String>,
     /// Only pages modified before this day (YYYY-MM-DD).
     pub before: Option<String>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+pub struct DuplicatesArgs {
+    /// Cosine at or above which two chunks count as near-identical (default 0.95).
+    pub threshold: Option<f32>,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -148,6 +156,29 @@ with pending_changes > 0 or vectors_pending > 0 is not proof of absence.")]
         let req = request(a.query, a.sources, a.mode.as_deref(), a.limit)?;
         let d = self.cairn.diagnose(req, source, slug).await.map_err(bad)?;
         json(&d)
+    }
+
+    #[tool(
+        description = "A page's links: where each of its wikilinks and markdown links leads (resolved by \
+path, then file name, then alias, as Obsidian does; unresolved ones say so), and the pages that link to it."
+    )]
+    async fn links(&self, Parameters(a): Parameters<GetArgs>) -> Result<String, String> {
+        match self.cairn.links(&a.source, &a.slug).await.map_err(bad)? {
+            Some(l) => json(&l),
+            None => {
+                Err(format!("no page `{}` in source `{}`; use a slug from a search result", a.slug, a.source))
+            }
+        }
+    }
+
+    #[tool(
+        description = "Groups of pages that look like one subject, within a vault and across sources, each \
+with its evidence: a name they share, identical content, or near-identical chunks. Read-only: decide yourself \
+whether to merge them."
+    )]
+    async fn duplicates(&self, Parameters(a): Parameters<DuplicatesArgs>) -> Result<String, String> {
+        let threshold = a.threshold.unwrap_or(cairn_query::duplicates::NEAR_IDENTICAL);
+        json(&self.cairn.duplicates(threshold).await.map_err(bad)?)
     }
 
     #[tool(description = "This process's role (owner or client of the database's owner), the owner, \

@@ -362,6 +362,29 @@ impl Cairn {
         }
     }
 
+    /// A page's links both ways (`None`: no such page).
+    pub async fn links(&self, source: &str, slug: &str) -> Result<Option<cairn_query::links::Links>> {
+        match self.state() {
+            State::Owner(o) => o.pipeline.links(source, slug).await,
+            State::Client(c) => {
+                c.call(Request::Links { source: source.into(), slug: slug.into() }).await.map_err(remote)
+            }
+            State::Reader(h) => h.links(source, slug).map_err(Error::Config),
+        }
+    }
+
+    /// Groups of pages that look like one subject (shared names, identical content, chunks at
+    /// cosine ≥ `threshold`).
+    pub async fn duplicates(&self, threshold: f32) -> Result<Vec<cairn_query::duplicates::DuplicateGroup>> {
+        match self.state() {
+            State::Owner(o) => o.pipeline.duplicates(threshold).await,
+            State::Client(c) => c.call(Request::Duplicates { threshold }).await.map_err(remote),
+            State::Reader(h) => {
+                Ok(tokio::task::spawn_blocking(move || h.duplicates(threshold)).await.unwrap_or_default())
+            }
+        }
+    }
+
     /// This process's role, the owner, its clients and every source's state.
     pub async fn status(&self) -> Result<Status> {
         let pid = std::process::id();

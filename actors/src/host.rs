@@ -185,6 +185,35 @@ impl QueryHost {
         Ok(d.with_ingest(ingest))
     }
 
+    /// A page's links both ways (`None`: no such page).
+    pub fn links(&self, source: &str, slug: &str) -> Result<Option<cairn_query::links::Links>, String> {
+        let Some(src) = self.sources.get(source) else {
+            return Err(format!("unknown source `{source}`; sources: {}", self.source_ids().join(", ")));
+        };
+        let index = src.resident.read();
+        let pages: Vec<&PageRecord> = index.records().collect();
+        Ok(cairn_query::links::links_of(source, &pages, slug))
+    }
+
+    /// Groups of pages that look like one subject, across every source: shared names, identical
+    /// content, chunks at cosine ≥ `threshold`.
+    pub fn duplicates(&self, threshold: f32) -> Vec<cairn_query::duplicates::DuplicateGroup> {
+        use cairn_query::duplicates::{by_name_and_content, near_identical};
+        let guards: Vec<(&str, std::sync::RwLockReadGuard<'_, cairn_index::ResidentIndex>)> =
+            self.sources.values().map(|s| (s.store.id(), s.resident.read())).collect();
+        let pages: Vec<(&str, &PageRecord)> =
+            guards.iter().flat_map(|(id, g)| g.records().map(move |p| (*id, p))).collect();
+        let titles: std::collections::HashMap<(String, String), String> =
+            pages.iter().map(|(s, p)| ((s.to_string(), p.slug.clone()), p.title.clone())).collect();
+        let chunks: Vec<(&str, &str, &str, &[f32])> = guards
+            .iter()
+            .flat_map(|(id, g)| g.embedded_chunks().map(move |(slug, chunk, v)| (*id, slug, chunk, v)))
+            .collect();
+        let mut groups = by_name_and_content(&pages);
+        groups.extend(near_identical(&chunks, &titles, threshold));
+        groups
+    }
+
     /// One page with its body; `None` when the source has no such slug.
     pub async fn get(&self, source: &str, slug: &str) -> Result<Option<PageWithBody>, String> {
         let Some(src) = self.sources.get(source) else {

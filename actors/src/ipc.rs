@@ -82,6 +82,15 @@ pub enum Request {
     Reindex {
         id: String,
     },
+    /// A page's links both ways.
+    Links {
+        source: String,
+        slug: String,
+    },
+    /// Groups of pages that look like one subject.
+    Duplicates {
+        threshold: f32,
+    },
 }
 
 impl Request {
@@ -98,6 +107,8 @@ impl Request {
             Request::AddSource { .. } => "add_source",
             Request::RemoveSource { .. } => "remove_source",
             Request::Reindex { .. } => "reindex",
+            Request::Links { .. } => "links",
+            Request::Duplicates { .. } => "duplicates",
         }
     }
 
@@ -105,7 +116,10 @@ impl Request {
     pub fn time_limit(&self) -> Duration {
         match self {
             Request::Hello(_) | Request::Status => Duration::from_secs(10),
-            Request::Search { .. } | Request::Get { .. } | Request::Stats { .. } => Duration::from_secs(60),
+            Request::Search { .. } | Request::Get { .. } | Request::Stats { .. } | Request::Links { .. } => {
+                Duration::from_secs(60)
+            }
+            Request::Duplicates { .. } => Duration::from_secs(600),
             Request::Diagnose { .. } | Request::AddSource { .. } | Request::RemoveSource { .. } => {
                 Duration::from_secs(300)
             }

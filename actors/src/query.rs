@@ -221,3 +221,36 @@ impl Handler<Diagnose> for QueryActor {
         })
     }
 }
+
+/// A page's links both ways.
+#[derive(Debug, Message)]
+#[rtype(result = "Result<Option<cairn_query::links::Links>, String>")]
+pub struct Links {
+    pub source: String,
+    pub slug: String,
+}
+
+impl Handler<Links> for QueryActor {
+    type Result = Result<Option<cairn_query::links::Links>, String>;
+
+    fn handle(&mut self, msg: Links, _: &mut Context<Self>) -> Self::Result {
+        self.host.links(&msg.source, &msg.slug)
+    }
+}
+
+/// Duplicate candidates across every source.
+#[derive(Debug, Message)]
+#[rtype(result = "Vec<cairn_query::duplicates::DuplicateGroup>")]
+pub struct Duplicates(pub f32);
+
+impl Handler<Duplicates> for QueryActor {
+    type Result = ResponseFuture<Vec<cairn_query::duplicates::DuplicateGroup>>;
+
+    fn handle(&mut self, msg: Duplicates, _: &mut Context<Self>) -> Self::Result {
+        let host = self.host.clone();
+        // Off the actor: it reads every vector.
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || host.duplicates(msg.0)).await.unwrap_or_default()
+        })
+    }
+}

@@ -458,6 +458,21 @@ impl Pipeline {
         Ok(self.inner.query.send(msg).await.map_err(|_| Error::Stopped)??)
     }
 
+    /// A page's links both ways (`None`: no such page).
+    pub async fn links(&self, source: &str, slug: &str) -> Result<Option<cairn_query::links::Links>> {
+        self.inner
+            .query
+            .send(crate::query::Links { source: source.into(), slug: slug.into() })
+            .await
+            .map_err(|_| Error::Stopped)?
+            .map_err(Error::Config)
+    }
+
+    /// Groups of pages that look like one subject (see [`cairn_query::duplicates`]).
+    pub async fn duplicates(&self, threshold: f32) -> Result<Vec<cairn_query::duplicates::DuplicateGroup>> {
+        self.inner.query.send(crate::query::Duplicates(threshold)).await.map_err(|_| Error::Stopped)
+    }
+
     /// One page with its body; `None` when the source has no such slug.
     pub async fn get(&self, source: &str, slug: &str) -> Result<Option<PageWithBody>> {
         self.inner

@@ -40,6 +40,39 @@ fn analyzer() -> TextAnalyzer {
 
 thread_local! {
     static ANALYZER: std::cell::RefCell<TextAnalyzer> = std::cell::RefCell::new(analyzer());
+    static STOP: std::cell::RefCell<TextAnalyzer> = std::cell::RefCell::new({
+        let b = TextAnalyzer::builder(SimpleTokenizer::default()).dynamic().filter_dynamic(LowerCaser);
+        match StopWordFilter::new(Language::English) {
+            Some(stop) => b.filter_dynamic(stop).build(),
+            None => b.build(),
+        }
+    });
+}
+
+/// Whether a word is one of the English stop words the keyword arm (LanceDB's tokenizer)
+/// leaves out.
+pub fn is_stop_word(word: &str) -> bool {
+    STOP.with(|a| {
+        let mut a = a.borrow_mut();
+        let mut kept = false;
+        a.token_stream(word).process(&mut |_| kept = true);
+        !kept
+    })
+}
+
+/// The hash of a page's body: its chunks' text without heading lines, words lower-cased and
+/// joined by single spaces (two pages with this equal say the same thing beyond their names).
+fn body_hash(chunks: &[PreparedChunk]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for c in chunks {
+        for line in c.hit.text.lines().filter(|l| !l.trim_start().starts_with('#')) {
+            for w in line.split_whitespace() {
+                w.to_lowercase().hash(&mut h);
+            }
+        }
+    }
+    h.finish()
 }
 
 /// The terms of a text, as LanceDB's full-text index sees them.
@@ -246,6 +279,7 @@ impl PreparedPage {
             chunk_count: page.chunks.len() as i32,
             problems: serde_json::to_value(&page.problems).unwrap_or_default(),
             score: 0.0,
+            body_shared_by: 0,
         };
         let chunks = page
             .chunks
@@ -314,6 +348,7 @@ struct Page {
     doc: u32,
     chunks: Vec<u32>,
     names: Vec<String>,
+    body: u64,
 }
 
 /// One source in memory.
@@ -338,6 +373,8 @@ pub struct ResidentIndex {
     chunk_text: Bm25,
     page_names: Bm25,
     by_name: HashMap<String, BTreeSet<String>>,
+    /// Body hash → pages with that body.
+    bodies: HashMap<u64, u32>,
 }
 
 fn slot<T>(slots: &mut Vec<Option<T>>, free: &mut Vec<u32>, value: T) -> u32 {
@@ -381,6 +418,12 @@ impl ResidentIndex {
         self.page_names.remove(page.doc);
         self.page_slots[page.doc as usize] = None;
         self.free_pages.push(page.doc);
+        if let Some(n) = self.bodies.get_mut(&page.body) {
+            *n -= 1;
+            if *n == 0 {
+                self.bodies.remove(&page.body);
+            }
+        }
         for n in page.names {
             if let Some(set) = self.by_name.get_mut(&n) {
                 set.remove(slug);
@@ -394,6 +437,8 @@ impl ResidentIndex {
     fn insert(&mut self, p: PreparedPage) {
         let slug = p.record.slug.clone();
         self.remove(&slug);
+        let body = body_hash(&p.chunks);
+        *self.bodies.entry(body).or_default() += 1;
         let doc = slot(&mut self.page_slots, &mut self.free_pages, slug.clone());
         self.page_names.insert(doc, &p.name_terms);
         let mut chunks = Vec::with_capacity(p.chunks.len());
@@ -421,7 +466,7 @@ impl ResidentIndex {
         for n in &names {
             self.by_name.entry(n.clone()).or_default().insert(slug.clone());
         }
-        self.pages.insert(slug, Page { record: p.record, doc, chunks, names });
+        self.pages.insert(slug, Page { record: p.record, doc, chunks, names, body });
     }
 
     /// Vectors for chunks (by id) written without one; ids not held (replaced since) are skipped.
@@ -589,7 +634,7 @@ impl ResidentIndex {
             .collect();
         top_k(scored, k, |s| *s)
             .into_iter()
-            .map(|(score, slug)| PageRecord { score, ..self.pages[slug].record.clone() })
+            .map(|(score, slug)| PageRecord { score, ..self.record(&self.pages[slug]) })
             .collect()
     }
 
@@ -597,13 +642,40 @@ impl ResidentIndex {
     pub fn alias(&self, normalized: &str) -> Vec<PageRecord> {
         self.by_name
             .get(normalized)
-            .map(|slugs| slugs.iter().filter_map(|s| self.pages.get(s)).map(|p| p.record.clone()).collect())
+            .map(|slugs| slugs.iter().filter_map(|s| self.pages.get(s)).map(|p| self.record(p)).collect())
             .unwrap_or_default()
+    }
+
+    /// Every page's record, in no particular order.
+    pub fn records(&self) -> impl Iterator<Item = &PageRecord> {
+        self.pages.values().map(|p| &p.record)
+    }
+
+    /// A page's record as answers carry it (with how many pages share its body).
+    fn record(&self, p: &Page) -> PageRecord {
+        PageRecord { body_shared_by: self.bodies.get(&p.body).copied().unwrap_or(1), ..p.record.clone() }
+    }
+
+    /// Every chunk that has a vector: its page, its id, its unit vector.
+    pub fn embedded_chunks(&self) -> impl Iterator<Item = (&str, &str, &[f32])> {
+        self.chunks.iter().enumerate().filter_map(move |(i, c)| {
+            let c = c.as_ref().filter(|c| c.embedded && self.dim > 0)?;
+            Some((
+                c.hit.slug.as_str(),
+                c.hit.chunk_id.as_str(),
+                &self.vectors[i * self.dim..(i + 1) * self.dim],
+            ))
+        })
+    }
+
+    /// Dot product of two unit vectors (their cosine).
+    pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
+        dot(a, b)
     }
 
     /// Several pages at once (missing slugs are skipped).
     pub fn pages(&self, slugs: &[&str]) -> Vec<PageRecord> {
-        slugs.iter().filter_map(|s| self.pages.get(*s)).map(|p| p.record.clone()).collect()
+        slugs.iter().filter_map(|s| self.pages.get(*s)).map(|p| self.record(p)).collect()
     }
 }
 
@@ -742,6 +814,25 @@ mod tests {
         assert_eq!(i.chunk_count(), 2);
         let v = i.vector(&[-1.0, 0.0], None, 5, None);
         assert_eq!((v[0].slug.as_str(), v[0].score), ("new", 1.0), "the reused slot holds the new vector");
+    }
+
+    #[test]
+    fn stop_words_are_the_keyword_arm_s_and_template_bodies_are_counted() {
+        assert!(
+            is_stop_word("the") && is_stop_word("Which") && !is_stop_word("tides") && !is_stop_word("milk")
+        );
+        let stub =
+            |slug: &str| page(slug, slug, &[], &[(&format!("# {slug}\n\nno documented columns"), vec![1.0])]);
+        let mut i = index(vec![
+            stub("a"),
+            stub("b"),
+            stub("c"),
+            page("milk", "Milk", &[], &[("buy milk", vec![1.0])]),
+        ]);
+        assert_eq!(i.pages(&["a"])[0].body_shared_by, 3);
+        assert_eq!(i.pages(&["milk"])[0].body_shared_by, 1, "a short note of its own is not a template");
+        i.apply(Prepared { upserts: vec![], removals: vec!["b".into()] });
+        assert_eq!(i.pages(&["a"])[0].body_shared_by, 2);
     }
 
     #[test]

@@ -19,7 +19,7 @@ pub mod scan;
 pub mod slug;
 
 pub use budget::{Budget, OverBudget};
-pub use chunk::{CHUNKER_VERSION, Chunk, ChunkOptions, estimate_tokens};
+pub use chunk::{CHUNKER_VERSION, Chunk, ChunkOptions, MAX_NAME_CHARS, estimate_tokens};
 pub use debounce::{Debouncer, RawEvent, Settled};
 pub use error::{Error, Result};
 pub use hash::hex_digest;

@@ -65,6 +65,9 @@ pub struct ParsedPage {
     /// The whole frontmatter as JSON (an object; empty without frontmatter).
     pub frontmatter: Value,
     pub links: Vec<Link>,
+    /// The body's headings in order (clipped as names are), for whoever asks pages by them.
+    #[serde(default)]
+    pub headings: Vec<String>,
     /// Hash of the body and the non-volatile frontmatter: unchanged means nothing to do.
     pub content_hash: String,
     pub chunks: Vec<Chunk>,
@@ -179,6 +182,12 @@ pub fn parse_page(source_id: &str, rel: &Path, bytes: &[u8], opts: &ParseOptions
         page_type: fields.page_type,
         frontmatter: Value::Object(map),
         links: analysis.links,
+        headings: analysis
+            .blocks
+            .iter()
+            .filter(|b| matches!(b.kind, crate::markdown::BlockKind::Heading(_)))
+            .map(|b| clip_name(&b.text))
+            .collect(),
         content_hash,
         chunks,
         problems,

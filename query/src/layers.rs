@@ -12,26 +12,28 @@ pub const TITLE_PHRASE_BOOST: f32 = 1.25;
 /// Weight of the union-wide BM25 (normalised to 0..1) next to the raw cosine in the base score.
 pub const KEYWORD_WEIGHT: f32 = 0.3;
 /// Raw cosine (all-MiniLM-L6-v2) at or above which a page's best chunk counts as a
-/// `high_vector_match`: the page is about the query. Related sentence pairs of the embedder's
-/// test list score 0.5–0.8; unrelated ones below 0.2.
+/// `high_vector_match`: a page close in meaning exists. It makes a result `probable`, never
+/// `exists`: measured on held-out pages (`cairn eval --exists`, BENCHMARKS.md), related but
+/// different pages reach 0.65–0.89 against a missing page's own title, so no floor both keeps
+/// false `exists` at zero and leaves the vector arm any say; a page's names are what prove it.
 pub const HIGH_VECTOR_FLOOR: f32 = 0.65;
 /// A result found by the vector arm alone (no keyword, title or exact match) is junk below this
 /// raw cosine and is dropped: unrelated pages of this model score under 0.2.
 pub const RELEVANCE_FLOOR: f32 = 0.2;
-/// Multiplier for a thin page: one chunk whose body (heading lines aside) holds fewer than
-/// [`THIN_PAGE_TOKENS`] content words. An empty or stub page matches by its name alone, and its
-/// name is what the exact layer is for; as an answer to a question it is weak evidence, and a
-/// bulk source of stubs named after the query's words must not outrank the page that answers.
-pub const THIN_PAGE_FACTOR: f32 = 0.5;
-pub const THIN_PAGE_TOKENS: usize = 5;
-
-/// Content words of a chunk's body, heading lines left out.
-pub fn body_words(text: &str) -> usize {
-    text.lines().filter(|l| !l.trim_start().starts_with('#')).map(|l| content_tokens(l).len()).sum()
-}
+/// Multiplier for a template page: one whose body (its text without headings) other pages of
+/// its source repeat word for word ([`TEMPLATE_PAGES`] or more with it), such as a bulk export's
+/// stubs or empty daily notes. It says nothing beyond its name, and its name is what the exact
+/// layer is for; as an answer to a question it is weak evidence, and a bulk source of such pages
+/// named after the query's words must not outrank the page that answers. A short note with a
+/// body of its own is never one, however short.
+pub const TEMPLATE_FACTOR: f32 = 0.5;
+/// Pages sharing one body before it counts as a template: a copy is two; three is a pattern.
+pub const TEMPLATE_PAGES: u32 = 3;
 
 /// Bumped whenever scoring changes, so telemetry of different versions is never compared.
-pub const SCORING_VERSION: &str = "2026-11-30.2";
+/// 2026-12-01.1: `exists` from names only, exact names of any length, template pages instead of
+/// thin ones, the keyword arm's stop words.
+pub const SCORING_VERSION: &str = "2026-12-01.1";
 
 /// Each page's best chunk, pages in order of their best chunk (hits must be sorted best first,
 /// as the store returns them). A page is its best chunk, never whichever chunk came first.
@@ -117,15 +119,9 @@ pub fn union_bm25(query: &str, docs: &[String]) -> Vec<f32> {
         .collect()
 }
 
-const STOPWORDS: [&str; 40] = [
-    "a", "an", "and", "are", "as", "at", "be", "by", "do", "does", "for", "from", "how", "i", "in", "is",
-    "it", "of", "on", "or", "that", "the", "this", "to", "was", "what", "when", "where", "which", "who",
-    "why", "with", "about", "know", "me", "my", "we", "you", "can", "there",
-];
-
-/// Query tokens without stopwords.
+/// Query tokens without stop words (the keyword arm's English list: LanceDB's tokenizer).
 pub fn content_tokens(s: &str) -> Vec<String> {
-    tokens(s).into_iter().filter(|t| !STOPWORDS.contains(&t.as_str())).collect()
+    tokens(s).into_iter().filter(|t| !cairn_index::resident::is_stop_word(t)).collect()
 }
 
 /// Whether the query is the title, or a contiguous run of the title's tokens holding at least
@@ -138,7 +134,7 @@ pub fn title_phrase_match(query: &str, title: &str) -> bool {
     if q == t {
         return true;
     }
-    let content = q.iter().filter(|w| !STOPWORDS.contains(&w.as_str())).count();
+    let content = q.iter().filter(|w| !cairn_index::resident::is_stop_word(w)).count();
     content >= 2 && t.windows(q.len()).any(|w| w == q.as_slice())
 }
 
@@ -200,17 +196,13 @@ pub fn evidence(s: &Signals) -> (Vec<Evidence>, CreateSafety) {
     if s.keyword_rank.is_some_and(|r| r <= 3) && s.all_terms_present {
         ev.push(Evidence::KeywordExact);
     }
-    let safety = if ev.iter().any(|e| {
-        matches!(
-            e,
-            Evidence::AliasHit
-                | Evidence::ExactTitleMatch
-                | Evidence::FileNameMatch
-                | Evidence::HighVectorMatch
-        )
-    }) {
+    // Only a page's own names prove it exists; meaning and keywords make it probable.
+    let named = ev
+        .iter()
+        .any(|e| matches!(e, Evidence::AliasHit | Evidence::ExactTitleMatch | Evidence::FileNameMatch));
+    let safety = if named {
         CreateSafety::Exists
-    } else if ev.contains(&Evidence::KeywordExact) {
+    } else if ev.iter().any(|e| matches!(e, Evidence::KeywordExact | Evidence::HighVectorMatch)) {
         CreateSafety::Probable
     } else {
         ev.push(Evidence::WeakSemantic);
@@ -270,12 +262,6 @@ mod tests {
     }
 
     #[test]
-    fn body_words_leave_headings_out() {
-        assert_eq!(body_words("# warehouse_loaders_v2\n\nno documented columns"), 3);
-        assert_eq!(body_words("## A heading\nThe warehouse loaders are rewritten first."), 4);
-    }
-
-    #[test]
     fn stems_meet_in_the_middle() {
         assert_eq!(stem("debating"), stem("debate"));
         assert_eq!(stem("forums"), stem("forum"));
@@ -302,7 +288,11 @@ mod tests {
         let (ev, safety) = evidence(&Signals { exact: Some(ExactKind::Alias), ..Signals::default() });
         assert_eq!((ev, safety), (vec![Evidence::AliasHit], CreateSafety::Exists));
         let (ev, safety) = evidence(&Signals { cosine: Some(0.8), ..Signals::default() });
-        assert_eq!((ev, safety), (vec![Evidence::HighVectorMatch], CreateSafety::Exists));
+        assert_eq!(
+            (ev, safety),
+            (vec![Evidence::HighVectorMatch], CreateSafety::Probable),
+            "close in meaning is not proof"
+        );
         let kw = Signals { cosine: Some(0.3), keyword_rank: Some(1), all_terms_present: true, exact: None };
         assert_eq!(evidence(&kw), (vec![Evidence::KeywordExact], CreateSafety::Probable));
         let weak =

@@ -4,9 +4,11 @@
 //! it does not own storage (`cairn-index`) or threads (`cairn-actors`).
 
 pub mod diagnose;
+pub mod duplicates;
 mod error;
 mod filter;
 pub mod layers;
+pub mod links;
 pub mod metrics;
 pub mod reader;
 pub mod search;

@@ -80,6 +80,7 @@ pub mod memory {
     use cairn_index::embed::testing::HashEmbedder;
     use cairn_index::{Embedder, Error, cosine};
     use cairn_ingest::{normalize_name, tokens};
+    use std::collections::HashMap;
 
     /// A page and its chunks, each with its vector.
     pub type MemoryPage = (PageRecord, Vec<(ChunkHit, Vec<f32>)>);
@@ -111,7 +112,17 @@ pub mod memory {
     }
 
     impl MemoryReader {
-        pub fn new(id: &str, pages: Vec<MemoryPage>) -> Self {
+        /// Each page's `body_shared_by` is counted here, as the resident index counts it.
+        pub fn new(id: &str, mut pages: Vec<MemoryPage>) -> Self {
+            let body =
+                |cs: &[(ChunkHit, Vec<f32>)]| cs.iter().map(|(c, _)| c.text.clone()).collect::<Vec<_>>();
+            let mut shared: HashMap<Vec<String>, u32> = HashMap::new();
+            for (_, cs) in &pages {
+                *shared.entry(body(cs)).or_default() += 1;
+            }
+            for (p, cs) in &mut pages {
+                p.body_shared_by = shared[&body(cs)];
+            }
             Self { id: id.into(), pages, fail: false }
         }
         fn check(&self) -> Result<()> {

@@ -6,12 +6,12 @@ use crate::error::{QueryError, Result};
 use crate::filter::{Filter, PageFilter};
 use crate::layers::{
     self, CreateSafety, Evidence, ExactKind, HIGH_VECTOR_FLOOR, KEYWORD_WEIGHT, RELEVANCE_FLOOR,
-    SCORING_VERSION, Signals, THIN_PAGE_FACTOR, THIN_PAGE_TOKENS, TITLE_PHRASE_BOOST, content_tokens,
-    evidence, max_pool, rrf, title_phrase_match, union_bm25,
+    SCORING_VERSION, Signals, TEMPLATE_FACTOR, TEMPLATE_PAGES, TITLE_PHRASE_BOOST, content_tokens, evidence,
+    max_pool, rrf, title_phrase_match, union_bm25,
 };
 use crate::reader::SourceReader;
 use cairn_index::{ChunkHit, Embedder, PageRecord};
-use cairn_ingest::{normalize_name, slugify_id, tokens};
+use cairn_ingest::{MAX_NAME_CHARS, normalize_name, slugify_id, tokens};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 
@@ -453,13 +453,15 @@ fn pool_globally(union: Vec<Candidate>, k: usize) -> Vec<Candidate> {
 
 /// Exact lookup and alias hop: pages whose slug, title or alias equals the normalised query.
 async fn exact_pages<R: SourceReader>(readers: &[&R], query: &str) -> Vec<(String, PageRecord, ExactKind)> {
-    let words = query.split_whitespace().count();
-    let slug_shaped = !query.contains(' ') && (query.contains('/') || query.contains('-'));
-    if words > 6 && !slug_shaped {
+    // Names are clipped to MAX_NAME_CHARS when indexed; a longer query names nothing.
+    if query.trim().chars().count() > MAX_NAME_CHARS + 1 {
         return Vec::new();
     }
     let norm = normalize_name(query);
-    let slug = slugify_id(query);
+    // The query as a page id ("Data Platform" → `data-platform`), only when slugifying changes
+    // nothing but case and separators: "C++" and "C#" must not name the page `c`.
+    let slug_safe = norm.chars().all(|c| c.is_alphanumeric() || c.is_whitespace() || "-_/.".contains(c));
+    let slug = slugify_id(query).filter(|_| slug_safe);
     let mut names = vec![norm.clone()];
     if let Some(s) = slug.as_ref().filter(|s| **s != norm) {
         names.push(s.clone());
@@ -698,11 +700,8 @@ pub async fn search<R: SourceReader>(
             if title_phrase_match(&req.query, &title) {
                 multipliers.push(("title_phrase".to_string(), TITLE_PHRASE_BOOST));
             }
-            let single_chunk = c.record.as_ref().is_none_or(|p| p.chunk_count <= 1);
-            let body =
-                c.vector.as_ref().or(c.keyword.as_ref()).map_or(0, |(_, h)| layers::body_words(&h.text));
-            if single_chunk && body < THIN_PAGE_TOKENS {
-                multipliers.push(("thin_page".to_string(), THIN_PAGE_FACTOR));
+            if c.record.as_ref().is_some_and(|p| p.body_shared_by >= TEMPLATE_PAGES) {
+                multipliers.push(("template".to_string(), TEMPLATE_FACTOR));
             }
             let score = multipliers.iter().fold(base, |s, (_, m)| s * m);
             let doc_tokens = layers::stems(&doc);

@@ -214,3 +214,48 @@ async fn a_filter_restricts_each_source_before_its_cut_so_a_match_outside_the_to
     bad.filter.after = Some("last week".into());
     assert!(matches!(run(&[&r], bad).await, Err(QueryError::BadFilter(_))));
 }
+
+#[tokio::test]
+async fn template_pages_count_half_and_a_short_note_of_its_own_does_not() {
+    let mut pages: Vec<_> = (0..4)
+        .map(|i| page(&format!("daily/{i}"), &format!("oat milk day {i}"), &[], &["oat milk"]))
+        .collect();
+    pages.push(page("milk", "Milk", &[], &["buy oat milk"]));
+    let c = MemoryReader::new("notes", pages);
+    let resp = run(&[&c], SearchRequest { explain: true, ..SearchRequest::new("oat milk") }).await.unwrap();
+    let boosts = |slug: &str| resp.results.iter().find(|r| r.slug == slug).map(|r| r.boosts.clone());
+    assert_eq!(boosts("milk"), Some(vec![]), "a three-word note of its own is not a template");
+    assert!(boosts("daily/0").unwrap().contains(&"template".to_string()), "{:#?}", resp.results);
+    assert_eq!(resp.results[0].slug, "milk", "{:#?}", resp.results);
+}
+
+#[tokio::test]
+async fn a_close_meaning_is_probable_and_only_a_name_is_exists() {
+    let c = curated();
+    let resp = run(&[&c], SearchRequest::new("Maria Chen")).await.unwrap();
+    assert_eq!(resp.results[0].create_safety, CreateSafety::Exists);
+    let resp = run(&[&c], SearchRequest::new("who leads the data platform team")).await.unwrap();
+    let maria = resp.results.iter().find(|r| r.slug == "people/maria").unwrap();
+    assert_ne!(maria.create_safety, CreateSafety::Exists, "{maria:#?}");
+}
+
+#[tokio::test]
+async fn a_query_names_a_page_by_its_slug_only_when_slugifying_loses_nothing() {
+    let c = MemoryReader::new(
+        "notes",
+        vec![page("c", "C", &[], &["a systems language"]), page("data-platform", "DP", &[], &["warehouse"])],
+    );
+    for q in ["C++", "C#"] {
+        let resp = run(&[&c], SearchRequest::new(q)).await.unwrap();
+        assert!(
+            resp.results.iter().all(|r| r.create_safety != CreateSafety::Exists),
+            "{q}: {:#?}",
+            resp.results
+        );
+    }
+    let resp = run(&[&c], SearchRequest::new("Data Platform")).await.unwrap();
+    assert_eq!(
+        (resp.results[0].slug.as_str(), resp.results[0].create_safety),
+        ("data-platform", CreateSafety::Exists)
+    );
+}

@@ -25,7 +25,7 @@ fn write_vault(root: &Path) {
             i % 120,
             words[(i * 7) % 12]
         );
-        let text = if i % 3 == 0 {
+        let text = if i.is_multiple_of(3) {
             format!("---\ntitle: Page {i}\naliases: [p{i}]\n---\n\n{body}")
         } else if i % 3 == 1 {
             format!("# Page {i}\n\n{body}")
@@ -193,7 +193,7 @@ fn small_page(i: usize) -> String {
         words[(i / 8) % 8],
         words[(i * 3) % 8]
     );
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         format!("---\ntitle: Note {i}\naliases: [n{i}]\n---\n\n{body}")
     } else {
         format!("# Note {i}\n\n{body}")

@@ -193,6 +193,7 @@ pub(super) fn page_records(batches: &[RecordBatch]) -> Result<Vec<PageRecord>> {
                 chunk_count: count.value(i),
                 problems: parse(problems.value(i)),
                 score: score.map_or(0.0, |s| s.value(i)),
+                body_shared_by: 0,
             });
         }
     }

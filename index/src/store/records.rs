@@ -93,6 +93,15 @@ pub struct PageRecord {
     /// Full-text score on title + aliases (title arm only; 0 otherwise).
     #[serde(default)]
     pub score: f32,
+    /// How many pages of its source (itself included) have this page's body word for word
+    /// (its text without headings): above one, the body is a template (the page says nothing
+    /// beyond its name). Filled when read from a resident index; 0 when unknown.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub body_shared_by: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// A chunk as stored: its hit (score 0), the text it is searched and embedded by, the hash of
@@ -141,6 +150,7 @@ impl PageRecord {
             chunk_count: chunk_count as i32,
             problems: serde_json::Value::Null,
             score: 0.0,
+            body_shared_by: 0,
         }
     }
 }
