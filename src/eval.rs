@@ -300,8 +300,14 @@ pub async fn exists_trust(vault: &Path, work: &Path, every: u64, mode: Mode) -> 
         r.present_queries += 1;
         let resp = ask(q.clone()).await?;
         let top = resp.results.first();
-        let exists = |t: &&cairn_query::SearchResult| t.create_safety == cairn_query::CreateSafety::Exists;
-        if top.is_some_and(|t| exists(&t)) && resp.results.iter().filter(exists).any(|t| t.slug == *slug) {
+        let exists = |t: &cairn_query::SearchResult| t.create_safety == cairn_query::CreateSafety::Exists;
+        // The page itself among the `exists` results; or, for a title more pages share than the
+        // answer holds, every result is an `exists` page carrying that very title.
+        let carries = |t: &cairn_query::SearchResult| {
+            exists(t) && names.get(&t.slug).is_some_and(|n| n.contains(&normalize_name(q)))
+        };
+        let crowded = resp.results.len() == 3 && resp.results.iter().all(carries);
+        if top.is_some_and(exists) && (resp.results.iter().any(|t| exists(t) && t.slug == *slug) || crowded) {
             r.exists_found += 1;
         } else {
             r.misses.push(ExistsMiss {

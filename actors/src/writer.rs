@@ -104,6 +104,8 @@ struct Vectors {
     /// Of those, the texts the model embedded, and its time for them.
     embedded: usize,
     model: Duration,
+    /// Warnings about those (chunks longer than the model's window), told with their commit.
+    warnings: Vec<EventKind>,
     fresh: HashMap<String, Vec<f32>>,
     /// Chunks still waiting, per page (for `page_embedded`).
     left: HashMap<String, usize>,
@@ -660,6 +662,7 @@ impl SourceWriter {
         ctx: &mut Context<Self>,
     ) {
         self.vectors.model += reply.model;
+        self.warn_truncated(&reply.truncated, &by_text);
         for (hash, (i, ids)) in by_text {
             match &reply.vectors[i] {
                 Some(v) => {
@@ -679,6 +682,47 @@ impl SourceWriter {
         self.commit_vectors(ctx);
     }
 
+    /// Chunks longer than the model's token window were embedded from their first tokens only:
+    /// each page holding one gets a `page_warning` (its words are all still found by keyword).
+    /// The chunker's budget is an estimate; text dense in rare tokens (long identifiers, URLs,
+    /// base64) can exceed it.
+    fn warn_truncated(&mut self, truncated: &[usize], by_text: &HashMap<String, (usize, Vec<String>)>) {
+        if truncated.is_empty() {
+            return;
+        }
+        let Some(resident) = self.resident.as_ref() else { return };
+        let mut per_page: std::collections::BTreeMap<String, usize> = Default::default();
+        {
+            let index = resident.read();
+            for (i, ids) in by_text.values() {
+                if !truncated.contains(i) {
+                    continue;
+                }
+                for id in ids {
+                    if let Some((slug, _, _)) = index.waiting(id) {
+                        *per_page.entry(slug).or_default() += 1;
+                    }
+                }
+            }
+            let slugs: Vec<&str> = per_page.keys().map(String::as_str).collect();
+            let paths: HashMap<String, String> =
+                index.pages(&slugs).into_iter().map(|p| (p.slug, p.path)).collect();
+            per_page = per_page
+                .into_iter()
+                .map(|(slug, n)| (paths.get(&slug).cloned().unwrap_or(slug), n))
+                .collect();
+        }
+        self.vectors.warnings.extend(per_page.into_iter().map(|(path, n)| EventKind::PageWarning {
+            path,
+            kind: "chunk_truncated".into(),
+            reason: format!(
+                "{n} chunk(s) longer than the model's {} token window are embedded from their first tokens; \
+                 split long paragraphs or code blocks for their meaning to be found",
+                cairn_index::embed::MODEL_WINDOW
+            ),
+        }));
+    }
+
     /// Commit the vectors that are ready (ordered with every other write of this source).
     fn commit_vectors(&mut self, ctx: &mut Context<Self>) {
         if self.vectors.ready.is_empty() {
@@ -688,6 +732,7 @@ impl SourceWriter {
         let ready = std::mem::take(&mut self.vectors.ready);
         let (embedded, model) =
             (std::mem::take(&mut self.vectors.embedded), std::mem::take(&mut self.vectors.model));
+        let warnings = std::mem::take(&mut self.vectors.warnings);
         let (emit, id) = (self.emit.clone(), self.id.clone());
         // Pages whose last waiting chunk this is.
         let mut per_page: HashMap<String, usize> = HashMap::new();
@@ -717,8 +762,8 @@ impl SourceWriter {
             let version = store.attach_vectors(&ready).await.map_err(|e| e.to_string())?;
             resident.apply_vectors(&ready);
             let pending = resident.read().unembedded_count();
-            let mut events: Vec<EventKind> =
-                complete.into_iter().map(|slug| EventKind::PageEmbedded { slug, version }).collect();
+            let mut events = warnings;
+            events.extend(complete.into_iter().map(|slug| EventKind::PageEmbedded { slug, version }));
             events.push(EventKind::Committed {
                 pages: 0,
                 removed: 0,

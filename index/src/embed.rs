@@ -48,7 +48,7 @@ pub struct OrtOptions {
 impl Default for OrtOptions {
     fn default() -> Self {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        Self { intra_threads: cores, batch_size: 8, max_tokens: 256, query_cache: 512 }
+        Self { intra_threads: cores, batch_size: 8, max_tokens: MODEL_WINDOW, query_cache: 512 }
     }
 }
 
@@ -58,6 +58,10 @@ pub struct RunTimes {
     pub session_run: std::time::Duration,
     pub total: std::time::Duration,
 }
+
+/// The tokens of one text the model reads by default (all-MiniLM-L6-v2 was trained on 256);
+/// longer texts are embedded from their first `MODEL_WINDOW` tokens.
+pub const MODEL_WINDOW: usize = 256;
 
 /// all-MiniLM-L6-v2 on ONNX Runtime: WordPiece tokens (truncated at `max_tokens`, padded to the
 /// longest text of each length-sorted batch), mean pooling over the attention mask, L2 norm.

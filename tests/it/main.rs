@@ -7,6 +7,7 @@ mod crash;
 mod hostile;
 mod index;
 mod mcp;
+mod notes;
 mod owner;
 mod replay;
 mod scan;
