@@ -297,7 +297,10 @@ enum Command {
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+            // LanceDB says so when a compaction loses a commit race to one of our own commits;
+            // the writer defers it and tries again (not a problem the user can act on).
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "warn,lance::dataset::optimize=error".into()),
         )
         .with_writer(std::io::stderr)
         .init();

@@ -181,6 +181,8 @@ pub struct SourceWriter {
     since_upkeep: usize,
     chunks_since_upkeep: usize,
     upkeep: Option<SpawnHandle>,
+    /// Set by an upkeep that lost a commit race: the next commit schedules it again.
+    upkeep_again: std::sync::Arc<std::sync::atomic::AtomicBool>,
     failures: u32,
     /// Closed on purpose (its source was removed): a supervisor restart stops at once.
     closed: bool,
@@ -239,6 +241,7 @@ impl SourceWriter {
             since_upkeep: 0,
             chunks_since_upkeep: 0,
             upkeep: None,
+            upkeep_again: Default::default(),
             failures: 0,
             closed: false,
             embedder: parts.embedder,
@@ -817,6 +820,9 @@ impl SourceWriter {
     fn note_commit(&mut self, chunks: usize, ctx: &mut Context<Self>) {
         self.since_upkeep += 1;
         self.chunks_since_upkeep += chunks;
+        if self.upkeep_again.swap(false, std::sync::atomic::Ordering::Relaxed) {
+            self.since_upkeep = self.since_upkeep.max(UPKEEP_EVERY);
+        }
         if self.upkeep.is_some()
             || (self.since_upkeep < UPKEEP_EVERY && self.chunks_since_upkeep < UPKEEP_CHUNKS)
         {
@@ -829,10 +835,22 @@ impl SourceWriter {
             let (Some(store), id, emit) = (act.store.clone(), act.id.clone(), act.emit.clone()) else {
                 return;
             };
+            // While vectors are being written, every vector commit rewrites rows of the chunks
+            // table: a compaction beside it would lose the race (LanceDB refuses a rewrite of
+            // fragments a concurrent update touched) and redo work the next commits undo. Old
+            // versions are still removed; compaction waits for the commit after the backfill.
+            let vectors_busy = act.vectors.out > 0
+                || act.vectors.committing > 0
+                || act.resident.as_ref().is_some_and(|r| r.read().unembedded_count() > 0);
+            if vectors_busy {
+                act.since_upkeep = UPKEEP_EVERY;
+            }
+            let again = act.upkeep_again.clone();
             // Beside the writer: LanceDB's optimistic concurrency orders the commits.
             actix::spawn(async move {
                 let t0 = Instant::now();
-                match upkeep(&store).await {
+                let done = if vectors_busy { prune_only(&store).await } else { upkeep(&store).await };
+                match done {
                     Ok(pruned) => {
                         let ev = EventKind::Optimized {
                             ms: t0.elapsed().as_millis() as u64,
@@ -841,6 +859,11 @@ impl SourceWriter {
                         };
                         emit.emit(&id, vec![ev]).await;
                     }
+                    // A commit of our own came first: not a failure; the next one re-arms it.
+                    Err(e) if is_commit_race(&e) => {
+                        again.store(true, std::sync::atomic::Ordering::Relaxed);
+                        tracing::debug!("source `{id}`: upkeep deferred, a commit came first: {e}")
+                    }
                     Err(e) => tracing::warn!(
                         "source `{id}`: upkeep failed (searches stay correct; the tables grow): {e}"
                     ),
@@ -848,6 +871,17 @@ impl SourceWriter {
             });
         }));
     }
+}
+
+/// LanceDB's "retryable commit conflict": another transaction of this writer committed first.
+fn is_commit_race(e: &cairn_index::Error) -> bool {
+    let msg = e.to_string();
+    msg.contains("Retryable commit conflict") || msg.contains("preempted by concurrent transaction")
+}
+
+/// Old table versions removed (no new version is committed, so nothing can conflict).
+pub async fn prune_only(store: &SourceStore) -> cairn_index::Result<cairn_index::PruneStats> {
+    store.prune(KEEP_VERSIONS).await
 }
 
 /// Compaction and index refresh, then old versions removed.
