@@ -106,10 +106,6 @@ pub async fn run(
                 filter: Default::default(),
                 pooled_baseline,
             };
-            // A query of punctuation only is still a query (that finds nothing).
-            if !q.query.chars().any(char::is_alphanumeric) {
-                return Ok(Vec::new());
-            }
             match searcher.search(req).await {
                 Ok(resp) => Ok(resp.results.into_iter().map(|r| r.slug).collect()),
                 Err(e) => Err(anyhow::Error::from(e)),
