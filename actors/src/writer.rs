@@ -97,6 +97,8 @@ struct Vectors {
     bulk: VecDeque<String>,
     queued: HashSet<String>,
     out: usize,
+    /// Of those, requests of edits (one may go out beyond [`MAX_EMBEDS_OUT`]).
+    edits_out: usize,
     /// Vector commits under way.
     committing: usize,
     /// Embedded (or found by text hash) and not yet committed: (chunk id, vector).
@@ -122,6 +124,13 @@ impl Vectors {
                 Priority::Edit => self.edits.push_back(chunk_id),
                 Priority::Bulk => self.bulk.push_back(chunk_id),
             }
+        } else if priority == Priority::Edit
+            && let Some(at) = self.bulk.iter().position(|c| *c == chunk_id)
+        {
+            // A page edited while its first index waits: its unchanged chunks, queued by the
+            // scan, go with the edit, or the page would have its vectors only at the end.
+            self.bulk.remove(at);
+            self.edits.push_back(chunk_id);
         }
     }
 
@@ -594,7 +603,13 @@ impl SourceWriter {
     /// requests out. Texts with a known vector skip the model.
     fn pump(&mut self, ctx: &mut Context<Self>) {
         let Some(resident) = self.resident.clone() else { return };
-        while self.vectors.out < MAX_EMBEDS_OUT {
+        loop {
+            // An edit never waits for the bulk requests already out: it may be one more, and
+            // the scheduler embeds it at its next model batch.
+            let edit_turn = !self.vectors.edits.is_empty() && self.vectors.edits_out == 0;
+            if self.vectors.out >= MAX_EMBEDS_OUT && !edit_turn {
+                break;
+            }
             let (from_edits, limit) = if self.vectors.edits.is_empty() {
                 (false, self.opts.commit_chunks.max(1))
             } else {
@@ -639,10 +654,12 @@ impl SourceWriter {
                 continue;
             }
             self.vectors.out += 1;
+            self.vectors.edits_out += usize::from(from_edits);
             let (scheduler, id) = (self.embedder.clone(), self.id.clone());
             let fut = async move { scheduler.embed(&id, priority, texts).await };
             ctx.spawn(actix::fut::wrap_future::<_, Self>(fut).map(move |res, act, ctx| {
                 act.vectors.out -= 1;
+                act.vectors.edits_out -= usize::from(from_edits);
                 // An error means the scheduler stopped (shutting down): the chunks stay without
                 // vectors in the tables and are embedded at the next start.
                 if let Ok(reply) = res {
@@ -839,9 +856,12 @@ impl SourceWriter {
             // table: a compaction beside it would lose the race (LanceDB refuses a rewrite of
             // fragments a concurrent update touched) and redo work the next commits undo. Old
             // versions are still removed; compaction waits for the commit after the backfill.
+            // (Queued or in flight: a chunk the model refused stays without a vector for good
+            // and must not hold compaction off for ever.)
             let vectors_busy = act.vectors.out > 0
                 || act.vectors.committing > 0
-                || act.resident.as_ref().is_some_and(|r| r.read().unembedded_count() > 0);
+                || !act.vectors.edits.is_empty()
+                || !act.vectors.bulk.is_empty();
             if vectors_busy {
                 act.since_upkeep = UPKEEP_EVERY;
             }
@@ -901,6 +921,7 @@ impl Actor for SourceWriter {
         }
         // Requests out before a restart were cancelled with the old context.
         self.vectors.out = 0;
+        self.vectors.edits_out = 0;
         let delay = if self.failures > 0 { self.backoff() } else { Duration::ZERO };
         let (db, manifest, info) = (self.db.clone(), self.manifest.clone(), self.info.clone());
         let (query, root, emit) = (self.query.clone(), self.root.clone(), self.emit.clone());
