@@ -133,7 +133,7 @@ fn hostile_notes_written_while_cairn_watch_runs_are_reported_and_it_lives_on() {
         .args(["watch", "--json", "--config", toml.to_str().unwrap(), "--source"])
         .arg(format!("sea={}", vault.display()))
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(vault.with_file_name("watch.log")).unwrap())
         .spawn()
         .unwrap();
     let mut events = EventReader::new(watch.stdout.take().unwrap());
@@ -141,12 +141,18 @@ fn hostile_notes_written_while_cairn_watch_runs_are_reported_and_it_lives_on() {
     events.wait_for("the good pages", |e| e["event"] == "page_indexed" && e["slug"] == "good/nets");
     write_bad(&vault);
     let mut waiting: Vec<(&str, Option<&str>)> = expected();
-    events.wait_for("every bad page's verdict", |e| {
+    // Every verdict, and then every chunk with its vector (the answers below are asked by
+    // meaning too): the last commit's `chunks_pending` is the source's whole backlog.
+    let mut all_embedded = false;
+    events.wait_for("every bad page's verdict and every vector", |e| {
         waiting.retain(|(file, kind)| match kind {
             Some(kind) => !(e["event"] == "page_failed" && e["path"] == *file && e["kind"] == *kind),
             None => !(e["event"] == "page_indexed" && e["path"] == *file),
         });
-        waiting.is_empty()
+        if e["event"] == "committed" {
+            all_embedded = e["chunks_pending"] == 0;
+        }
+        waiting.is_empty() && all_embedded
     });
     assert!(watch.try_wait().unwrap().is_none(), "the watcher died");
     // Through the running watcher (the owner): the answers and its own memory.
@@ -161,5 +167,7 @@ fn hostile_notes_written_while_cairn_watch_runs_are_reported_and_it_lives_on() {
     let peak = status["memory"]["peak_rss_mib"].as_f64().unwrap();
     assert!(peak < PEAK_RSS_LIMIT_MIB, "the watcher's peak RSS {peak:.0} MiB");
     Command::new("kill").arg(watch.id().to_string()).status().unwrap();
-    assert!(watch.wait().unwrap().success(), "SIGTERM stops it cleanly");
+    let exit = watch.wait().unwrap();
+    let log = std::fs::read_to_string(vault.with_file_name("watch.log")).unwrap_or_default();
+    assert!(exit.success(), "SIGTERM stops it cleanly: {exit}\n{log}");
 }
