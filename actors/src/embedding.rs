@@ -60,19 +60,29 @@ struct Class {
 }
 
 impl Class {
-    fn push(&mut self, source: &str, r: Request) {
-        let q = self.queues.entry(source.to_string()).or_default();
-        if q.is_empty() {
+    /// A source is in the round at most once. (A source whose request is out with the model is
+    /// not in it: a request it sends meanwhile puts it back, and so does [`Class::put_back`];
+    /// twice would leave a stale turn behind, and a stale turn taken for a source with nothing
+    /// queued stalled the model with other sources' work waiting.)
+    fn enter(&mut self, source: &str) {
+        if !self.order.iter().any(|s| s == source) {
             self.order.push_back(source.to_string());
         }
-        q.push_back(r);
+    }
+
+    fn push(&mut self, source: &str, r: Request) {
+        self.queues.entry(source.to_string()).or_default().push_back(r);
+        self.enter(source);
     }
 
     /// The next source's first request, taken out (it goes back with [`Class::put_back`]).
     fn take(&mut self) -> Option<(String, Request)> {
-        let source = self.order.pop_front()?;
-        let r = self.queues.get_mut(&source).and_then(VecDeque::pop_front)?;
-        Some((source, r))
+        while let Some(source) = self.order.pop_front() {
+            if let Some(r) = self.queues.get_mut(&source).and_then(VecDeque::pop_front) {
+                return Some((source, r));
+            }
+        }
+        None
     }
 
     /// A request with slices left goes back in front of its source's queue; the source goes to
@@ -85,7 +95,7 @@ impl Class {
         if q.is_empty() {
             self.queues.remove(&source);
         } else {
-            self.order.push_back(source);
+            self.enter(&source);
         }
     }
 
@@ -259,6 +269,41 @@ fn embed_slice(embedder: &dyn Embedder, r: &mut Request, end: usize) {
 mod tests {
     use super::*;
     use cairn_index::embed::testing::HashEmbedder;
+
+    fn request(texts: &[&str]) -> (Request, oneshot::Receiver<EmbedReply>) {
+        let (done, rx) = oneshot::channel();
+        let texts = texts.iter().enumerate().map(|(i, t)| (i, t.to_string())).collect();
+        (Request { texts, next: 0, reply: EmbedReply::default(), done }, rx)
+    }
+
+    /// A source that sends a request while its previous one is with the model must not get two
+    /// turns: the stale one, taken once its queue is empty, used to end the round with another
+    /// source's work still queued (the model thread then slept, and every writer waited on it).
+    #[test]
+    fn a_request_sent_while_one_is_out_leaves_no_stale_turn() {
+        let mut class = Class::default();
+        let (a1, _ra1) = request(&["a1"]);
+        let (b1, _rb1) = request(&["b1"]);
+        class.push("a", a1);
+        class.push("b", b1);
+        let (src, taken) = class.take().unwrap();
+        assert_eq!(src, "a");
+        let (a2, _ra2) = request(&["a2"]);
+        class.push("a", a2);
+        class.put_back(src, Some(taken));
+        let mut served = Vec::new();
+        for _ in 0..3 {
+            let (src, r) = class.take().expect("work is queued");
+            served.push(format!("{src}:{}", r.texts[0].1));
+            class.put_back(src, None);
+        }
+        assert_eq!(served, ["b:b1", "a:a1", "a:a2"], "every request served, no turn lost");
+        assert_eq!(class.waiting(), 0);
+        // Work that comes next is taken, not hidden behind a turn of a source with nothing.
+        let (b2, _rb2) = request(&["b2"]);
+        class.push("b", b2);
+        assert_eq!(class.take().map(|(src, r)| format!("{src}:{}", r.texts[0].1)).as_deref(), Some("b:b2"));
+    }
 
     /// Records the order texts reach the model; blocks on a gate so tests can queue work first.
     #[derive(Debug)]
