@@ -281,14 +281,36 @@ pub fn summarize(events: &[Event], status: &[cairn_actors::SourceStatus]) -> Ind
 async fn open_for_index(config: Config, purpose: &str) -> Result<Cairn> {
     let one_shot = |p: &str| p == "index" || p == "reindex";
     let mut told = false;
+    // The owner waited for can exit between our connecting and our asking (its run is done):
+    // that call fails, and the next round takes the database or finds the new owner.
+    let mut races = 0;
+    let pause = std::time::Duration::from_millis(200);
     loop {
         // Sources are added to a running owner after subscribing (see `index`).
         let opts = OpenOptions { purpose: purpose.into(), standby: false, register_sources: false };
-        let cairn = Cairn::open_with(config.clone(), opts).await?;
+        let cairn = match Cairn::open_with(config.clone(), opts).await {
+            Ok(c) => c,
+            Err(_) if races < 50 => {
+                races += 1;
+                tokio::time::sleep(pause).await;
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
         if cairn.role() == Role::Owner {
             return Ok(cairn);
         }
-        match cairn.status().await?.owner {
+        let status = match cairn.status().await {
+            Ok(s) => s,
+            Err(_) if races < 50 => {
+                races += 1;
+                let _ = cairn.shutdown().await;
+                tokio::time::sleep(pause).await;
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        match status.owner {
             Some(owner) if one_shot(&owner.purpose) => {
                 if !told {
                     eprintln!(
@@ -298,7 +320,7 @@ async fn open_for_index(config: Config, purpose: &str) -> Result<Cairn> {
                     told = true;
                 }
                 cairn.shutdown().await?;
-                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                tokio::time::sleep(pause).await;
             }
             _ => return Ok(cairn),
         }

@@ -306,7 +306,12 @@ fn two_index_runs_at_once_queue_and_leave_the_tables_of_one_clean_run() {
     };
     let (a, b) = (index(&db), index(&db));
     let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
-    assert!(a.status.success() && b.status.success());
+    assert!(
+        a.status.success() && b.status.success(),
+        "{}\n---\n{}",
+        String::from_utf8_lossy(&a.stderr),
+        String::from_utf8_lossy(&b.stderr)
+    );
     let summaries: Vec<Value> = [&a, &b].iter().map(|o| serde_json::from_slice(&o.stdout).unwrap()).collect();
     let indexed: Vec<u64> = summaries.iter().map(|s| s["pages_indexed"].as_u64().unwrap()).collect();
     // One after the other: the second found the work done.
