@@ -290,7 +290,9 @@ async fn open_for_index(config: Config, purpose: &str) -> Result<Cairn> {
         let opts = OpenOptions { purpose: purpose.into(), standby: false, register_sources: false };
         let cairn = match Cairn::open_with(config.clone(), opts).await {
             Ok(c) => c,
-            Err(_) if races < 50 => {
+            // Only once another run was seen: an error of our own (a bad folder, a bad config)
+            // is reported at once, not after the retries.
+            Err(_) if told && races < 50 => {
                 races += 1;
                 tokio::time::sleep(pause).await;
                 continue;
