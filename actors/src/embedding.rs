@@ -7,6 +7,12 @@
 //! Each request's texts are sorted by length before they are sliced, so a slice pads to texts of
 //! similar length, as one large sorted request would.
 //!
+//! A scan that found pages to index holds bulk work back ([`EmbedScheduler::hold_bulk`]) until
+//! its pages are committed: on a fresh vault the names and keywords of every page then become
+//! searchable in the time parsing and writing take, instead of sharing the cores with the model
+//! from the first committed batch on. The model starts as soon as the last such scan is done
+//! (it was waiting for those pages' chunks anyway); edits are never held.
+//!
 //! Bound: a source's writer keeps at most two requests out ([`crate::writer`]), so the queues
 //! hold at most two requests per source; the thread is the only consumer.
 
@@ -108,6 +114,8 @@ impl Class {
 struct State {
     edit: Class,
     bulk: Class,
+    /// Scans committing pages: bulk work waits while there are any.
+    holds: usize,
     closed: bool,
 }
 
@@ -153,6 +161,12 @@ impl EmbedScheduler {
         Ok(Self { _stop: Arc::new(StopOnDrop(shared.clone())), shared })
     }
 
+    /// Hold bulk work back until the returned guard is dropped (edits still go through).
+    pub fn hold_bulk(&self) -> BulkHold {
+        self.shared.state.lock().unwrap_or_else(|p| p.into_inner()).holds += 1;
+        BulkHold(self.shared.clone())
+    }
+
     /// Vectors for `texts`, in order.
     pub async fn embed(
         &self,
@@ -184,6 +198,25 @@ impl EmbedScheduler {
     }
 }
 
+/// Bulk work is held back while this lives ([`EmbedScheduler::hold_bulk`]).
+#[must_use = "bulk work is held only while the guard lives"]
+pub struct BulkHold(Arc<Shared>);
+
+impl std::fmt::Debug for BulkHold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BulkHold")
+    }
+}
+
+impl Drop for BulkHold {
+    fn drop(&mut self) {
+        let mut s = self.0.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.holds = s.holds.saturating_sub(1);
+        drop(s);
+        self.0.wake.notify_all();
+    }
+}
+
 /// The model thread: take a slice, embed it outside the lock, put the request back.
 fn run(shared: &Shared, embedder: &dyn Embedder, slice: usize) {
     loop {
@@ -193,7 +226,9 @@ fn run(shared: &Shared, embedder: &dyn Embedder, slice: usize) {
                 if let Some((src, r)) = s.edit.take() {
                     break (Priority::Edit, src, r);
                 }
-                if let Some((src, r)) = s.bulk.take() {
+                if (s.holds == 0 || s.closed)
+                    && let Some((src, r)) = s.bulk.take()
+                {
                     break (Priority::Bulk, src, r);
                 }
                 if s.closed {
@@ -383,6 +418,29 @@ mod tests {
             seen,
             ["a00", "a01", "c00", "c01", "b00", "b01", "a02", "a03", "b02", "b03", "a04", "a05"]
         );
+    }
+
+    /// While a scan holds bulk work back, an edit is embedded and bulk work waits; when the hold
+    /// goes, the bulk work is done.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_hold_keeps_bulk_work_back_but_not_edits() {
+        let rec = recorder(true);
+        let s = EmbedScheduler::start(rec.clone(), 8).unwrap();
+        let hold = s.hold_bulk();
+        let bulk = {
+            let s = s.clone();
+            tokio::spawn(async move { s.embed("a", Priority::Bulk, vec!["bulk".into()]).await })
+        };
+        while s.shared.state.lock().unwrap().bulk.waiting() == 0 {
+            tokio::task::yield_now().await;
+        }
+        let edit = s.embed("b", Priority::Edit, vec!["edit".into()]).await.unwrap();
+        assert!(edit.vectors[0].is_some());
+        assert_eq!(*rec.seen.lock().unwrap(), ["edit"], "the held bulk request did not reach the model");
+        assert!(!bulk.is_finished());
+        drop(hold);
+        assert!(bulk.await.unwrap().unwrap().vectors[0].is_some());
+        assert_eq!(*rec.seen.lock().unwrap(), ["edit", "bulk"]);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -641,6 +641,7 @@ async fn start_source(
         writer.clone(),
         emit.clone(),
         status.clone(),
+        shared.parts.embedder.clone(),
     )
     .map_err(|e| Error::Config(format!("source `{}`: {e}", s.id)))?;
     Ok((s.id.clone(), Running { config: s, watcher: w.start(), writer }))

@@ -12,6 +12,7 @@
 //! fills, the notify thread blocks, and the kernel's own queue overflows into a rescan: memory
 //! never grows with the backlog.
 
+use crate::embedding::EmbedScheduler;
 use crate::event::EventKind;
 use crate::log::Emitter;
 use crate::status::StatusBoard;
@@ -61,6 +62,8 @@ struct Handles {
     writer: Addr<SourceWriter>,
     emit: Emitter,
     status: StatusBoard,
+    /// Held while a scan's pages are committed (see [`crate::embedding`]).
+    embedder: EmbedScheduler,
 }
 
 /// One source's watcher.
@@ -100,10 +103,11 @@ impl Watcher {
         writer: Addr<SourceWriter>,
         emit: Emitter,
         status: StatusBoard,
+        embedder: EmbedScheduler,
     ) -> Result<Self, cairn_ingest::Error> {
         let filter = Arc::new(PathFilter::new(&scan)?);
         Ok(Self {
-            h: Handles { id: id.into(), root: Arc::new(root), scan, parser, writer, emit, status },
+            h: Handles { id: id.into(), root: Arc::new(root), scan, parser, writer, emit, status, embedder },
             filter,
             debouncer: Debouncer::new(opts.quiet_ms),
             opts,
@@ -414,6 +418,8 @@ async fn reconcile(
             removed: removed.len(),
         });
         h.emit.emit(&h.id, events).await;
+        // Names and keywords first: the model waits until these pages are committed.
+        let _hold = (!to_parse.is_empty()).then(|| h.embedder.hold_bulk());
         apply(&h, Changes { to_parse, removed, ..Changes::default() }).await?;
         h.status.set_state(&h.id, "watching", None);
         Ok(())
