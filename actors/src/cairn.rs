@@ -125,7 +125,7 @@ impl Cairn {
                 break State::Owner(become_owner(&config, &paths, &opts.purpose, lock).await?);
             }
             let client = Client::new(&paths.socket(), &opts.purpose);
-            match client.hello().await {
+            match client.greet().await {
                 Ok(_) => {
                     if opts.register_sources {
                         for s in &config.sources {
@@ -182,7 +182,7 @@ impl Cairn {
     pub async fn attach(config: Config, purpose: &str, with_model: bool) -> Result<Self> {
         let paths = config.paths();
         let client = Client::new(&paths.socket(), purpose);
-        let state = match client.hello().await {
+        let state = match client.greet().await {
             Ok(_) => State::Client(client),
             Err(_) if OwnerLock::try_acquire(&paths)?.is_none() => {
                 // Locked, not answering yet: an owner is starting.

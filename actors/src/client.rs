@@ -1,6 +1,7 @@
 //! A client of the process that owns a database: each call connects to the owner's socket,
 //! says `hello`, sends one request and reads its reply, so a call always reaches whoever owns the
-//! database at that moment. A call the owner never answers (it died) fails with a retryable
+//! database at that moment. (The connection of [`Client::greet`] is the exception: the call that
+//! follows it within [`SPARE_FOR`] uses it, which saves a one-shot command a second connection.) A call the owner never answers (it died) fails with a retryable
 //! error within its time limit; nothing hangs.
 
 use crate::event::Event;
@@ -10,7 +11,8 @@ use crate::ipc::{
 use futures::stream::BoxStream;
 use serde::de::DeserializeOwned;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use tokio::net::UnixStream;
 
 /// Time to connect and hear `hello` back.
@@ -18,11 +20,18 @@ const CONNECT_WITHIN: Duration = Duration::from_secs(5);
 /// Grace beyond a request's own limit before the client gives up on the reply.
 const GRACE: Duration = Duration::from_secs(5);
 
+/// How long the connection of [`Client::greet`] is kept for the next call. Short: the owner
+/// closes idle connections, and a later call should reach whoever owns the database by then.
+const SPARE_FOR: Duration = Duration::from_secs(1);
+
+type Spare = Arc<Mutex<Option<(UnixStream, OwnerInfo, Instant)>>>;
+
 /// A client of one database's owner.
 #[derive(Debug, Clone)]
 pub struct Client {
     socket: PathBuf,
     purpose: String,
+    spare: Spare,
 }
 
 fn io(e: impl std::fmt::Display) -> RemoteError {
@@ -32,7 +41,23 @@ fn io(e: impl std::fmt::Display) -> RemoteError {
 impl Client {
     /// A client for the owner listening on `socket`; `purpose` says what this process is.
     pub fn new(socket: &Path, purpose: &str) -> Self {
-        Self { socket: socket.to_path_buf(), purpose: purpose.into() }
+        Self { socket: socket.to_path_buf(), purpose: purpose.into(), spare: Spare::default() }
+    }
+
+    /// [`Client::hello`], keeping the connection for the next call (if it comes soon).
+    pub async fn greet(&self) -> Result<OwnerInfo, RemoteError> {
+        let (stream, owner) = self.hello().await?;
+        *self.spare.lock().unwrap_or_else(|p| p.into_inner()) = Some((stream, owner.clone(), Instant::now()));
+        Ok(owner)
+    }
+
+    /// The kept connection if it is fresh, else a new one.
+    async fn connection(&self) -> Result<(UnixStream, OwnerInfo), RemoteError> {
+        let spare = self.spare.lock().unwrap_or_else(|p| p.into_inner()).take();
+        match spare {
+            Some((stream, owner, at)) if at.elapsed() < SPARE_FOR => Ok((stream, owner)),
+            _ => self.hello().await,
+        }
     }
 
     /// Connect and say hello: the owner's description, or why there is none to talk to.
@@ -57,7 +82,7 @@ impl Client {
     pub async fn call<T: DeserializeOwned>(&self, request: Request) -> Result<T, RemoteError> {
         let verb = request.verb();
         let limit = request.time_limit();
-        let (mut stream, owner) = self.hello().await?;
+        let (mut stream, owner) = self.connection().await?;
         let exchange = async {
             write_frame(&mut stream, &request).await.map_err(io)?;
             read_reply(&mut stream, verb).await
