@@ -488,12 +488,18 @@ fn soak(work: &Path) {
         .step_by(11)
         .take(100)
         .collect();
-    let files: Vec<String> = walkdir::WalkDir::new(&vault)
-        .into_iter()
-        .filter_map(Result::ok)
-        .filter(|e| e.file_type().is_file())
-        .map(|e| e.path().strip_prefix(&vault).unwrap().to_string_lossy().into_owned())
+    // The pages the index holds (from its event log), not every file: the 41 files the scan
+    // reports and leaves out (a name with no letter, a slug taken by another file) never become
+    // a page, so an edit of one would never be answered.
+    let mut files: Vec<String> = std::fs::read_to_string(db.join("events/events.jsonl"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["event"] == "page_indexed")
+        .filter_map(|e| e["path"].as_str().map(str::to_string))
         .collect();
+    files.sort();
+    files.dedup();
     let (mut watch, _) = Watch::start(&db, &[("foldoc", &vault)]);
     watch.said("up to date", Duration::from_secs(3600)).expect("the watcher is up");
     let before = (du_mib(&db), table_files(&db, "foldoc"), query_latency(&db, &queries));
