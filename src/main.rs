@@ -366,7 +366,7 @@ async fn run(command: Command, common: Common) -> Result<ExitCode> {
                 } else {
                     cairn::validate_source_id(t).map_err(|e| Usage(e.to_string()))?;
                     // A bare id: the folder the database records for it.
-                    let db = cairn_index::Database::open(&c.db).await?;
+                    let db = c.database().await?;
                     let info = db.sources().await?.into_iter().find(|s| s.id == *t).ok_or_else(|| {
                         Usage(format!(
                             "no source `{t}` in {}; give its folder: cairn reindex --source {t}=DIR",
@@ -420,7 +420,7 @@ async fn run(command: Command, common: Common) -> Result<ExitCode> {
             let stats = match log {
                 Some(log) => {
                     let c = config(&common, &SourcesArg::default())?;
-                    cairn_actors::stats::collect(&c.db, Some(&log), days).await?
+                    cairn_actors::stats::collect(&c, Some(&log), days).await?
                 }
                 None => attach(&common, "stats", false).await?.stats(days).await?,
             };

@@ -70,7 +70,7 @@ struct Probe {
 /// the misses.
 pub async fn selftest(cairn: &Cairn, opts: &SelftestOptions) -> Result<SelftestReport> {
     let parse = cairn.config().limits.parse_options();
-    let registry = cairn_index::Database::open(&cairn.config().db).await?.sources().await?;
+    let registry = cairn.config().database().await?.sources().await?;
     let mut report = SelftestReport { mode: opts.mode, ..SelftestReport::default() };
     let mut probes = Vec::new();
     for info in &registry {

@@ -190,7 +190,7 @@ impl Cairn {
                 return Self::open_with(config, opts).await;
             }
             Err(_) => {
-                let db = cairn_index::Database::open(&config.db).await?;
+                let db = config.database().await?;
                 let embedder: Option<Arc<dyn cairn_index::Embedder>> = if with_model {
                     let dir = config.model.dir.clone();
                     let e = tokio::task::spawn_blocking(move || {
@@ -425,7 +425,7 @@ impl Cairn {
             State::Client(c) => c.call(Request::Stats { days }).await.map_err(remote),
             _ => {
                 let c = &self.inner.config;
-                crate::stats::collect(&c.db, c.event_log_dir().as_deref(), days).await
+                crate::stats::collect(c, c.event_log_dir().as_deref(), days).await
             }
         }
     }
@@ -519,7 +519,7 @@ async fn become_owner(config: &Config, paths: &DbPaths, purpose: &str, mut lock:
         listener,
         socket,
         pipeline.clone(),
-        config.db.clone(),
+        config.clone(),
         config.event_log_dir(),
         info.clone(),
     );

@@ -126,6 +126,11 @@ pub struct Config {
     /// Watch folders with notify (replays turn it off and inject events themselves).
     #[serde(default = "defaults::yes")]
     pub watch: bool,
+    /// Object-store options for an `s3://` database (`[storage]`: `aws_endpoint`, `aws_region`,
+    /// `allow_http`, credentials…; the `AWS_*` environment variables work too). Never written
+    /// out: a configuration that is serialized leaves them behind.
+    #[serde(default, skip_serializing)]
+    pub storage: cairn_index::StorageOptions,
 }
 
 mod defaults {
@@ -171,7 +176,13 @@ impl Config {
             log_max_mib: defaults::log_max_mib(),
             shutdown_secs: defaults::shutdown_secs(),
             watch: true,
+            storage: cairn_index::StorageOptions::default(),
         }
+    }
+
+    /// Open the database with this configuration's object-store options.
+    pub async fn database(&self) -> cairn_index::Result<cairn_index::Database> {
+        cairn_index::Database::open_with(&self.db, &self.storage, Some(Duration::ZERO)).await
     }
 
     /// Read `cairn.toml`; relative roots are taken from the file's folder, `~` is the home.
@@ -254,4 +265,29 @@ fn resolve(base: &Path, p: &Path) -> PathBuf {
         return PathBuf::from(home).join(rest);
     }
     if p.is_absolute() { p.to_path_buf() } else { base.join(p) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `[storage]` reaches the configuration; its values are never shown by `Debug` nor written
+    /// out when the configuration is serialized.
+    #[test]
+    fn storage_options_are_read_and_never_shown() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cairn.toml");
+        std::fs::write(
+            &path,
+            "db = \"s3://bucket/notes\"\n[storage]\naws_endpoint = \"http://127.0.0.1:8333\"\naws_secret_access_key = \"hunter2\"\n",
+        )
+        .unwrap();
+        let c = Config::load(&path).unwrap();
+        assert_eq!(c.db, "s3://bucket/notes");
+        assert_eq!(c.storage.0["aws_endpoint"], "http://127.0.0.1:8333");
+        assert_eq!(c.storage.0["aws_secret_access_key"], "hunter2");
+        let shown = format!("{c:?}");
+        assert!(shown.contains("aws_secret_access_key") && !shown.contains("hunter2"), "{shown}");
+        assert!(!serde_json::to_string(&c).unwrap().contains("hunter2"));
+    }
 }

@@ -44,7 +44,7 @@ pub struct OwnerStatus {
 #[derive(Clone)]
 struct Ctx {
     pipeline: Pipeline,
-    db: String,
+    config: crate::Config,
     log_dir: Option<PathBuf>,
     owner: OwnerInfo,
     clients: Arc<Mutex<BTreeMap<u64, Hello>>>,
@@ -80,14 +80,14 @@ impl Server {
         listener: UnixListener,
         path: PathBuf,
         pipeline: Pipeline,
-        db: String,
+        config: crate::Config,
         log_dir: Option<PathBuf>,
         owner: OwnerInfo,
     ) -> Self {
         let clients: Arc<Mutex<BTreeMap<u64, Hello>>> = Arc::default();
         let ctx = Ctx {
             pipeline,
-            db,
+            config,
             log_dir,
             owner,
             clients: clients.clone(),
@@ -282,7 +282,7 @@ async fn handle(ctx: &Ctx, request: Request) -> Reply {
             .diagnose(request, &source, &slug)
             .await
             .map(|d| cairn_query::Diagnosis { served_by: Some(served_by()), ..d })),
-        Request::Stats { days } => ok(crate::stats::collect(&ctx.db, ctx.log_dir.as_deref(), days).await),
+        Request::Stats { days } => ok(crate::stats::collect(&ctx.config, ctx.log_dir.as_deref(), days).await),
         Request::Status => {
             let clients = ctx.clients.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
             ok(Ok(OwnerStatus {

@@ -4,7 +4,6 @@
 
 use crate::Result;
 use crate::event::{Event, EventKind};
-use cairn_index::Database;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -269,7 +268,7 @@ pub fn from_events(
 }
 
 /// Statistics of the database at `db` with its event log in `log_dir`.
-pub async fn collect(db: &str, log_dir: Option<&Path>, days: Option<u32>) -> Result<Stats> {
+pub async fn collect(config: &crate::Config, log_dir: Option<&Path>, days: Option<u32>) -> Result<Stats> {
     let mut stats = Stats::default();
     let mut events = Vec::new();
     if let Some(dir) = log_dir {
@@ -280,7 +279,7 @@ pub async fn collect(db: &str, log_dir: Option<&Path>, days: Option<u32>) -> Res
     }
     let (queries, mut failing) = from_events(&events, days);
     stats.queries = queries;
-    let database = Database::open(db).await?;
+    let database = config.database().await?;
     for id in database.source_ids().await? {
         let store = database.open_existing(&id).await?;
         let (pages, chunks) = store.counts().await?;

@@ -19,7 +19,7 @@ use crate::watcher::{Flush, Inject, StopWatching, Watcher, WatcherOptions};
 use crate::workers::Parser;
 use crate::writer::{AwaitVectors, Ready, SourceWriter, WriterOptions, WriterParts};
 use actix::prelude::*;
-use cairn_index::{Database, Embedder, Manifest, OrtEmbedder, OrtOptions, SourceInfo};
+use cairn_index::{Embedder, Manifest, OrtEmbedder, OrtOptions, SourceInfo};
 use cairn_ingest::{RawEvent, ScanOptions};
 use cairn_query::{SearchRequest, SearchResponse};
 use futures::stream::BoxStream;
@@ -255,7 +255,7 @@ impl Pipeline {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
 
-        let db = Database::open(&config.db).await?;
+        let db = config.database().await?;
         let stored = db.sources().await?;
         let mut sources = config.sources.clone();
         for info in &stored {

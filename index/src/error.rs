@@ -25,7 +25,7 @@ pub enum Error {
     #[error("tokenizer {path}: {message}")]
     Tokenizer { path: PathBuf, message: String },
 
-    #[error("source `{source_id}` ({uri}): {message}")]
+    #[error("{}", storage_message(source_id, uri, message))]
     Storage { source_id: String, uri: String, message: String },
 
     #[error(
@@ -36,4 +36,13 @@ pub enum Error {
 
     #[error("{0}")]
     Io(#[from] std::io::Error),
+}
+
+/// A storage error names the source (or the whole database, `*`) and the URI.
+fn storage_message(source_id: &str, uri: &str, message: &str) -> String {
+    match (source_id, uri) {
+        ("*", "") => message.to_string(),
+        ("*", uri) => format!("database {uri}: {message}"),
+        (id, uri) => format!("source `{id}` ({uri}): {message}"),
+    }
 }

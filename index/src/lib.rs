@@ -23,5 +23,5 @@ pub use resident::{Prepared, Resident, ResidentIndex};
 #[cfg(feature = "storage")]
 pub use store::{
     ChunkHit, Database, Loaded, Manifest, PageNames, PageRecord, PageState, PageWrite, PruneStats,
-    SourceInfo, SourceStore, StoredChunk, WriteBatch,
+    SourceInfo, SourceStore, StorageOptions, StoredChunk, WriteBatch,
 };

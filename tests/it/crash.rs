@@ -50,15 +50,15 @@ fn watch_once(db: &Path, vault: &Path) -> Command {
 /// Everything that must be equal between two indexes of one folder: pages, and chunks with
 /// their text and vectors.
 #[derive(Debug)]
-struct Snapshot {
-    pages: Vec<String>,
+pub struct Snapshot {
+    pub pages: Vec<String>,
     chunks: Vec<(String, i32, String, Option<Vec<f32>>)>,
 }
 
 impl Snapshot {
     /// Equal, vectors within float noise (the model may see a text in batches of other
     /// lengths), or what differs.
-    fn differs(&self, want: &Snapshot) -> Option<String> {
+    pub fn differs(&self, want: &Snapshot) -> Option<String> {
         if self.pages != want.pages {
             let extra: Vec<_> = self.pages.iter().filter(|p| !want.pages.contains(p)).collect();
             let missing: Vec<_> = want.pages.iter().filter(|p| !self.pages.contains(p)).collect();
@@ -81,9 +81,13 @@ impl Snapshot {
 }
 
 async fn snapshot(db: &Path) -> Snapshot {
-    let database = Database::open(db.to_str().unwrap()).await.unwrap();
-    let store = database.open_existing("vault").await.unwrap();
-    let pages = check_tables(&store).await.unwrap_or_else(|e| panic!("{}: {e}", db.display()));
+    snapshot_of(&Database::open(db.to_str().unwrap()).await.unwrap(), "vault").await
+}
+
+/// The snapshot of `source`'s tables in `database` (checked for orphans and missing chunks).
+pub async fn snapshot_of(database: &Database, source: &str) -> Snapshot {
+    let store = database.open_existing(source).await.unwrap();
+    let pages = check_tables(&store).await.unwrap_or_else(|e| panic!("{}: {e}", database.uri()));
     let pages = pages
         .iter()
         .map(|p| {

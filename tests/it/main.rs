@@ -10,6 +10,7 @@ mod mcp;
 mod notes;
 mod owner;
 mod replay;
+mod s3;
 mod scan;
 mod support;
 mod watch;

@@ -76,20 +76,68 @@ pub fn is_local(uri: &str) -> bool {
     !uri.contains("://")
 }
 
+/// Object-store options cairn sets unless the caller or the environment does: a store that is
+/// down, missing or refusing us is an error within seconds, not a retry loop of minutes
+/// (object_store's own default retries for up to 180 s).
+const STORE_DEFAULTS: [(&str, &str); 4] = [
+    ("client_max_retries", "2"),
+    ("client_retry_timeout", "20"),
+    ("connect_timeout", "5s"),
+    ("timeout", "30s"),
+];
+
+/// Options for an object store (`[storage]` in cairn.toml): endpoint, region, `allow_http`,
+/// credentials, timeouts, with LanceDB's key names. Never printed: its `Debug` shows the keys
+/// only.
+#[derive(Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct StorageOptions(pub std::collections::BTreeMap<String, String>);
+
+impl std::fmt::Debug for StorageOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_set().entries(self.0.keys()).finish()
+    }
+}
+
+impl StorageOptions {
+    /// These options with cairn's defaults under them (for keys neither they nor the
+    /// environment's `OBJECT_STORE_*` set).
+    fn with_defaults(&self) -> Vec<(String, String)> {
+        let env_sets =
+            |k: &str| std::env::var_os(format!("OBJECT_STORE_{}", k.to_ascii_uppercase())).is_some();
+        let mut out: Vec<(String, String)> = self.0.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        for (k, v) in STORE_DEFAULTS {
+            if !self.0.keys().any(|x| x.eq_ignore_ascii_case(k)) && !env_sets(k) {
+                out.push((k.into(), v.into()));
+            }
+        }
+        out
+    }
+}
+
 impl Database {
     /// Open with strong read consistency: every read sees every commit made before it, by
-    /// this process or another.
+    /// this process or another. An object store is reached with the environment's settings
+    /// (`AWS_ENDPOINT`, `AWS_REGION`, credentials…) and cairn's timeouts.
     pub async fn open(uri: &str) -> Result<Self> {
-        Self::open_with_consistency(uri, Some(Duration::ZERO)).await
+        Self::open_with(uri, &StorageOptions::default(), Some(Duration::ZERO)).await
     }
 
     /// Open with reads that check for newer commits at most every `interval` (`None`: never;
     /// the benchmarks use it to measure what strong consistency costs a read).
     pub async fn open_with_consistency(uri: &str, interval: Option<Duration>) -> Result<Self> {
+        Self::open_with(uri, &StorageOptions::default(), interval).await
+    }
+
+    /// Open with object-store `options` (ignored for a local folder). The store is reached once
+    /// here, so a bucket that is missing, unreachable or refuses the credentials is an error
+    /// naming the URI now, not at the first write.
+    pub async fn open_with(uri: &str, options: &StorageOptions, interval: Option<Duration>) -> Result<Self> {
         let err = |message: String| Error::Storage { source_id: "*".into(), uri: uri.into(), message };
         // A local folder is given to LanceDB as an absolute path: a relative one named `db…`
         // would be taken for a LanceDB Cloud URI.
-        let target = if is_local(uri) {
+        let local = is_local(uri);
+        let target = if local {
             std::fs::create_dir_all(uri)
                 .map_err(|e| err(format!("cannot create the database folder: {e}")))?;
             std::fs::canonicalize(uri).map_err(|e| err(e.to_string()))?.display().to_string()
@@ -97,11 +145,26 @@ impl Database {
             uri.to_string()
         };
         let mut builder = lancedb::connect(&target);
+        if !local {
+            builder = builder.storage_options(options.with_defaults());
+        }
         if let Some(d) = interval {
             builder = builder.read_consistency_interval(d);
         }
-        let conn = builder.execute().await.map_err(|e| err(e.to_string()))?;
-        Ok(Self { conn, uri: uri.into() })
+        let unreachable = |e: lancedb::Error| {
+            if local {
+                return err(e.to_string());
+            }
+            err(format!(
+                "cannot read the object store. Check that the bucket exists, that the endpoint answers and that it accepts the credentials (the AWS_* environment variables, or [storage] in cairn.toml). The store said: {e}"
+            ))
+        };
+        let conn = builder.execute().await.map_err(unreachable)?;
+        let db = Self { conn, uri: uri.into() };
+        if !local {
+            db.conn.table_names().execute().await.map_err(unreachable)?;
+        }
+        Ok(db)
     }
 
     pub fn uri(&self) -> &str {
