@@ -1,8 +1,9 @@
 //! A client of the process that owns a database: each call connects to the owner's socket,
 //! says `hello`, sends one request and reads its reply, so a call always reaches whoever owns the
 //! database at that moment. (The connection of [`Client::greet`] is the exception: the call that
-//! follows it within [`SPARE_FOR`] uses it, which saves a one-shot command a second connection.) A call the owner never answers (it died) fails with a retryable
-//! error within its time limit; nothing hangs.
+//! follows it within [`SPARE_FOR`] uses it, which saves a one-shot command a second connection.)
+//! A call the owner never answers (it died) fails with a retryable error within its time limit;
+//! nothing hangs.
 
 use crate::event::Event;
 use crate::ipc::{
