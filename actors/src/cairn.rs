@@ -515,13 +515,6 @@ async fn become_owner(config: &Config, paths: &DbPaths, purpose: &str, mut lock:
     let listener = crate::server::bind(&socket)?;
     let pipeline = Pipeline::open(config.clone()).await?;
     pipeline.keep_until_stopped(Box::new(lock));
-    let server = Server::start(
-        listener,
-        socket,
-        pipeline.clone(),
-        config.clone(),
-        config.event_log_dir(),
-        info.clone(),
-    );
+    let server = Server::start(listener, socket, pipeline.clone(), config.clone(), info.clone());
     Ok(Owned { pipeline, server: Arc::new(server), info })
 }

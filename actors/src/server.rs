@@ -45,7 +45,6 @@ pub struct OwnerStatus {
 struct Ctx {
     pipeline: Pipeline,
     config: crate::Config,
-    log_dir: Option<PathBuf>,
     owner: OwnerInfo,
     clients: Arc<Mutex<BTreeMap<u64, Hello>>>,
     slots: Arc<Semaphore>,
@@ -81,14 +80,12 @@ impl Server {
         path: PathBuf,
         pipeline: Pipeline,
         config: crate::Config,
-        log_dir: Option<PathBuf>,
         owner: OwnerInfo,
     ) -> Self {
         let clients: Arc<Mutex<BTreeMap<u64, Hello>>> = Arc::default();
         let ctx = Ctx {
             pipeline,
             config,
-            log_dir,
             owner,
             clients: clients.clone(),
             slots: Arc::new(Semaphore::new(MAX_CONNECTIONS)),
@@ -282,7 +279,9 @@ async fn handle(ctx: &Ctx, request: Request) -> Reply {
             .diagnose(request, &source, &slug)
             .await
             .map(|d| cairn_query::Diagnosis { served_by: Some(served_by()), ..d })),
-        Request::Stats { days } => ok(crate::stats::collect(&ctx.config, ctx.log_dir.as_deref(), days).await),
+        Request::Stats { days } => {
+            ok(crate::stats::collect(&ctx.config, ctx.config.event_log_dir().as_deref(), days).await)
+        }
         Request::Status => {
             let clients = ctx.clients.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
             ok(Ok(OwnerStatus {
