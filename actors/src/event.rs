@@ -123,14 +123,17 @@ pub enum EventKind {
         commit_ms: u64,
         version: u64,
     },
-    /// The source's tables were compacted, their indexes refreshed, and versions older than
-    /// the retention removed.
+    /// The source's upkeep ran: versions older than the retention and stray files removed, and
+    /// (`compacted`) its small fragments merged.
     Optimized {
         ms: u64,
         #[serde(default)]
         versions_removed: u64,
         #[serde(default)]
         bytes_removed: u64,
+        /// Fragments compacted too (not only old versions removed).
+        #[serde(default)]
+        compacted: bool,
     },
     /// A stage failed on infrastructure and will be retried after `retry_ms`.
     StageFailed {

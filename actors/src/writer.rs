@@ -42,8 +42,7 @@ const MAX_EMBEDS_OUT: usize = 2;
 /// Commits, or chunks written, between upkeep runs (compaction, index refresh, pruning).
 const UPKEEP_EVERY: usize = 32;
 const UPKEEP_CHUNKS: usize = 1000;
-/// Upkeep runs this long after it falls due, beside the writer (it takes seconds on a large
-/// source and is never in front of an edit).
+/// Upkeep runs this long after it falls due (so a burst of commits finishes first).
 const UPKEEP_DELAY: Duration = Duration::from_secs(2);
 /// Table versions are kept this long after they are superseded: a reader that opened one can
 /// finish with it; older ones are removed by the upkeep.
@@ -190,8 +189,7 @@ pub struct SourceWriter {
     since_upkeep: usize,
     chunks_since_upkeep: usize,
     upkeep: Option<SpawnHandle>,
-    /// Set by an upkeep that lost a commit race: the next commit schedules it again.
-    upkeep_again: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    idle_upkeep: Option<SpawnHandle>,
     failures: u32,
     /// Closed on purpose (its source was removed): a supervisor restart stops at once.
     closed: bool,
@@ -250,7 +248,7 @@ impl SourceWriter {
             since_upkeep: 0,
             chunks_since_upkeep: 0,
             upkeep: None,
-            upkeep_again: Default::default(),
+            idle_upkeep: None,
             failures: 0,
             closed: false,
             embedder: parts.embedder,
@@ -833,81 +831,78 @@ impl SourceWriter {
     }
 
     /// Count a commit towards upkeep, and schedule it when it falls due (once: a steady stream
-    /// of commits must not postpone it for ever).
+    /// of commits must not postpone it for ever). Every commit also moves the idle upkeep: once
+    /// the writer has been idle past the keep window, one more run compacts what the last
+    /// commits left and removes every version but the current one, so a watch at rest takes
+    /// the room of a fresh index.
     fn note_commit(&mut self, chunks: usize, ctx: &mut Context<Self>) {
         self.since_upkeep += 1;
         self.chunks_since_upkeep += chunks;
-        if self.upkeep_again.swap(false, std::sync::atomic::Ordering::Relaxed) {
-            self.since_upkeep = self.since_upkeep.max(UPKEEP_EVERY);
+        if let Some(idle) = self.idle_upkeep.take() {
+            ctx.cancel_future(idle);
         }
+        self.idle_upkeep = Some(ctx.run_later(KEEP_VERSIONS + UPKEEP_DELAY, |act, ctx| {
+            act.idle_upkeep = None;
+            act.run_upkeep(ctx);
+        }));
         if self.upkeep.is_some()
             || (self.since_upkeep < UPKEEP_EVERY && self.chunks_since_upkeep < UPKEEP_CHUNKS)
         {
             return;
         }
-        self.upkeep = Some(ctx.run_later(UPKEEP_DELAY, |act, _| {
+        self.upkeep = Some(ctx.run_later(UPKEEP_DELAY, |act, ctx| {
             act.upkeep = None;
-            act.since_upkeep = 0;
-            act.chunks_since_upkeep = 0;
-            let (Some(store), id, emit) = (act.store.clone(), act.id.clone(), act.emit.clone()) else {
-                return;
-            };
-            // While vectors are being written, every vector commit rewrites rows of the chunks
-            // table: a compaction beside it would lose the race (LanceDB refuses a rewrite of
-            // fragments a concurrent update touched) and redo work the next commits undo. Old
-            // versions are still removed; compaction waits for the commit after the backfill.
-            // (Queued or in flight: a chunk the model refused stays without a vector for good
-            // and must not hold compaction off for ever.)
-            let vectors_busy = act.vectors.out > 0
-                || act.vectors.committing > 0
-                || !act.vectors.edits.is_empty()
-                || !act.vectors.bulk.is_empty();
-            if vectors_busy {
-                act.since_upkeep = UPKEEP_EVERY;
-            }
-            let again = act.upkeep_again.clone();
-            // Beside the writer: LanceDB's optimistic concurrency orders the commits.
-            actix::spawn(async move {
-                let t0 = Instant::now();
-                let done = if vectors_busy { prune_only(&store).await } else { upkeep(&store).await };
-                match done {
-                    Ok(pruned) => {
-                        let ev = EventKind::Optimized {
-                            ms: t0.elapsed().as_millis() as u64,
-                            versions_removed: pruned.old_versions,
-                            bytes_removed: pruned.bytes_removed,
-                        };
-                        emit.emit(&id, vec![ev]).await;
-                    }
-                    // A commit of our own came first: not a failure; the next one re-arms it.
-                    Err(e) if is_commit_race(&e) => {
-                        again.store(true, std::sync::atomic::Ordering::Relaxed);
-                        tracing::debug!("source `{id}`: upkeep deferred, a commit came first: {e}")
-                    }
-                    Err(e) => tracing::warn!(
-                        "source `{id}`: upkeep failed (searches stay correct; the tables grow): {e}"
-                    ),
-                }
-            });
+            act.run_upkeep(ctx);
         }));
     }
-}
 
-/// LanceDB's "retryable commit conflict": another transaction of this writer committed first.
-fn is_commit_race(e: &cairn_index::Error) -> bool {
-    let msg = e.to_string();
-    msg.contains("Retryable commit conflict") || msg.contains("preempted by concurrent transaction")
-}
-
-/// Old table versions removed (no new version is committed, so nothing can conflict).
-pub async fn prune_only(store: &SourceStore) -> cairn_index::Result<cairn_index::PruneStats> {
-    store.prune(KEEP_VERSIONS).await
-}
-
-/// Compaction and index refresh, then old versions removed.
-pub async fn upkeep(store: &SourceStore) -> cairn_index::Result<cairn_index::PruneStats> {
-    store.optimize().await?;
-    store.prune(KEEP_VERSIONS).await
+    /// Compaction, then old versions and stray files removed, in the writer's own sequence (as
+    /// its commits are): no commit of this writer runs meanwhile, so a compaction never loses a
+    /// commit race (LanceDB would refuse it and its rewritten files would stay behind, unused),
+    /// and files no version references are strays of a crash or of an older build, safe to
+    /// remove. An edit arriving meanwhile waits for one compaction of the small fragments.
+    fn run_upkeep(&mut self, ctx: &mut Context<Self>) {
+        self.since_upkeep = 0;
+        self.chunks_since_upkeep = 0;
+        let (Some(store), id, emit) = (self.store.clone(), self.id.clone(), self.emit.clone()) else {
+            return;
+        };
+        // While vectors are being written, every vector commit rewrites rows of the chunks
+        // table: a compaction now would redo work the next commits undo. Old versions are still
+        // removed; compaction waits for the commit after the backfill. (Queued or in flight: a
+        // chunk the model refused stays without a vector for good and must not hold compaction
+        // off for ever.)
+        let vectors_busy = self.vectors.out > 0
+            || self.vectors.committing > 0
+            || !self.vectors.edits.is_empty()
+            || !self.vectors.bulk.is_empty();
+        if vectors_busy {
+            self.since_upkeep = UPKEEP_EVERY;
+        }
+        let fut = async move {
+            let t0 = Instant::now();
+            if !vectors_busy {
+                store.optimize().await?;
+            }
+            let pruned = store.prune(KEEP_VERSIONS, true).await?;
+            let ev = EventKind::Optimized {
+                ms: t0.elapsed().as_millis() as u64,
+                versions_removed: pruned.old_versions,
+                bytes_removed: pruned.bytes_removed,
+                compacted: !vectors_busy,
+            };
+            emit.emit(&id, vec![ev]).await;
+            Ok::<_, cairn_index::Error>(())
+        };
+        ctx.wait(actix::fut::wrap_future::<_, Self>(fut).map(|res, act, _| {
+            if let Err(e) = res {
+                tracing::warn!(
+                    "source `{}`: upkeep failed (searches stay correct; the tables grow): {e}",
+                    act.id
+                )
+            }
+        }));
+    }
 }
 
 impl Actor for SourceWriter {

@@ -43,6 +43,7 @@ async fn write_read_and_search_one_source() {
     let chunks: usize = batch.upserts.iter().map(|w| w.page.chunks.len()).sum();
     store.write(&batch).await.unwrap();
     assert_eq!(store.counts().await.unwrap(), (2, chunks));
+    store.build_text_indexes().await.unwrap();
 
     let kw = store.keyword("ceiling oak", 5).await.unwrap();
     assert_eq!(kw[0].slug, "projects/amphi");
@@ -176,6 +177,7 @@ async fn a_resident_index_kept_by_commits_matches_the_tables() {
         kept.apply(Prepared::batch(b));
     }
     store.optimize().await.unwrap();
+    store.build_text_indexes().await.unwrap();
     let (loaded, _) = Resident::load(&store).await.unwrap();
     let counts = store.counts().await.unwrap();
     let queries = ["tide moon", "woven wool ceiling", "oak", "bread flour", "old port", "greek amphitheater"];

@@ -67,6 +67,7 @@ async fn reindexing_is_incremental_edit_rename_and_delete() {
     let deleted = index(db.path(), &specs).await;
     assert_eq!(deleted.counts.pages_removed, 1);
     assert_eq!(store.counts().await.unwrap().0, 1);
+    store.build_text_indexes().await.unwrap();
     assert!(store.keyword("sourdough starter", 5).await.unwrap().is_empty());
 }
 
@@ -88,7 +89,10 @@ async fn two_sources_with_one_slug_and_reads_that_find_the_page() {
     assert_eq!(sa.page("index").await.unwrap().unwrap().title, "Amphitheater");
     assert_eq!(sb.page("index").await.unwrap().unwrap().title, "Tax checklist");
 
-    // BM25 and vector reads return the expected page for a known query.
+    // BM25 and vector reads return the expected page for a known query (LanceDB's own
+    // search, over full-text indexes built here: cairn's searches read the resident index).
+    sa.build_text_indexes().await.unwrap();
+    sb.build_text_indexes().await.unwrap();
     assert_eq!(sa.keyword("oak ceiling echo", 3).await.unwrap()[0].heading_path, "Amphitheater › Acoustics");
     let e = OrtEmbedder::open(OrtOptions::default()).unwrap();
     let q = e.embed_query("where can citizens argue in public").unwrap();

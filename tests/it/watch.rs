@@ -268,3 +268,53 @@ async fn a_source_that_fails_retries_with_backoff_while_the_others_go_on() {
     cairn.flush().await.unwrap();
     cairn.shutdown().await.unwrap();
 }
+
+/// A long watch stays small: edits keep coming while the upkeep compacts, and no compaction
+/// leaves its rewritten files behind (one that lost a commit race to an edit used to leave a
+/// rewrite of the whole table on disk, unused by any version, every few seconds).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edits_during_upkeep_leave_no_stray_files() {
+    use futures::{FutureExt, StreamExt};
+    let tmp = tempfile::tempdir().unwrap();
+    let (vault, db) = (tmp.path().join("vault"), tmp.path().join("db"));
+    let body = |i: usize, n: usize| {
+        let lines: String =
+            (0..n).map(|k| format!("- Edit {k} of note {i}: the tide turned at {k} past.\n")).collect();
+        format!("# Note {i}\n\nNote {i} keeps a log of the harbour.\n\n## Log\n\n{lines}")
+    };
+    for i in 0..20 {
+        write(&vault, &format!("note-{i}.md"), &body(i, 0));
+    }
+    let config = Config::new(
+        db.to_str().unwrap(),
+        vec![SourceConfig { id: "log".into(), root: vault.clone(), include: vec![], exclude: vec![] }],
+    );
+    let cairn = Cairn::open(config).await.unwrap();
+    let mut events = cairn.subscribe().await.unwrap();
+    cairn.flush().await.unwrap();
+    // Edits one after the other, each waited for with its vectors (two commits each), until two
+    // upkeeps have compacted with edits coming in behind them.
+    let (mut compactions, mut edits) = (0, 0);
+    while compactions < 2 {
+        assert!(edits < 500, "no compaction after {edits} edits");
+        edits += 1;
+        write(&vault, &format!("note-{}.md", edits % 20), &body(edits % 20, edits / 20 + 1));
+        cairn.flush().await.unwrap();
+        while let Some(Some(e)) = events.next().now_or_never() {
+            compactions += usize::from(matches!(e.kind, EventKind::Optimized { compacted: true, .. }));
+        }
+    }
+    cairn.shutdown().await.unwrap();
+    eprintln!("{compactions} compactions in {edits} edits");
+
+    // On a copy (the test's own database stays as the watch left it): files that no version
+    // references are what a lost race leaves; with every version kept, a cleanup that may remove
+    // unreferenced files removes nothing.
+    let copy = tmp.path().join("copy");
+    crate::support::copy_dir(&db, &copy);
+    let store = Database::open(copy.to_str().unwrap()).await.unwrap().open_existing("log").await.unwrap();
+    let strays = store.prune(std::time::Duration::from_secs(86_400), true).await.unwrap();
+    assert_eq!(strays.bytes_removed, 0, "files no version uses, after {edits} edits: {strays:?}");
+    let pages = check_tables(&store).await.unwrap();
+    assert_eq!(pages.len(), 20);
+}

@@ -1,6 +1,6 @@
 //! Writes to one source: a commit of pages (chunk rows, then page rows), vectors attached to
-//! chunks written before, and the upkeep a long-lived table needs (compaction, index refresh,
-//! old versions removed).
+//! chunks written before, and the upkeep a long-lived table needs (compaction, old versions and
+//! stray files removed).
 
 use super::arrow::{chunk_batch, page_batch, vector_batch};
 use super::records::WriteBatch;
@@ -10,10 +10,15 @@ use arrow_array::RecordBatchIterator;
 use lancedb::index::Index;
 use lancedb::index::scalar::FtsIndexBuilder;
 use lancedb::table::OptimizeAction;
+use lancedb::table::optimize::CompactionOptions;
 use std::time::Duration;
 
-/// Chunks in a source before its vectors get an approximate (IVF-PQ) index.
-pub const VECTOR_INDEX_MIN_ROWS: usize = 100_000;
+/// Rows a compaction fills a fragment to. A fragment with fewer rows is compacted again, so a
+/// compaction rewrites the fragments written since the last one plus at most one part-filled
+/// fragment of this size (about 2 MiB of chunks with 384-d vectors), never the whole table:
+/// LanceDB's default (1M rows) makes every table below a million rows one "small" fragment that
+/// each compaction rewrites in full.
+pub const FRAGMENT_ROWS: usize = 1024;
 
 /// What a pruning removed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -68,7 +73,6 @@ impl SourceStore {
                 .await
                 .map_err(|e| self.err(e))?;
         }
-        self.ensure_text_indexes().await?;
         self.version().await
     }
 
@@ -103,16 +107,16 @@ impl SourceStore {
         self.version().await
     }
 
-    /// Full-text indexes exist once a table has rows (LanceDB cannot index an empty table).
-    /// Rows written after the index was built are still searched (unindexed data is scanned)
-    /// until [`SourceStore::optimize`] folds them in.
-    async fn ensure_text_indexes(&self) -> Result<()> {
+    /// LanceDB's full-text indexes over chunk text and page names, for the tests and benches
+    /// that compare the resident index with LanceDB's own search. cairn's searches read the
+    /// resident index, so the product never builds them (and [`SourceStore::optimize`] drops
+    /// them). An index built before is kept as it is.
+    pub async fn build_text_indexes(&self) -> Result<()> {
         for (table, column) in [(&self.chunks, "search_text"), (&self.pages, "names")] {
             let indices = table.list_indices().await.map_err(|e| self.err(e))?;
-            if indices.iter().any(|i| i.columns.iter().any(|c| c == column)) {
-                continue;
-            }
-            if table.count_rows(None).await.map_err(|e| self.err(e))? == 0 {
+            if indices.iter().any(|i| i.columns.iter().any(|c| c == column))
+                || table.count_rows(None).await.map_err(|e| self.err(e))? == 0
+            {
                 continue;
             }
             table
@@ -124,42 +128,36 @@ impl SourceStore {
         Ok(())
     }
 
-    /// Compaction and index refresh: on a cadence, never per write. A vector index (IVF-PQ) is
-    /// built once the chunks table reaches [`VECTOR_INDEX_MIN_ROWS`]; below that exact search
-    /// is fast and loses nothing.
+    /// Compaction: fragments below [`FRAGMENT_ROWS`] merged, deleted rows dropped. Indexes
+    /// that earlier versions built and nothing reads (full text, IVF-PQ) are dropped first, so
+    /// a compaction does not remap them. The caller makes sure no commit of its own runs
+    /// meanwhile: a compaction that loses a commit race leaves its rewritten files behind.
     pub async fn optimize(&self) -> Result<()> {
-        self.ensure_text_indexes().await?;
-        if self.chunks.count_rows(None).await.map_err(|e| self.err(e))? >= VECTOR_INDEX_MIN_ROWS {
-            let indices = self.chunks.list_indices().await.map_err(|e| self.err(e))?;
-            if !indices.iter().any(|i| i.columns.iter().any(|c| c == "vector")) {
-                self.chunks
-                    .create_index(&["vector"], Index::Auto)
-                    .execute()
-                    .await
-                    .map_err(|e| self.err(format!("building the vector index: {e}")))?;
-            }
-        }
         for table in [&self.chunks, &self.pages] {
-            for action in [
-                OptimizeAction::Compact { options: Default::default(), remap_options: None },
-                OptimizeAction::Index(Default::default()),
-            ] {
-                table.optimize(action).await.map_err(|e| self.err(e))?;
+            for index in table.list_indices().await.map_err(|e| self.err(e))? {
+                table.drop_index(&index.name).await.map_err(|e| self.err(e))?;
             }
+            let options = CompactionOptions { target_rows_per_fragment: FRAGMENT_ROWS, ..Default::default() };
+            table
+                .optimize(OptimizeAction::Compact { options, remap_options: None })
+                .await
+                .map_err(|e| self.err(e))?;
         }
         Ok(())
     }
 
     /// Remove the table versions older than `keep` (the current one always stays). A reader
-    /// that opened a version within `keep` can still finish reading it; files that belong to no
-    /// version (a write in progress) are left alone.
-    pub async fn prune(&self, keep: Duration) -> Result<PruneStats> {
+    /// that opened a version within `keep` can still finish reading it. Files that belong to no
+    /// version are a write in progress, or what a crash or an interrupted compaction left: with
+    /// `strays` they are removed too, which is only safe when the caller knows no write of
+    /// its own is in flight (the owner lock keeps every other process from writing).
+    pub async fn prune(&self, keep: Duration, strays: bool) -> Result<PruneStats> {
         let older_than = lancedb::table::optimize::Duration::from_std(keep).map_err(|e| self.err(e))?;
         let mut stats = PruneStats::default();
         for table in [&self.chunks, &self.pages, &self.manifest] {
             let action = OptimizeAction::Prune {
                 older_than: Some(older_than),
-                delete_unverified: None,
+                delete_unverified: Some(strays),
                 error_if_tagged_old_versions: None,
             };
             if let Some(p) = table.optimize(action).await.map_err(|e| self.err(e))?.prune {
