@@ -63,7 +63,7 @@ fn queries(path: &Path, n: usize) -> Vec<String> {
     all.into_iter().step_by(step).take(n).collect()
 }
 
-/// Until each of `sources` has reported an index refresh.
+/// Until each of `sources` has run its upkeep.
 async fn wait_optimized(
     events: &mut futures::stream::BoxStream<'static, std::sync::Arc<cairn_actors::Event>>,
     sources: &[&str],
@@ -72,9 +72,9 @@ async fn wait_optimized(
     while !left.is_empty() {
         let e = tokio::time::timeout(Duration::from_secs(600), events.next())
             .await
-            .expect("no index refresh within 600 s")
+            .expect("no upkeep within 600 s")
             .expect("event stream ended");
-        if matches!(e.kind, EventKind::Optimized { .. }) {
+        if matches!(e.kind, EventKind::Optimized { compacted: true, .. }) {
             left.retain(|s| *s != e.source);
         }
     }
@@ -128,7 +128,7 @@ async fn main() {
     let status = cairn.status();
     println!("## Pipeline: full index of FOLDOC ({} pages)\n", status[0].pages);
     if pages > 0 {
-        // The writer refreshes the indexes once it has been idle; edits are measured after.
+        // The writer compacts once the backfill is done; edits are measured after.
         wait_optimized(&mut refreshed, &["foldoc"]).await;
     }
 
@@ -249,7 +249,7 @@ async fn query_latency(work: &Path, config: Config) -> Vec<String> {
     let (mut refreshed, mut committed) = (cairn.subscribe(), cairn.subscribe());
     cairn.flush().await.unwrap();
     let indexed_two = t.elapsed().as_secs_f64();
-    // Sources written to (none on a kept database) get their index refresh before the floor.
+    // Sources written to (none on a kept database) get their upkeep before the floor.
     let mut wrote: Vec<String> = Vec::new();
     while let Some(Some(e)) = futures::FutureExt::now_or_never(committed.next()) {
         if matches!(e.kind, EventKind::Committed { .. }) && !wrote.contains(&e.source) {

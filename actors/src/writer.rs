@@ -39,7 +39,7 @@ const MAILBOX: usize = 4;
 /// Embedding requests out at once: one being embedded, one queued behind it, so the model never
 /// waits for a commit.
 const MAX_EMBEDS_OUT: usize = 2;
-/// Commits, or chunks written, between upkeep runs (compaction, index refresh, pruning).
+/// Commits, or chunks written, between upkeep runs (compaction, pruning).
 const UPKEEP_EVERY: usize = 32;
 const UPKEEP_CHUNKS: usize = 1000;
 /// Upkeep runs this long after it falls due (so a burst of commits finishes first).

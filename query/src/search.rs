@@ -523,7 +523,9 @@ fn validate(req: &SearchRequest) -> Result<()> {
     Ok(())
 }
 
-/// Answer a request over the given sources.
+/// Answer a request over the given sources: the named stages below, in order (gather with the
+/// exact lookup beside it, inject exact names, relevance floor, union scoring with its
+/// multipliers and evidence, order).
 pub async fn search<R: SourceReader>(
     all: &[&R],
     embedder: Option<&dyn Embedder>,
@@ -532,20 +534,7 @@ pub async fn search<R: SourceReader>(
     let started = Instant::now();
     validate(req)?;
     let mut notes = Vec::new();
-    let readers: Vec<&R> = if req.sources.is_empty() {
-        all.to_vec()
-    } else {
-        let known: Vec<String> = all.iter().map(|r| r.id().to_string()).collect();
-        for s in &req.sources {
-            if !known.contains(s) {
-                return Err(QueryError::UnknownSource { id: s.clone(), known: known.join(", ") });
-            }
-        }
-        all.iter().filter(|r| req.sources.iter().any(|s| s == r.id())).copied().collect()
-    };
-    if readers.is_empty() {
-        return Err(QueryError::NoSources);
-    }
+    let readers = select_readers(all, &req.sources)?;
     let limit = if req.limit > MAX_LIMIT {
         notes.push(format!("limit {} lowered to {MAX_LIMIT}", req.limit));
         MAX_LIMIT
@@ -558,24 +547,11 @@ pub async fn search<R: SourceReader>(
     };
     let text = tokens(&req.query).join(" ");
     let mut degraded = Vec::new();
-    let qvec = match (req.mode, embedder) {
-        (Mode::Fast, _) => None,
-        (_, None) => {
-            degraded.push("embed_unavailable".to_string());
-            None
-        }
-        (_, Some(e)) => match e.embed_query(&req.query) {
-            Ok(v) => Some(v),
-            Err(err) => {
-                degraded.push("embed_unavailable".to_string());
-                notes.push(format!("query not embedded: {err}"));
-                None
-            }
-        },
-    };
-
+    let qvec = embed_query(req, embedder, &mut degraded, &mut notes);
     let filter = req.filter.compile()?;
-    // The exact lookup does not depend on the arms: it runs alongside the gather.
+
+    // Gather: every source's own K slots; the exact lookup does not depend on the arms and runs
+    // alongside.
     let (gathered, exact) = futures::join!(
         futures::future::join_all(readers.iter().map(|r| gather_source(
             *r,
@@ -589,58 +565,134 @@ pub async fn search<R: SourceReader>(
     // A page named by the query but outside the filter is not injected.
     let exact: Vec<(String, PageRecord, ExactKind)> =
         exact.into_iter().filter(|(_, p, _)| filter.as_ref().is_none_or(|f| f.matches(p))).collect();
+    let (mut union, statuses) = merge_sources(&readers, gathered, &mut degraded)?;
+    if req.pooled_baseline {
+        union = pool_globally(union, k);
+    }
+    let collisions = alias_collisions(&req.query, &exact);
+    inject_exact(&readers, qvec.as_deref(), &mut union, &exact).await;
+    relevance_floor(&mut union);
+    let results = order(score_union(req, union), &exact, limit);
+    Ok(SearchResponse {
+        query: req.query.clone(),
+        mode: req.mode,
+        results,
+        sources: statuses,
+        degraded,
+        alias_collisions: collisions,
+        scoring_version: SCORING_VERSION.to_string(),
+        latency_ms: started.elapsed().as_secs_f64() * 1000.0,
+        pending_changes: None,
+        vectors_pending: None,
+        served_by: None,
+        notes,
+    })
+}
+
+/// The sources a request names (all when it names none); a name no source has is an error.
+fn select_readers<'a, R: SourceReader>(all: &[&'a R], names: &[String]) -> Result<Vec<&'a R>> {
+    if let Some(missing) = names.iter().find(|s| !all.iter().any(|r| r.id() == s.as_str())) {
+        let known: Vec<&str> = all.iter().map(|r| r.id()).collect();
+        return Err(QueryError::UnknownSource { id: missing.clone(), known: known.join(", ") });
+    }
+    let readers: Vec<&R> =
+        all.iter().filter(|r| names.is_empty() || names.iter().any(|s| s == r.id())).copied().collect();
+    if readers.is_empty() {
+        return Err(QueryError::NoSources);
+    }
+    Ok(readers)
+}
+
+/// The query's vector, unless the mode needs none; without a model (or when it fails) the
+/// answer goes on without the vector arm and says so.
+fn embed_query(
+    req: &SearchRequest,
+    embedder: Option<&dyn Embedder>,
+    degraded: &mut Vec<String>,
+    notes: &mut Vec<String>,
+) -> Option<Vec<f32>> {
+    match (req.mode, embedder) {
+        (Mode::Fast, _) => None,
+        (_, None) => {
+            degraded.push("embed_unavailable".to_string());
+            None
+        }
+        (_, Some(e)) => match e.embed_query(&req.query) {
+            Ok(v) => Some(v),
+            Err(err) => {
+                degraded.push("embed_unavailable".to_string());
+                notes.push(format!("query not embedded: {err}"));
+                None
+            }
+        },
+    }
+}
+
+/// Every source's candidates in one union, and how each source took part. A source that failed
+/// is reported and the others answer; when all failed, the call fails.
+fn merge_sources<R: SourceReader>(
+    readers: &[&R],
+    gathered: Vec<cairn_index::Result<Gathered>>,
+    degraded: &mut Vec<String>,
+) -> Result<(Vec<Candidate>, Vec<SourceStatus>)> {
     let mut statuses = Vec::new();
     let mut union: Vec<Candidate> = Vec::new();
     let mut errors = Vec::new();
     for (r, g) in readers.iter().zip(gathered) {
+        let mut status = SourceStatus {
+            source: r.id().into(),
+            status: Health::Ok,
+            error: None,
+            candidates: 0,
+            pool_underfilled: false,
+            pending: None,
+            lag_ms: None,
+            vectors_pending: None,
+        };
         match g {
             Ok(g) => {
-                statuses.push(SourceStatus {
-                    source: r.id().into(),
-                    status: Health::Ok,
-                    error: None,
-                    candidates: g.candidates.len(),
-                    pool_underfilled: g.underfilled,
-                    pending: None,
-                    lag_ms: None,
-                    vectors_pending: None,
-                });
+                status.candidates = g.candidates.len();
+                status.pool_underfilled = g.underfilled;
                 union.extend(g.candidates);
             }
             Err(e) => {
                 degraded.push(format!("source_failed:{}", r.id()));
                 errors.push(e.to_string());
-                statuses.push(SourceStatus {
-                    source: r.id().into(),
-                    status: Health::Failed,
-                    error: Some(e.to_string()),
-                    candidates: 0,
-                    pool_underfilled: false,
-                    pending: None,
-                    lag_ms: None,
-                    vectors_pending: None,
-                });
+                status.status = Health::Failed;
+                status.error = Some(e.to_string());
             }
         }
+        statuses.push(status);
     }
     if errors.len() == readers.len() {
         return Err(QueryError::AllSourcesFailed(errors.join("; ")));
     }
-    if req.pooled_baseline {
-        union = pool_globally(union, k);
-    }
+    Ok((union, statuses))
+}
 
-    // Exact lookup and alias hop: matching pages are marked, or injected when no arm found them.
-    let mut collisions = Vec::new();
-    // Several pages answering to the query's name (by title, file name or alias) collide.
+/// Several pages answering to the query's name (by title, file name or alias; a page id alone
+/// is no name) collide.
+fn alias_collisions(query: &str, exact: &[(String, PageRecord, ExactKind)]) -> Vec<AliasCollision> {
     let named: Vec<String> = exact
         .iter()
         .filter(|(_, _, k)| *k != ExactKind::Slug)
         .map(|(s, p, _)| format!("{s}:{}", p.slug))
         .collect();
     if named.len() > 1 {
-        collisions.push(AliasCollision { name: normalize_name(&req.query), pages: named });
+        vec![AliasCollision { name: normalize_name(query), pages: named }]
+    } else {
+        Vec::new()
     }
+}
+
+/// Inject exact names (exact lookup and alias hop): the first three pages the query names are
+/// marked where an arm found them, and added (with their record and best chunk) where none did.
+async fn inject_exact<R: SourceReader>(
+    readers: &[&R],
+    qvec: Option<&[f32]>,
+    union: &mut Vec<Candidate>,
+    exact: &[(String, PageRecord, ExactKind)],
+) {
     for (source, page, kind) in exact.iter().take(3) {
         match union.iter_mut().find(|c| c.source == *source && c.slug == page.slug) {
             Some(c) => c.exact = Some(*kind),
@@ -656,23 +708,28 @@ pub async fn search<R: SourceReader>(
                     exact: Some(*kind),
                 };
                 if let Some(r) = readers.iter().find(|r| r.id() == source) {
-                    let _ = complete(*r, qvec.as_deref(), std::slice::from_mut(&mut c)).await;
+                    let _ = complete(*r, qvec, std::slice::from_mut(&mut c)).await;
                 }
                 union.push(c);
             }
         }
     }
+}
 
-    // The relevance floor: a page only the vector arm found, and found weakly, is junk.
+/// The relevance floor: a page only the vector arm found, and found weakly, is junk.
+fn relevance_floor(union: &mut Vec<Candidate>) {
     union.retain(|c| {
         c.exact.is_some()
             || c.title.is_some()
             || c.keyword.is_some()
             || c.vector.as_ref().is_some_and(|(_, h)| h.score >= RELEVANCE_FLOOR)
     });
+}
 
-    // Order the union by scores comparable across sources: raw cosine of the best chunk plus
-    // BM25 re-scored over the union with the union's own term statistics.
+/// Union scoring: scores comparable across sources, the raw cosine of the best chunk plus BM25
+/// re-scored over the union with the union's own term statistics (normalised to 0..1); then
+/// each page's multipliers and evidence.
+fn score_union(req: &SearchRequest, union: Vec<Candidate>) -> Vec<SearchResult> {
     let docs: Vec<String> = union
         .iter()
         .map(|c| {
@@ -687,65 +744,91 @@ pub async fn search<R: SourceReader>(
     let bm25 = union_bm25(&req.query, &docs);
     let max_bm25 = bm25.iter().copied().fold(0.0f32, f32::max);
     let query_terms: Vec<String> = content_tokens(&req.query).iter().map(|t| layers::stem(t)).collect();
-    let mut results: Vec<SearchResult> = union
+    union
         .into_iter()
         .zip(bm25)
         .zip(docs)
         .map(|((c, bm), doc)| {
             let union_keyword = if max_bm25 > 0.0 { bm / max_bm25 } else { 0.0 };
-            let cosine = c.vector.as_ref().map(|(_, h)| h.score);
-            let base = cosine.unwrap_or(0.0) + KEYWORD_WEIGHT * union_keyword;
-            let title = c.record.as_ref().map_or(String::new(), |p| p.title.clone());
-            let mut multipliers = Vec::new();
-            if title_phrase_match(&req.query, &title) {
-                multipliers.push(("title_phrase".to_string(), TITLE_PHRASE_BOOST));
-            }
-            if c.record.as_ref().is_some_and(|p| p.body_shared_by >= TEMPLATE_PAGES) {
-                multipliers.push(("template".to_string(), TEMPLATE_FACTOR));
-            }
-            let score = multipliers.iter().fold(base, |s, (_, m)| s * m);
-            let doc_tokens = layers::stems(&doc);
-            let signals = Signals {
-                exact: c.exact,
-                cosine,
-                keyword_rank: c.keyword.as_ref().map(|(a, _)| a.rank),
-                all_terms_present: !query_terms.is_empty()
-                    && query_terms.iter().all(|t| doc_tokens.contains(t)),
+            let all_terms_present = !query_terms.is_empty() && {
+                let doc_tokens = layers::stems(&doc);
+                query_terms.iter().all(|t| doc_tokens.contains(t))
             };
-            let (evidence, create_safety) = evidence(&signals);
-            let best = c.vector.as_ref().or(c.keyword.as_ref()).map(|(_, h)| ResultChunk {
-                text: h.text.clone(),
-                heading_path: h.heading_path.clone(),
-                line_start: h.line_start,
-                line_end: h.line_end,
-            });
-            let explain = req.explain.then(|| Explain {
-                keyword: c.keyword.as_ref().map(|(a, _)| *a),
-                vector: c.vector.as_ref().map(|(a, _)| *a),
-                title: c.title,
-                fused_in_source: c.fused,
-                union_keyword,
-                multipliers: multipliers.clone(),
-                why: why(&signals, &evidence),
-            });
-            SearchResult {
-                source: c.source,
-                slug: c.slug,
-                path: c.record.as_ref().map_or(String::new(), |p| p.path.clone()),
-                title,
-                score,
-                base_score: base,
-                cosine,
-                evidence,
-                create_safety,
-                chunk: best,
-                boosts: multipliers.into_iter().map(|(n, _)| n).collect(),
-                stale: None,
-                explain,
-            }
+            scored_result(req, c, union_keyword, all_terms_present)
         })
-        .collect();
-    // Exact matches first (in the exact layer's order), then by score.
+        .collect()
+}
+
+/// Multipliers on a page's base score: the title-phrase boost, and the template factor for a
+/// body that many pages share.
+fn multipliers(query: &str, record: Option<&PageRecord>) -> Vec<(String, f32)> {
+    let mut out = Vec::new();
+    if record.is_some_and(|p| title_phrase_match(query, &p.title)) {
+        out.push(("title_phrase".to_string(), TITLE_PHRASE_BOOST));
+    }
+    if record.is_some_and(|p| p.body_shared_by >= TEMPLATE_PAGES) {
+        out.push(("template".to_string(), TEMPLATE_FACTOR));
+    }
+    out
+}
+
+/// One candidate as a result: its base score, multipliers, evidence and best chunk.
+fn scored_result(
+    req: &SearchRequest,
+    c: Candidate,
+    union_keyword: f32,
+    all_terms_present: bool,
+) -> SearchResult {
+    let cosine = c.vector.as_ref().map(|(_, h)| h.score);
+    let base = cosine.unwrap_or(0.0) + KEYWORD_WEIGHT * union_keyword;
+    let title = c.record.as_ref().map_or(String::new(), |p| p.title.clone());
+    let multipliers = multipliers(&req.query, c.record.as_ref());
+    let score = multipliers.iter().fold(base, |s, (_, m)| s * m);
+    let signals = Signals {
+        exact: c.exact,
+        cosine,
+        keyword_rank: c.keyword.as_ref().map(|(a, _)| a.rank),
+        all_terms_present,
+    };
+    let (evidence, create_safety) = evidence(&signals);
+    let best = c.vector.as_ref().or(c.keyword.as_ref()).map(|(_, h)| ResultChunk {
+        text: h.text.clone(),
+        heading_path: h.heading_path.clone(),
+        line_start: h.line_start,
+        line_end: h.line_end,
+    });
+    let explain = req.explain.then(|| Explain {
+        keyword: c.keyword.as_ref().map(|(a, _)| *a),
+        vector: c.vector.as_ref().map(|(a, _)| *a),
+        title: c.title,
+        fused_in_source: c.fused,
+        union_keyword,
+        multipliers: multipliers.clone(),
+        why: why(&signals, &evidence),
+    });
+    SearchResult {
+        source: c.source,
+        slug: c.slug,
+        path: c.record.as_ref().map_or(String::new(), |p| p.path.clone()),
+        title,
+        score,
+        base_score: base,
+        cosine,
+        evidence,
+        create_safety,
+        chunk: best,
+        boosts: multipliers.into_iter().map(|(n, _)| n).collect(),
+        stale: None,
+        explain,
+    }
+}
+
+/// Order: exact matches first (in the exact layer's order), then by score; `limit` kept.
+fn order(
+    mut results: Vec<SearchResult>,
+    exact: &[(String, PageRecord, ExactKind)],
+    limit: usize,
+) -> Vec<SearchResult> {
     let exact_rank = |r: &SearchResult| {
         exact.iter().take(3).position(|(s, p, _)| *s == r.source && p.slug == r.slug).unwrap_or(usize::MAX)
     };
@@ -757,20 +840,7 @@ pub async fn search<R: SourceReader>(
             .then(a.slug.cmp(&b.slug))
     });
     results.truncate(limit);
-    Ok(SearchResponse {
-        query: req.query.clone(),
-        mode: req.mode,
-        results,
-        sources: statuses,
-        degraded,
-        alias_collisions: collisions,
-        scoring_version: SCORING_VERSION.to_string(),
-        latency_ms: started.elapsed().as_secs_f64() * 1000.0,
-        pending_changes: None,
-        vectors_pending: None,
-        served_by: None,
-        notes,
-    })
+    results
 }
 
 fn why(s: &Signals, ev: &[Evidence]) -> String {
@@ -791,4 +861,186 @@ fn why(s: &Signals, ev: &[Evidence]) -> String {
         ev.iter().map(|e| format!("{e:?}")).collect::<Vec<_>>().join("+"),
         parts.into_values().collect::<Vec<_>>().join("; ")
     )
+}
+
+#[cfg(test)]
+mod stages {
+    //! Each stage of [`search`] on its own.
+
+    use super::*;
+    use crate::reader::memory::{MemoryReader, page};
+
+    fn record(slug: &str, title: &str) -> PageRecord {
+        PageRecord::named(slug, title, &[], 1)
+    }
+
+    /// A candidate of source `s` with the arms that found it (keyword and vector scores).
+    fn cand(slug: &str, keyword: Option<f32>, vector: Option<f32>) -> Candidate {
+        let hit = |score: f32| {
+            (ArmRank { rank: 1, score }, ChunkHit { score, ..ChunkHit::numbered(slug, 0, slug, "text") })
+        };
+        Candidate {
+            source: "s".into(),
+            record: Some(record(slug, slug)),
+            slug: slug.into(),
+            keyword: keyword.map(hit),
+            vector: vector.map(hit),
+            title: None,
+            fused: 0.0,
+            exact: None,
+        }
+    }
+
+    fn slugs<T>(items: &[T], slug: impl Fn(&T) -> &str) -> Vec<String> {
+        items.iter().map(|i| slug(i).to_string()).collect()
+    }
+
+    #[test]
+    fn select_readers_takes_the_named_sources_and_refuses_an_unknown_one() {
+        let (a, b) = (MemoryReader::new("a", vec![]), MemoryReader::new("b", vec![]));
+        let all = [&a, &b];
+        assert_eq!(select_readers(&all, &[]).unwrap().len(), 2);
+        let only_b = select_readers(&all, &["b".to_string()]).unwrap();
+        assert_eq!(only_b.iter().map(|r| r.id()).collect::<Vec<_>>(), ["b"]);
+        match select_readers(&all, &["b".to_string(), "c".to_string()]) {
+            Err(QueryError::UnknownSource { id, known }) => {
+                assert_eq!((id.as_str(), known.as_str()), ("c", "a, b"))
+            }
+            other => panic!("{other:?}"),
+        }
+        let none: [&MemoryReader; 0] = [];
+        assert!(matches!(select_readers(&none, &[]), Err(QueryError::NoSources)));
+    }
+
+    #[test]
+    fn merge_sources_reports_a_failed_source_and_fails_only_when_all_did() {
+        let (a, b) = (MemoryReader::new("a", vec![]), MemoryReader::new("b", vec![]));
+        let failed = || {
+            Err(cairn_index::Error::Storage {
+                source_id: "b".into(),
+                uri: "m".into(),
+                message: "down".into(),
+            })
+        };
+        let mut degraded = Vec::new();
+        let ok = Ok(Gathered { candidates: vec![cand("x", Some(1.0), None)], underfilled: true });
+        let (union, statuses) = merge_sources(&[&a, &b], vec![ok, failed()], &mut degraded).unwrap();
+        assert_eq!(slugs(&union, |c| &c.slug), ["x"]);
+        assert_eq!(
+            (statuses[0].status, statuses[0].candidates, statuses[0].pool_underfilled),
+            (Health::Ok, 1, true)
+        );
+        assert_eq!(statuses[1].status, Health::Failed);
+        assert!(statuses[1].error.as_deref().is_some_and(|e| e.contains("down")));
+        assert_eq!(degraded, ["source_failed:b"]);
+        let all_failed = merge_sources(&[&a, &b], vec![failed(), failed()], &mut Vec::new());
+        assert!(matches!(all_failed, Err(QueryError::AllSourcesFailed(_))));
+    }
+
+    #[test]
+    fn alias_collisions_count_names_not_page_ids() {
+        let named = |slug: &str, kind| ("s".to_string(), record(slug, slug), kind);
+        assert!(
+            alias_collisions("ae", &[named("ae", ExactKind::Slug), named("exec", ExactKind::Alias)])
+                .is_empty()
+        );
+        let two =
+            alias_collisions("AE", &[named("ae-page", ExactKind::Title), named("exec", ExactKind::Alias)]);
+        assert_eq!(two.len(), 1);
+        assert_eq!(
+            (two[0].name.as_str(), two[0].pages.clone()),
+            ("ae", vec!["s:ae-page".into(), "s:exec".into()])
+        );
+    }
+
+    #[test]
+    fn inject_exact_marks_a_found_page_and_adds_a_missing_one_with_its_record() {
+        let reader = MemoryReader::new(
+            "s",
+            vec![
+                page("owls", "Owls", &["Strigiformes"], &["Owls hunt at night."]),
+                page("x", "X", &[], &["x"]),
+            ],
+        );
+        let exact = vec![
+            ("s".to_string(), record("x", "X"), ExactKind::Title),
+            ("s".to_string(), reader.pages[0].0.clone(), ExactKind::Alias),
+        ];
+        let mut union = vec![cand("x", Some(1.0), None)];
+        futures::executor::block_on(inject_exact(&[&reader], None, &mut union, &exact));
+        assert_eq!(slugs(&union, |c| &c.slug), ["x", "owls"]);
+        assert_eq!((union[0].exact, union[1].exact), (Some(ExactKind::Title), Some(ExactKind::Alias)));
+        assert!(union[0].keyword.is_some(), "a found page keeps its arms");
+        assert_eq!(union[1].record.as_ref().map(|p| p.title.as_str()), Some("Owls"));
+        // Only the first three names are injected.
+        let many: Vec<_> =
+            (0..5).map(|i| ("s".to_string(), record(&format!("p{i}"), "P"), ExactKind::Alias)).collect();
+        let mut union = Vec::new();
+        futures::executor::block_on(inject_exact(&[&reader], None, &mut union, &many));
+        assert_eq!(slugs(&union, |c| &c.slug), ["p0", "p1", "p2"]);
+    }
+
+    #[test]
+    fn relevance_floor_drops_only_pages_found_weakly_by_meaning_alone() {
+        let mut exact = cand("exact", None, Some(0.05));
+        exact.exact = Some(ExactKind::Title);
+        let mut titled = cand("titled", None, None);
+        titled.title = Some(ArmRank { rank: 1, score: 1.0 });
+        let mut union = vec![
+            cand("weak", None, Some(RELEVANCE_FLOOR - 0.01)),
+            cand("strong", None, Some(RELEVANCE_FLOOR)),
+            cand("keyword", Some(0.1), Some(0.01)),
+            exact,
+            titled,
+        ];
+        relevance_floor(&mut union);
+        assert_eq!(slugs(&union, |c| &c.slug), ["strong", "keyword", "exact", "titled"]);
+    }
+
+    #[test]
+    fn multipliers_boost_a_title_phrase_and_damp_a_shared_template_body() {
+        let hall = record("hall", "The Example Hall for Adversarial Debate");
+        assert_eq!(
+            multipliers("adversarial debate", Some(&hall)),
+            [("title_phrase".to_string(), TITLE_PHRASE_BOOST)]
+        );
+        assert!(multipliers("debate adversarial", Some(&hall)).is_empty(), "a bag of words is no phrase");
+        let template = PageRecord { body_shared_by: TEMPLATE_PAGES, ..record("stub", "Stub") };
+        assert_eq!(multipliers("owls", Some(&template)), [("template".to_string(), TEMPLATE_FACTOR)]);
+        assert!(multipliers("hall", None).is_empty());
+    }
+
+    #[test]
+    fn score_union_adds_cosine_to_union_keyword_normalised_to_the_best_page() {
+        let mut req = SearchRequest::new("tide moon");
+        req.explain = true;
+        let mut tide = cand("tide", Some(3.0), Some(0.5));
+        tide.keyword.as_mut().unwrap().1.text = "the tide follows the moon".into();
+        let mut moon = cand("moon", Some(1.0), None);
+        moon.keyword.as_mut().unwrap().1.text = "the moon".into();
+        let other = cand("other", None, Some(0.4));
+        let results = score_union(&req, vec![tide, moon, other]);
+        let uk = |i: usize| results[i].explain.as_ref().unwrap().union_keyword;
+        assert_eq!(uk(0), 1.0, "the best keyword page of the union scores 1");
+        assert!(uk(1) > 0.0 && uk(1) < 1.0);
+        assert_eq!(uk(2), 0.0);
+        assert!((results[0].base_score - (0.5 + KEYWORD_WEIGHT)).abs() < 1e-6);
+        assert_eq!(results[1].cosine, None);
+        assert!((results[2].base_score - 0.4).abs() < 1e-6);
+        assert!(results.iter().all(|r| r.score == r.base_score), "no multiplier applies");
+    }
+
+    #[test]
+    fn order_puts_exact_names_first_then_scores_and_keeps_the_limit() {
+        let result = |slug: &str, score: f32| {
+            let mut r = score_union(&SearchRequest::new("q"), vec![cand(slug, None, None)]).remove(0);
+            r.score = score;
+            r
+        };
+        let exact = vec![("s".to_string(), record("named", "Named"), ExactKind::Alias)];
+        let results =
+            vec![result("low", 0.1), result("named", 0.05), result("high", 0.9), result("mid", 0.5)];
+        let ordered = order(results, &exact, 3);
+        assert_eq!(slugs(&ordered, |r| &r.slug), ["named", "high", "mid"]);
+    }
 }

@@ -205,7 +205,10 @@ impl SourceStore {
         Ok(out)
     }
 
-    /// LanceDB's keyword search: BM25 over chunk text (with its heading path), best first.
+    /// LanceDB's keyword search: BM25 over chunk text (with its heading path), best first. This
+    /// and the other LanceDB searches here are what tests and benches compare the resident index
+    /// with (cairn's searches read the resident index); the full-text ones need
+    /// [`SourceStore::build_text_indexes`] first.
     pub async fn keyword(&self, query: &str, k: usize) -> Result<Vec<ChunkHit>> {
         let batches = self.full_text(&self.chunks, query, &CHUNK_COLUMNS, k).await?;
         chunk_hits(&batches, |b| Ok(column::<Float32Array>(b, "_score")?.values().to_vec()))
@@ -213,19 +216,7 @@ impl SourceStore {
 
     /// LanceDB's vector search: cosine over chunk vectors, best first (`score` = cosine).
     pub async fn vector(&self, query: &[f32], k: usize) -> Result<Vec<ChunkHit>> {
-        self.nearest(query, None, k).await
-    }
-
-    /// The vector search restricted to some pages.
-    pub async fn vector_within(&self, query: &[f32], slugs: &[&str], k: usize) -> Result<Vec<ChunkHit>> {
-        if slugs.is_empty() {
-            return Ok(Vec::new());
-        }
-        self.nearest(query, Some(in_list("slug", slugs)), k).await
-    }
-
-    async fn nearest(&self, query: &[f32], filter: Option<String>, k: usize) -> Result<Vec<ChunkHit>> {
-        let mut q = self
+        let q = self
             .chunks
             .query()
             .nearest_to(query)
@@ -233,9 +224,6 @@ impl SourceStore {
             .distance_type(DistanceType::Cosine)
             .select(with_score(&CHUNK_COLUMNS, "_distance"))
             .limit(k);
-        if let Some(f) = filter {
-            q = q.only_if(f);
-        }
         let batches = self.collect(q.execute().await).await?;
         chunk_hits(&batches, |b| {
             Ok(column::<Float32Array>(b, "_distance")?.values().iter().map(|d| 1.0 - d).collect())

@@ -14,8 +14,9 @@ use lancedb::table::optimize::CompactionOptions;
 use std::time::Duration;
 
 /// Rows a compaction fills a fragment to. A fragment with fewer rows is compacted again, so a
-/// compaction rewrites the fragments written since the last one plus at most one part-filled
-/// fragment of this size (about 2 MiB of chunks with 384-d vectors), never the whole table:
+/// compaction rewrites the fragments written since the last one, at most one part-filled
+/// fragment of this size (about 2 MiB of chunks with 384-d vectors) and the fragments with a
+/// tenth of their rows deleted (LanceDB's default), never the whole table:
 /// LanceDB's default (1M rows) makes every table below a million rows one "small" fragment that
 /// each compaction rewrites in full.
 pub const FRAGMENT_ROWS: usize = 1024;
