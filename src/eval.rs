@@ -173,6 +173,33 @@ pub fn check_gates(report: &EvalReport, gates: &str) -> Result<Vec<String>> {
     Ok(breaches)
 }
 
+/// The figures of `b` that differ from `a`'s by more than `tolerance` (overall and per family),
+/// one line each: what `eval --int8-too` fails on.
+pub fn moved(a: &EvalReport, b: &EvalReport, tolerance: f64) -> Vec<String> {
+    const METRICS: [&str; 7] = [
+        "hit_at_1",
+        "hit_at_3",
+        "mrr_at_10",
+        "recall_at_10",
+        "recall_at_100",
+        "ndcg_at_10",
+        "forbidden_clean_at_3",
+    ];
+    let scopes = std::iter::once(("overall".to_string(), &a.overall, Some(&b.overall)))
+        .chain(a.families.iter().map(|(f, s)| (format!("family {f}"), s, b.families.get(f))));
+    let mut out = Vec::new();
+    for (scope, x, y) in scopes {
+        for m in METRICS {
+            let (vx, vy) = (x.metrics.get(m), y.and_then(|y| y.metrics.get(m)));
+            match (vx, vy) {
+                (Some(vx), Some(vy)) if (vx - vy).abs() <= tolerance => {}
+                _ => out.push(format!("{scope} {m}: {vx:.4?} exact, {vy:.4?} int8")),
+            }
+        }
+    }
+    out
+}
+
 /// How far `create_safety: exists` can be trusted, measured both ways on a vault: pages held out
 /// by a hash rule are not indexed, and their titles and aliases must not come back `exists` at
 /// rank 1 (false `exists`); present pages' titles must bring their page back with `exists`,

@@ -220,6 +220,11 @@ enum Command {
         gate: Option<PathBuf>,
         #[arg(long)]
         json: bool,
+        /// Answer every query a second time with each source's vectors held as int8 codes (re-scored
+        /// from the stored vectors, as past `exact_vectors_up_to`), print both, and fail when a
+        /// figure moves by more than 0.005.
+        #[arg(long)]
+        int8_too: bool,
         /// Instead of judged queries: measure `create_safety: exists` on --vault both ways (held-out
         /// pages' names must not come back `exists`; present titles must). QUERIES is ignored.
         #[arg(long)]
@@ -526,7 +531,17 @@ async fn run(command: Command, common: Common) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Eval {
-            queries, sources, mode, vault, k, skip_flags, pooled_baseline, gate, json, ..
+            queries,
+            sources,
+            mode,
+            vault,
+            k,
+            skip_flags,
+            pooled_baseline,
+            gate,
+            json,
+            int8_too,
+            ..
         } => {
             let mode: cairn_query::Mode =
                 mode.parse().map_err(|e: cairn_query::QueryError| Usage(e.to_string()))?;
@@ -547,8 +562,20 @@ async fn run(command: Command, common: Common) -> Result<ExitCode> {
                 );
                 c.sources.clear();
             }
-            let cairn = Cairn::attach(c, "eval", mode != cairn_query::Mode::Fast).await?;
+            let with_model = mode != cairn_query::Mode::Fast;
+            let cairn = Cairn::attach(c.clone(), "eval", with_model).await?;
             let report = cairn::eval::run(&cairn, &judged, &sources, mode, k, pooled_baseline).await?;
+            drop(cairn);
+            let mut moved = Vec::new();
+            if int8_too {
+                let coded = cairn::Config { exact_vectors_up_to: 0, ..c };
+                let coded = Cairn::attach(coded, "eval", with_model).await?;
+                let int8 = cairn::eval::run(&coded, &judged, &sources, mode, k, pooled_baseline).await?;
+                eprintln!("-- the same queries, int8-coded vectors re-scored from the stored ones:");
+                print_eval(&int8);
+                moved = cairn::eval::moved(&report, &int8, 0.005);
+                eprintln!("-- exact vectors:");
+            }
             if let Some(t) = temp {
                 let _ = std::fs::remove_dir_all(t);
             }
@@ -568,6 +595,15 @@ async fn run(command: Command, common: Common) -> Result<ExitCode> {
                     return Ok(ExitCode::from(1));
                 }
                 eprintln!("gates passed ({})", g.display());
+            }
+            for m in &moved {
+                eprintln!("int8 path differs by more than 0.005: {m}");
+            }
+            if !moved.is_empty() {
+                return Ok(ExitCode::from(1));
+            }
+            if int8_too {
+                eprintln!("int8 path: every figure within 0.005 of the exact one");
             }
             Ok(ExitCode::SUCCESS)
         }

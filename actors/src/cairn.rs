@@ -207,7 +207,13 @@ impl Cairn {
                 } else {
                     None
                 };
-                let host = QueryHost::open_read_only(&db, embedder, config.event_log_dir()).await?;
+                let host = QueryHost::open_read_only(
+                    &db,
+                    embedder,
+                    config.event_log_dir(),
+                    config.exact_vectors_up_to,
+                )
+                .await?;
                 State::Reader(Arc::new(host.with_parse_options(config.limits.parse_options())))
             }
         };

@@ -115,6 +115,11 @@ pub struct Config {
     /// Longest wait before buffered changes are committed.
     #[serde(default = "defaults::commit_after_ms")]
     pub commit_after_ms: u64,
+    /// Chunks a source holds with its vectors exact (f32) in memory; past it, they are int8
+    /// codes (a quarter of the memory) and a search re-scores its best candidates from the stored
+    /// vectors (one read per search).
+    #[serde(default = "defaults::exact_vectors_up_to")]
+    pub exact_vectors_up_to: usize,
     /// Event log folder (default: `events/` in a local database folder; none for object stores).
     pub event_log: Option<PathBuf>,
     /// The log rotates past this size.
@@ -149,6 +154,9 @@ mod defaults {
     pub fn commit_after_ms() -> u64 {
         50
     }
+    pub fn exact_vectors_up_to() -> usize {
+        cairn_index::vectors::EXACT_VECTORS_UP_TO
+    }
     pub fn log_max_mib() -> u64 {
         64
     }
@@ -172,6 +180,7 @@ impl Config {
             reconcile_secs: defaults::reconcile_secs(),
             commit_chunks: defaults::commit_chunks(),
             commit_after_ms: defaults::commit_after_ms(),
+            exact_vectors_up_to: defaults::exact_vectors_up_to(),
             event_log: None,
             log_max_mib: defaults::log_max_mib(),
             shutdown_secs: defaults::shutdown_secs(),

@@ -43,6 +43,8 @@ pub struct EmbedReply {
     pub truncated: Vec<usize>,
     /// Time inside the model for this request's slices.
     pub model: Duration,
+    /// Texts answered with a vector the store already held (not by the model), by index.
+    pub reused: Vec<usize>,
 }
 
 /// The scheduler stopped (the system is shutting down).

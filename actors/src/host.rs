@@ -54,11 +54,14 @@ impl QueryHost {
         db: &Database,
         embedder: Option<Arc<dyn Embedder>>,
         log_dir: Option<PathBuf>,
+        exact_vectors_up_to: usize,
     ) -> cairn_index::Result<Self> {
         let mut host = Self::new(embedder, log_dir);
         for info in db.sources().await? {
             let opened = match db.open_existing(&info.id).await {
-                Ok(store) => Resident::load(&store).await.map(|(resident, _)| (store, resident)),
+                Ok(store) => {
+                    Resident::load(&store, exact_vectors_up_to).await.map(|(resident, _)| (store, resident))
+                }
                 Err(e) => Err(e),
             };
             match opened {
@@ -205,10 +208,14 @@ impl QueryHost {
             guards.iter().flat_map(|(id, g)| g.records().map(move |p| (*id, p))).collect();
         let titles: std::collections::HashMap<(String, String), String> =
             pages.iter().map(|(s, p)| ((s.to_string(), p.slug.clone()), p.title.clone())).collect();
-        let chunks: Vec<(&str, &str, &str, &[f32])> = guards
+        // Int8-coded sources give decoded copies (the grouping is by threshold, which their
+        // rounding moves by ~0.002 at most).
+        let held: Vec<(&str, &str, &str, std::borrow::Cow<'_, [f32]>)> = guards
             .iter()
             .flat_map(|(id, g)| g.embedded_chunks().map(move |(slug, chunk, v)| (*id, slug, chunk, v)))
             .collect();
+        let chunks: Vec<(&str, &str, &str, &[f32])> =
+            held.iter().map(|(id, slug, chunk, v)| (*id, *slug, *chunk, v.as_ref())).collect();
         let mut groups = by_name_and_content(&pages);
         groups.extend(near_identical(&chunks, &titles, threshold));
         groups

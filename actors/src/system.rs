@@ -310,7 +310,11 @@ impl Pipeline {
             query: query.clone(),
             emit: emit.clone(),
             status: status.clone(),
-            opts: WriterOptions { commit_chunks: config.commit_chunks, commit_after: config.commit_after() },
+            opts: WriterOptions {
+                commit_chunks: config.commit_chunks,
+                commit_after: config.commit_after(),
+                exact_vectors_up_to: config.exact_vectors_up_to,
+            },
         };
         let wopts = WatcherOptions {
             quiet_ms: config.debounce_ms,
@@ -345,7 +349,8 @@ impl Pipeline {
             }
             match db.open_existing(&info.id).await {
                 Ok(store) => {
-                    let (resident, _) = cairn_index::Resident::load(&store).await?;
+                    let (resident, _) =
+                        cairn_index::Resident::load(&store, config.exact_vectors_up_to).await?;
                     query
                         .send(AddSource { store, resident, root: None })
                         .await

@@ -64,11 +64,17 @@ pub struct WriterOptions {
     pub commit_chunks: usize,
     /// Commit at most this long after the first change was buffered.
     pub commit_after: Duration,
+    /// Chunks the source holds with exact vectors in memory (int8 codes past it).
+    pub exact_vectors_up_to: usize,
 }
 
 impl Default for WriterOptions {
     fn default() -> Self {
-        Self { commit_chunks: 512, commit_after: Duration::from_millis(50) }
+        Self {
+            commit_chunks: 512,
+            commit_after: Duration::from_millis(50),
+            exact_vectors_up_to: cairn_index::vectors::EXACT_VECTORS_UP_TO,
+        }
     }
 }
 
@@ -497,6 +503,8 @@ impl SourceWriter {
         let retry = (pages, removals, deferred.clone(), items);
         let fut = async move {
             let started = Instant::now();
+            let mut batch = batch;
+            let reused = reused + stored_vectors(&resident, &id, &mut batch.upserts).await;
             let version = store.write(&batch).await.map_err(|e| e.to_string())?;
             // Into the resident index before anyone hears of it, so a `page_indexed` subscriber
             // finds the page.
@@ -627,7 +635,7 @@ impl SourceWriter {
             }
             let priority = if from_edits { Priority::Edit } else { Priority::Bulk };
             // Each distinct text once; texts already known skip the model.
-            let mut texts: Vec<String> = Vec::new();
+            let (mut texts, mut hashes): (Vec<String>, Vec<String>) = (Vec::new(), Vec::new());
             let mut by_text: HashMap<String, (usize, Vec<String>)> = HashMap::new();
             {
                 let index = resident.read();
@@ -642,8 +650,9 @@ impl SourceWriter {
                     match by_text.get_mut(&hash) {
                         Some((_, ids)) => ids.push(id),
                         None => {
-                            by_text.insert(hash, (texts.len(), vec![id]));
+                            by_text.insert(hash.clone(), (texts.len(), vec![id]));
                             texts.push(text);
+                            hashes.push(hash);
                         }
                     }
                 }
@@ -653,8 +662,9 @@ impl SourceWriter {
             }
             self.vectors.out += 1;
             self.vectors.edits_out += usize::from(from_edits);
-            let (scheduler, id) = (self.embedder.clone(), self.id.clone());
-            let fut = async move { scheduler.embed(&id, priority, texts).await };
+            let (scheduler, id, resident) = (self.embedder.clone(), self.id.clone(), resident.clone());
+            let fut =
+                async move { embed_or_reuse(&scheduler, &resident, &id, priority, texts, hashes).await };
             ctx.spawn(actix::fut::wrap_future::<_, Self>(fut).map(move |res, act, ctx| {
                 act.vectors.out -= 1;
                 act.vectors.edits_out -= usize::from(from_edits);
@@ -684,7 +694,7 @@ impl SourceWriter {
         for (hash, (i, ids)) in by_text {
             match &reply.vectors[i] {
                 Some(v) => {
-                    self.vectors.embedded += 1;
+                    self.vectors.embedded += usize::from(!reply.reused.contains(&i));
                     self.vectors.remember(hash, v.clone());
                     self.vectors.ready.extend(ids.into_iter().map(|id| (id, v.clone())));
                 }
@@ -905,6 +915,87 @@ impl SourceWriter {
     }
 }
 
+/// Chunks of `upserts` without a vector whose text another chunk already has one for, given the
+/// stored vector (a source whose resident vectors are int8 codes cannot give it from memory, and
+/// a row written without it would lose it); how many were given. A failed read only costs the
+/// model's time later.
+async fn stored_vectors(resident: &Resident, source: &str, upserts: &mut [PageWrite]) -> usize {
+    let held: Vec<String> = {
+        let index = resident.read();
+        if index.exact_vectors() {
+            return 0;
+        }
+        let missing = upserts.iter().flat_map(|w| w.page.chunks.iter().zip(&w.vectors));
+        missing
+            .filter(|(c, v)| v.is_none() && index.has_vector(&c.text_hash))
+            .map(|(c, _)| c.text_hash.clone())
+            .collect()
+    };
+    if held.is_empty() {
+        return 0;
+    }
+    let refs: Vec<&str> = held.iter().map(String::as_str).collect();
+    let known = resident.known_vectors(&refs).await.unwrap_or_else(|e| {
+        tracing::warn!("source `{source}`: stored vectors could not be read ({e}); embedding again");
+        HashMap::new()
+    });
+    let mut given = 0;
+    for w in upserts {
+        for (c, v) in w.page.chunks.iter().zip(&mut w.vectors) {
+            if v.is_none()
+                && let Some(k) = known.get(&c.text_hash)
+            {
+                *v = Some(k.clone());
+                given += 1;
+            }
+        }
+    }
+    given
+}
+
+/// Vectors for `texts` (with their `hashes`): those the store already holds for another chunk
+/// of the same text, read from it (a source whose resident vectors are int8 codes cannot give
+/// them from memory), the model's for the rest; one reply in request order. A failed read only
+/// costs the model's time.
+async fn embed_or_reuse(
+    scheduler: &EmbedScheduler,
+    resident: &Resident,
+    source: &str,
+    priority: Priority,
+    texts: Vec<String>,
+    hashes: Vec<String>,
+) -> Result<crate::embedding::EmbedReply, crate::embedding::Stopped> {
+    let held: Vec<&str> = {
+        let index = resident.read();
+        hashes.iter().map(String::as_str).filter(|h| index.has_vector(h)).collect()
+    };
+    let known = if held.is_empty() {
+        HashMap::new()
+    } else {
+        resident.known_vectors(&held).await.unwrap_or_else(|e| {
+            tracing::warn!("source `{source}`: stored vectors could not be read ({e}); embedding again");
+            HashMap::new()
+        })
+    };
+    if known.is_empty() {
+        return scheduler.embed(source, priority, texts).await;
+    }
+    let (rest, rest_texts): (Vec<usize>, Vec<String>) =
+        texts.into_iter().enumerate().filter(|(i, _)| !known.contains_key(&hashes[*i])).unzip();
+    let reply = scheduler.embed(source, priority, rest_texts).await?;
+    let mut vectors: Vec<Option<Vec<f32>>> = hashes.iter().map(|h| known.get(h).cloned()).collect();
+    for (j, v) in reply.vectors.into_iter().enumerate() {
+        vectors[rest[j]] = v;
+    }
+    Ok(crate::embedding::EmbedReply {
+        reused: (0..hashes.len()).filter(|i| known.contains_key(&hashes[*i])).collect(),
+        vectors,
+        failed: reply.failed.into_iter().map(|(j, why)| (rest[j], why)).collect(),
+        truncated: reply.truncated.into_iter().map(|j| rest[j]).collect(),
+        model: reply.model,
+    })
+}
+
 impl Actor for SourceWriter {
     type Context = Context<Self>;
 
@@ -919,6 +1010,7 @@ impl Actor for SourceWriter {
         self.vectors.edits_out = 0;
         let delay = if self.failures > 0 { self.backoff() } else { Duration::ZERO };
         let (db, manifest, info) = (self.db.clone(), self.manifest.clone(), self.info.clone());
+        let exact_vectors_up_to = self.opts.exact_vectors_up_to;
         let (query, root, emit) = (self.query.clone(), self.root.clone(), self.emit.clone());
         let open = async move {
             tokio::time::sleep(delay).await;
@@ -932,7 +1024,8 @@ impl Actor for SourceWriter {
             }
             .map_err(|e| e.to_string())?;
             store.register(&info).await.map_err(|e| e.to_string())?;
-            let (resident, loaded) = Resident::load(&store).await.map_err(|e| e.to_string())?;
+            let (resident, loaded) =
+                Resident::load(&store, exact_vectors_up_to).await.map_err(|e| e.to_string())?;
             query
                 .send(AddSource { store: store.clone(), resident: resident.clone(), root: Some(root) })
                 .await

@@ -14,6 +14,8 @@ pub mod resident;
 pub mod schema;
 #[cfg(feature = "storage")]
 pub mod store;
+#[cfg(feature = "storage")]
+pub mod vectors;
 
 pub use embed::{Embedded, Embedder, OrtEmbedder, OrtOptions, QueryCache, RunTimes, cosine};
 pub use error::{Error, Result};
@@ -23,5 +25,5 @@ pub use resident::{Prepared, Resident, ResidentIndex};
 #[cfg(feature = "storage")]
 pub use store::{
     ChunkHit, Database, Loaded, Manifest, PageNames, PageRecord, PageState, PageWrite, PruneStats,
-    SourceInfo, SourceStore, StorageOptions, StoredChunk, WriteBatch,
+    SourceInfo, SourceStore, StorageOptions, StoredChunk, VectorKey, WriteBatch,
 };

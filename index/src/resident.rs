@@ -14,12 +14,14 @@
 //! scored by exact cosine, as LanceDB does below its vector-index threshold.
 
 use crate::store::{ChunkHit, Loaded, PageRecord, StoredChunk, WriteBatch};
+use crate::vectors::{Vectors, dot, unit};
 use cairn_ingest::chunk::PATH_SEPARATOR;
 use cairn_ingest::{ParsedPage, normalize_name};
 use lance_tokenizer::{
     AsciiFoldingFilter, Language, LowerCaser, RemoveLongFilter, SimpleTokenizer, Stemmer, StopWordFilter,
     TextAnalyzer,
 };
+use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
@@ -192,29 +194,6 @@ fn top_k<T, K: Ord>(mut scored: Vec<(f32, T)>, k: usize, key: impl Fn(&T) -> K) 
     scored
 }
 
-fn normalized(mut v: Vec<f32>) -> Box<[f32]> {
-    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-    if norm > 0.0 {
-        v.iter_mut().for_each(|x| *x /= norm);
-    }
-    v.into_boxed_slice()
-}
-
-/// Dot product in 16 independent lanes: a single running sum is a chain the compiler may not
-/// reorder (float addition is not associative), so it would not vectorise.
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    const LANES: usize = 16;
-    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
-    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
-    let mut acc = [0.0f32; LANES];
-    for (x, y) in ca.zip(cb) {
-        for i in 0..LANES {
-            acc[i] += x[i] * y[i];
-        }
-    }
-    acc.iter().sum::<f32>() + tail
-}
-
 /// A chunk ready to go in: its hit (score 0), its tokenised search text, the hash of the text the
 /// model embeds, and its unit vector once it has one.
 #[derive(Debug, Clone)]
@@ -257,7 +236,7 @@ impl PreparedPage {
                 terms: terms(&c.search_text),
                 hit: c.hit,
                 text_hash: c.text_hash,
-                vector: c.vector.map(normalized),
+                vector: c.vector.map(unit),
             })
             .collect();
         Self { record: PageRecord { score: 0.0, ..record }, names, name_terms, chunks }
@@ -366,10 +345,8 @@ pub struct ResidentIndex {
     by_text_hash: HashMap<String, u32>,
     /// Live chunks without a vector yet.
     unembedded: usize,
-    /// Every chunk slot's unit vector, one after another (`dim` floats each): the vector arm
-    /// reads them in one sequential pass, which the memory system streams.
-    vectors: Vec<f32>,
-    dim: usize,
+    /// Every chunk slot's unit vector (exact, or int8 codes past the source's limit).
+    vectors: Vectors,
     chunk_text: Bm25,
     page_names: Bm25,
     by_name: HashMap<String, BTreeSet<String>>,
@@ -391,6 +368,12 @@ fn slot<T>(slots: &mut Vec<Option<T>>, free: &mut Vec<u32>, value: T) -> u32 {
 }
 
 impl ResidentIndex {
+    /// An empty index whose vectors stay exact f32 while it holds at most `exact_up_to` of them,
+    /// and are coded to int8 past that (the default index keeps them exact).
+    pub fn with_exact_vectors_up_to(exact_up_to: usize) -> Self {
+        Self { vectors: Vectors::new(exact_up_to), ..Self::default() }
+    }
+
     pub fn apply(&mut self, batch: Prepared) {
         for s in &batch.removals {
             self.remove(s);
@@ -398,6 +381,7 @@ impl ResidentIndex {
         for p in batch.upserts {
             self.insert(p);
         }
+        self.settle();
     }
 
     fn remove(&mut self, slug: &str) {
@@ -479,15 +463,38 @@ impl ResidentIndex {
                 self.unembedded -= 1;
             }
             let text_hash = s.text_hash.clone();
-            self.put_vector(slot, &normalized(v.clone()));
+            self.put_vector(slot, &unit(v.clone()));
             self.by_text_hash.insert(text_hash, slot);
         }
+        self.settle();
     }
 
-    /// The stored vector of a text (by its hash), if any chunk with that text has one.
+    /// The vector of a text (by its hash), if a chunk with that text has one and the vectors
+    /// held are exact (int8 codes are not the model's vector: see [`ResidentIndex::has_vector`]).
     pub fn vector_of(&self, text_hash: &str) -> Option<Vec<f32>> {
         let slot = *self.by_text_hash.get(text_hash)? as usize;
-        (self.dim > 0).then(|| self.vectors[slot * self.dim..(slot + 1) * self.dim].to_vec())
+        (self.vectors.exact() && self.vectors.dim() > 0).then(|| self.vectors.get(slot).into_owned())
+    }
+
+    /// Whether a chunk with this text (by its hash) has a vector, which the store holds.
+    pub fn has_vector(&self, text_hash: &str) -> bool {
+        self.by_text_hash.contains_key(text_hash)
+    }
+
+    /// Whether the vectors held are exact (else int8 codes, whose candidates are re-scored from
+    /// the stored vectors).
+    pub fn exact_vectors(&self) -> bool {
+        self.vectors.exact()
+    }
+
+    /// Bytes of vectors held.
+    pub fn vector_bytes(&self) -> usize {
+        self.vectors.bytes()
+    }
+
+    /// Code the vectors to int8 once the source holds more than its limit.
+    fn settle(&mut self) {
+        self.vectors.settle(self.chunk_count() - self.unembedded);
     }
 
     /// Chunks without a vector yet: (chunk id, text hash, text the model embeds), by page.
@@ -517,24 +524,7 @@ impl ResidentIndex {
 
     /// `v` (already unit length, or empty for "no vector yet") into a slot.
     fn put_vector(&mut self, slot: u32, v: &[f32]) {
-        if self.dim == 0 {
-            if v.is_empty() {
-                // The width is not known before the first vector: a zero-width slot scores 0.
-                return;
-            }
-            self.dim = v.len();
-            // Slots filled before the width was known have no vector.
-            self.vectors.resize(self.chunks.len() * self.dim, 0.0);
-        }
-        let at = slot as usize * self.dim;
-        self.vectors.resize(self.vectors.len().max(at + self.dim), 0.0);
-        // The store refuses vectors of another dimension; one here could only match nothing.
-        let dest = &mut self.vectors[at..at + self.dim];
-        if v.len() == dest.len() {
-            dest.copy_from_slice(v);
-        } else {
-            dest.fill(0.0);
-        }
+        self.vectors.put(slot as usize, v, self.chunks.len());
     }
 
     pub fn page_count(&self) -> usize {
@@ -585,7 +575,8 @@ impl ResidentIndex {
         top_k(scored, k, |d| self.chunk_id(*d)).into_iter().map(|(s, d)| self.hit(d, s)).collect()
     }
 
-    /// Vector arm: chunks by exact cosine, best first; `within` restricts it to some pages, and so
+    /// Vector arm: chunks by cosine (an int8 estimate of it once the vectors are coded, which
+    /// [`Resident::vector`] re-scores), best first; `within` restricts it to some pages, and so
     /// does `allow`.
     pub fn vector(
         &self,
@@ -594,25 +585,15 @@ impl ResidentIndex {
         k: usize,
         allow: Option<&std::collections::HashSet<String>>,
     ) -> Vec<ChunkHit> {
-        if self.dim == 0 {
-            return Vec::new();
-        }
-        let q = normalized(query.to_vec());
-        let at = |i: usize| &self.vectors[i * self.dim..(i + 1) * self.dim];
+        let probe = self.vectors.probe(query);
         let scored: Vec<(f32, u32)> = match within {
-            None => self
-                .vectors
-                .chunks_exact(self.dim)
-                .enumerate()
-                .filter(|(i, _)| self.embedded(*i) && self.allowed(*i, allow))
-                .map(|(i, v)| (dot(&q, v), i as u32))
-                .collect(),
+            None => self.vectors.scan(&probe, |i| self.embedded(i) && self.allowed(i, allow)),
             Some(slugs) => slugs
                 .iter()
                 .filter_map(|s| self.pages.get(*s))
                 .flat_map(|p| p.chunks.iter())
                 .filter(|&&i| self.embedded(i as usize))
-                .map(|&i| (dot(&q, at(i as usize)), i))
+                .map(|&i| (self.vectors.score(&probe, i as usize), i))
                 .collect(),
         };
         top_k(scored, k, |d| self.chunk_id(*d)).into_iter().map(|(s, d)| self.hit(d, s)).collect()
@@ -657,14 +638,12 @@ impl ResidentIndex {
     }
 
     /// Every chunk that has a vector: its page, its id, its unit vector.
-    pub fn embedded_chunks(&self) -> impl Iterator<Item = (&str, &str, &[f32])> {
+    /// Every chunk that has a vector: its page, its id, its unit vector (decoded from int8 codes
+    /// past the source's limit).
+    pub fn embedded_chunks(&self) -> impl Iterator<Item = (&str, &str, Cow<'_, [f32]>)> {
         self.chunks.iter().enumerate().filter_map(move |(i, c)| {
-            let c = c.as_ref().filter(|c| c.embedded && self.dim > 0)?;
-            Some((
-                c.hit.slug.as_str(),
-                c.hit.chunk_id.as_str(),
-                &self.vectors[i * self.dim..(i + 1) * self.dim],
-            ))
+            let c = c.as_ref().filter(|c| c.embedded && self.vectors.dim() > 0)?;
+            Some((c.hit.slug.as_str(), c.hit.chunk_id.as_str(), self.vectors.get(i)))
         })
     }
 
@@ -679,31 +658,97 @@ impl ResidentIndex {
     }
 }
 
-/// A [`ResidentIndex`] shared between the writer that keeps it current and the readers.
+/// Int8 candidates read per result wanted, to be re-scored exactly: the exact top 10 of 2,000
+/// random 384-d vectors are always among the int8 top 40 (`vectors` tests), and a
+/// source's real vectors are further apart than random ones at the top.
+const RESCORE: usize = 4;
+
+/// A [`ResidentIndex`] shared between the writer that keeps it current and the readers, with the
+/// store it was loaded from (which re-scores int8 candidates).
 #[derive(Debug, Clone)]
 pub struct Resident {
     id: Arc<str>,
     index: Arc<RwLock<ResidentIndex>>,
+    store: Option<crate::SourceStore>,
 }
 
 impl Resident {
+    /// A resident index with no store behind it: its vectors must stay exact.
     pub fn new(id: &str, index: ResidentIndex) -> Self {
-        Self { id: id.into(), index: Arc::new(RwLock::new(index)) }
+        Self { id: id.into(), index: Arc::new(RwLock::new(index)), store: None }
     }
 
-    /// Load a source's tables into memory; the rest of what the load found (page states, rows
-    /// that disagree) is returned beside it, for the writer.
-    pub async fn load(store: &crate::SourceStore) -> crate::Result<(Self, Loaded)> {
+    /// Load a source's tables into memory, its vectors exact up to `exact_vectors_up_to` chunks
+    /// and int8 codes past that; the rest of what the load found (page states, rows that
+    /// disagree) is returned beside it, for the writer.
+    pub async fn load(
+        store: &crate::SourceStore,
+        exact_vectors_up_to: usize,
+    ) -> crate::Result<(Self, Loaded)> {
         let loaded = store.load().await?;
-        let id = store.id().to_string();
+        let (id, store) = (store.id().to_string(), store.clone());
         tokio::task::spawn_blocking(move || {
             let mut loaded = loaded;
-            let mut index = ResidentIndex::default();
+            let mut index = ResidentIndex::with_exact_vectors_up_to(exact_vectors_up_to);
             index.apply(Prepared::loaded(&mut loaded));
-            (Self::new(&id, index), loaded)
+            (Self { store: Some(store), ..Self::new(&id, index) }, loaded)
         })
         .await
         .map_err(|e| crate::Error::Io(std::io::Error::other(e)))
+    }
+
+    /// Vector arm with exact cosines: [`ResidentIndex::vector`] on exact vectors; on int8 codes,
+    /// its best `k` × [`RESCORE`] candidates (every chunk of the pages `within`) re-scored from
+    /// the stored vectors. A candidate whose row is gone (replaced since) drops out.
+    pub async fn vector(
+        &self,
+        query: &[f32],
+        within: Option<&[&str]>,
+        k: usize,
+        allow: Option<&std::collections::HashSet<String>>,
+    ) -> crate::Result<Vec<ChunkHit>> {
+        let candidates = {
+            let index = self.read();
+            if index.exact_vectors() || self.store.is_none() {
+                return Ok(index.vector(query, within, k, allow));
+            }
+            let pool = if within.is_some() { usize::MAX } else { k.saturating_mul(RESCORE) };
+            index.vector(query, within, pool, allow)
+        };
+        let Some(store) = &self.store else { return Ok(Vec::new()) };
+        let ids: Vec<&str> = candidates.iter().map(|h| h.chunk_id.as_str()).collect();
+        let stored = store.vectors_by(crate::VectorKey::Id, &ids).await?;
+        let q = unit(query.to_vec());
+        let scored: Vec<(f32, ChunkHit)> = candidates
+            .into_iter()
+            .filter_map(|h| {
+                let v = stored.get(&h.chunk_id)?;
+                Some((dot(&q, &unit(v.clone())), h))
+            })
+            .collect();
+        Ok(top_k(scored, k, |h| h.chunk_id.clone())
+            .into_iter()
+            .map(|(score, h)| ChunkHit { score, ..h })
+            .collect())
+    }
+
+    /// The vectors of texts (by hash) that chunks of this source already have: from memory while
+    /// its vectors are exact, else from the store.
+    pub async fn known_vectors(&self, hashes: &[&str]) -> crate::Result<HashMap<String, Vec<f32>>> {
+        let held: Vec<&str> = {
+            let index = self.read();
+            if index.exact_vectors() {
+                return Ok(hashes
+                    .iter()
+                    .filter_map(|h| Some((h.to_string(), index.vector_of(h)?)))
+                    .collect());
+            }
+            hashes.iter().copied().filter(|h| index.has_vector(h)).collect()
+        };
+        match &self.store {
+            Some(store) => store.vectors_by(crate::VectorKey::TextHash, &held).await,
+            None => Ok(HashMap::new()),
+        }
     }
 
     pub fn id(&self) -> &str {

@@ -178,7 +178,7 @@ async fn a_resident_index_kept_by_commits_matches_the_tables() {
     }
     store.optimize().await.unwrap();
     store.build_text_indexes().await.unwrap();
-    let (loaded, _) = Resident::load(&store).await.unwrap();
+    let (loaded, _) = Resident::load(&store, usize::MAX).await.unwrap();
     let counts = store.counts().await.unwrap();
     let queries = ["tide moon", "woven wool ceiling", "oak", "bread flour", "old port", "greek amphitheater"];
     let mut lance = Vec::new();
@@ -228,7 +228,7 @@ async fn vectors_attached_after_the_pages_and_a_load_in_between_knows_what_waits
     let bare = PageWrite { vectors: vec![None; full.vectors.len()], ..full.clone() };
     store.write(&WriteBatch { upserts: vec![bare], removals: vec![] }).await.unwrap();
     assert_eq!(store.unembedded().await.unwrap(), full.vectors.len());
-    let (resident, loaded) = Resident::load(&store).await.unwrap();
+    let (resident, loaded) = Resident::load(&store, usize::MAX).await.unwrap();
     assert!(loaded.inconsistent.is_empty() && loaded.orphans.is_empty());
     let waiting = resident.read().unembedded();
     assert_eq!(waiting.len(), full.vectors.len());
@@ -252,7 +252,7 @@ async fn vectors_attached_after_the_pages_and_a_load_in_between_knows_what_waits
         full.vectors.len(),
         "no row made for the stale id"
     );
-    let (resident, _) = Resident::load(&store).await.unwrap();
+    let (resident, _) = Resident::load(&store, usize::MAX).await.unwrap();
     assert_eq!(resident.read().unembedded_count(), 0);
 }
 
@@ -284,4 +284,52 @@ async fn rows_a_crash_left_disagreeing_are_found_on_load() {
     assert_eq!(loaded.orphans, ["b"]);
     let a = &loaded.states["a"];
     assert!(!a.clean && a.content_hash.is_empty(), "the page is redone even if its file goes back to v1");
+}
+
+/// A source loaded with int8-coded vectors answers the vector arm as the exact one does: the
+/// same chunks, in the same order, with the same (stored, exact) cosines; and the vector of a
+/// text it holds comes from the store, since the codes are not the model's vector.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn int8_vectors_re_scored_from_the_store_answer_as_exact_ones() {
+    use cairn_index::Resident;
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path().to_str().unwrap()).await.unwrap();
+    let store = db.open_source("notes", &manifest()).await.unwrap();
+    let pages = [
+        ("amphi.md", AMPHI),
+        ("sourdough.md", SOURDOUGH),
+        (
+            "tides.md",
+            "# Tides\n\nSpring tides follow the full and new moon.\n\n## Neap\n\nNeap tides come at the quarter moons.\n",
+        ),
+        ("kiln.md", "# Kiln\n\nA kiln fires clay at high heat until it turns to stoneware.\n"),
+        ("rye.md", "# Rye bread\n\nRye flour holds less gluten, so the loaf is dense and keeps for days.\n"),
+    ];
+    let upserts: Vec<PageWrite> = pages.iter().map(|(p, t)| page_write("notes", p, t)).collect();
+    store.write(&WriteBatch { upserts: upserts.clone(), removals: vec![] }).await.unwrap();
+    let (exact, _) = Resident::load(&store, usize::MAX).await.unwrap();
+    let (coded, _) = Resident::load(&store, 0).await.unwrap();
+    assert!(exact.read().exact_vectors());
+    assert!(!coded.read().exact_vectors(), "past its limit a source holds int8 codes");
+    assert!(coded.read().vector_bytes() * 3 < exact.read().vector_bytes());
+    for query in ["how do I bake bread", "moon and the sea", "fired pottery", "public debate"] {
+        let q = embedder().embed_query(query).unwrap();
+        for within in [None, Some(&["sourdough", "rye", "tides"][..])] {
+            let e = exact.vector(&q, within, 3, None).await.unwrap();
+            let c = coded.vector(&q, within, 3, None).await.unwrap();
+            assert_eq!(e.len(), 3);
+            let ids = |h: &[cairn_index::ChunkHit]| h.iter().map(|h| h.chunk_id.clone()).collect::<Vec<_>>();
+            assert_eq!(ids(&e), ids(&c), "{query}");
+            for (a, b) in e.iter().zip(&c) {
+                assert!((a.score - b.score).abs() < 1e-5, "{query}: {} vs {}", a.score, b.score);
+            }
+        }
+    }
+    let chunk = &upserts[1].page.chunks[0];
+    let hash = chunk.text_hash.clone();
+    let known = coded.known_vectors(&[hash.as_str(), "no-such-text"]).await.unwrap();
+    let stored = upserts[1].vectors[0].clone().unwrap();
+    assert_eq!(known.len(), 1);
+    assert_eq!(known[&hash], stored, "the model's vector, as stored");
+    assert_eq!(exact.known_vectors(&[hash.as_str()]).await.unwrap().len(), 1);
 }

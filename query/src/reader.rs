@@ -52,10 +52,10 @@ impl SourceReader for Resident {
         Ok(self.read().keyword(query, k, allow))
     }
     async fn vector(&self, query: &[f32], k: usize, allow: Option<&Allowed>) -> Result<Vec<ChunkHit>> {
-        Ok(self.read().vector(query, None, k, allow))
+        Resident::vector(self, query, None, k, allow).await
     }
     async fn vector_within(&self, query: &[f32], slugs: &[&str], k: usize) -> Result<Vec<ChunkHit>> {
-        Ok(self.read().vector(query, Some(slugs), k, None))
+        Resident::vector(self, query, Some(slugs), k, None).await
     }
     async fn titles(&self, query: &str, k: usize, allow: Option<&Allowed>) -> Result<Vec<PageRecord>> {
         Ok(self.read().titles(query, k, allow))

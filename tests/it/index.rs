@@ -14,25 +14,43 @@ fn spec(id: &str, root: &Path) -> SourceSpec {
 }
 
 async fn index(db: &Path, specs: &[SourceSpec]) -> IndexSummary {
-    let config = Config::new(db.to_str().unwrap(), specs.iter().map(SourceSpec::config).collect());
+    index_with(db, specs, usize::MAX).await
+}
+
+async fn index_with(db: &Path, specs: &[SourceSpec], exact_vectors_up_to: usize) -> IndexSummary {
+    let config = Config {
+        exact_vectors_up_to,
+        ..Config::new(db.to_str().unwrap(), specs.iter().map(SourceSpec::config).collect())
+    };
     cairn::index(config, false, false).await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reindexing_is_incremental_edit_rename_and_delete() {
+    incremental_edit_rename_and_delete(usize::MAX).await;
+}
+
+/// The same with the source's resident vectors int8 codes: a text already embedded is still never
+/// embedded again (its vector is read from the store).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reindexing_is_incremental_with_int8_vectors() {
+    incremental_edit_rename_and_delete(0).await;
+}
+
+async fn incremental_edit_rename_and_delete(exact_vectors_up_to: usize) {
     let vault = tempfile::tempdir().unwrap();
     let db = tempfile::tempdir().unwrap();
     write(vault.path(), "amphitheater.md", LONG_PAGE);
     write(vault.path(), "bread.md", "# Sourdough\n\nFeed the starter, proof overnight, bake hot.\n");
     let specs = [spec("notes", vault.path())];
 
-    let first = index(db.path(), &specs).await;
+    let first = index_with(db.path(), &specs, exact_vectors_up_to).await;
     assert_eq!((first.counts.pages_indexed, first.counts.pages_failed), (2, 0));
     assert!(first.counts.chunks_embedded >= 2);
     let version = first.sources[0].table_version;
 
     // Unchanged: nothing written, nothing embedded.
-    let again = index(db.path(), &specs).await;
+    let again = index_with(db.path(), &specs, exact_vectors_up_to).await;
     assert_eq!(
         (again.counts.pages_indexed, again.counts.pages_unchanged, again.counts.chunks_embedded),
         (0, 2, 0)
@@ -45,14 +63,14 @@ async fn reindexing_is_incremental_edit_rename_and_delete() {
         "amphitheater.md",
         &LONG_PAGE.replace("Tiered stone benches", "Tiered wooden benches"),
     );
-    let edited = index(db.path(), &specs).await;
+    let edited = index_with(db.path(), &specs, exact_vectors_up_to).await;
     assert_eq!(edited.counts.pages_indexed, 1);
     assert_eq!(edited.counts.chunks_embedded, 1, "only the edited section's chunk is new");
     assert!(edited.counts.chunks_reused >= 1);
 
     // Rename: the page moves, nothing is embedded (its title comes from its heading).
     std::fs::rename(vault.path().join("bread.md"), vault.path().join("baking.md")).unwrap();
-    let renamed = index(db.path(), &specs).await;
+    let renamed = index_with(db.path(), &specs, exact_vectors_up_to).await;
     assert_eq!(
         (renamed.counts.pages_indexed, renamed.counts.pages_removed, renamed.counts.chunks_embedded),
         (1, 1, 0)
@@ -64,7 +82,7 @@ async fn reindexing_is_incremental_edit_rename_and_delete() {
 
     // Delete.
     std::fs::remove_file(vault.path().join("baking.md")).unwrap();
-    let deleted = index(db.path(), &specs).await;
+    let deleted = index_with(db.path(), &specs, exact_vectors_up_to).await;
     assert_eq!(deleted.counts.pages_removed, 1);
     assert_eq!(store.counts().await.unwrap().0, 1);
     store.build_text_indexes().await.unwrap();

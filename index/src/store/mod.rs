@@ -13,6 +13,7 @@ mod read;
 mod records;
 mod write;
 
+pub use read::VectorKey;
 pub use records::{ChunkHit, Loaded, PageNames, PageRecord, PageState, PageWrite, StoredChunk, WriteBatch};
 pub use write::PruneStats;
 

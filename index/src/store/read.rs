@@ -3,7 +3,7 @@
 //! keyword/vector/name searches (the benchmarks' floor).
 
 use super::arrow::{
-    CHUNK_COLUMNS, PAGE_COLUMNS, chunk_hits, column, int32, page_records, stored_chunks, string,
+    CHUNK_COLUMNS, PAGE_COLUMNS, chunk_hits, column, int32, page_records, stored_chunks, string, vectors,
 };
 use super::records::{ChunkHit, Loaded, PageNames, PageRecord, PageState, StoredChunk};
 use super::{SourceStore, in_list, quote};
@@ -13,6 +13,24 @@ use lancedb::index::scalar::FullTextSearchQuery;
 use lancedb::query::{ExecutableQuery, QueryBase, Select};
 use lancedb::{DistanceType, Table};
 use std::collections::HashMap;
+
+/// What [`SourceStore::vectors_by`] looks chunks up by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VectorKey {
+    /// The chunk's id.
+    Id,
+    /// The hash of the text the model embeds.
+    TextHash,
+}
+
+impl VectorKey {
+    fn column(self) -> &'static str {
+        match self {
+            VectorKey::Id => "id",
+            VectorKey::TextHash => "text_hash",
+        }
+    }
+}
 
 /// `columns` plus a scoring column (`_score`, `_distance`), named so Lance does not have to add
 /// it implicitly (which it warns is deprecated).
@@ -161,6 +179,31 @@ impl SourceStore {
     /// Chunks still without a vector.
     pub async fn unembedded(&self) -> Result<usize> {
         self.chunks.count_rows(Some("vector IS NULL".into())).await.map_err(|e| self.err(e))
+    }
+
+    /// The stored vectors of some chunks, by `key` (`id` or `text_hash`): key → vector, for the
+    /// rows that have one. What re-scores int8 candidates and reuses a text's vector once a
+    /// source's resident vectors are coded (see [`crate::vectors`]).
+    pub async fn vectors_by(&self, key: VectorKey, values: &[&str]) -> Result<HashMap<String, Vec<f32>>> {
+        let mut out = HashMap::new();
+        if values.is_empty() {
+            return Ok(out);
+        }
+        let column = key.column();
+        let q = self
+            .chunks
+            .query()
+            .only_if(format!("{} AND vector IS NOT NULL", in_list(column, values)))
+            .select(Select::columns(&[column, "vector"]));
+        for b in self.collect(q.execute().await).await? {
+            let keys = string(&b, column)?;
+            for (i, v) in vectors(&b)?.into_iter().enumerate() {
+                if let Some(v) = v {
+                    out.insert(keys.value(i).to_string(), v);
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// Several pages at once (missing slugs are skipped).

@@ -1,0 +1,308 @@
+//! A source's resident vectors, one slot per chunk slot: exact f32 while the source is small,
+//! int8 codes (a quarter of the memory) once it holds more chunks than its limit.
+//!
+//! Int8 codes are per vector: each unit vector is scaled so its largest component is ±127 and
+//! rounded; the scale is kept beside the codes. A query is coded the same way and scored against
+//! the codes with integer arithmetic (exact for the codes, so the only error is the rounding:
+//! about `√dim · scale / √12` per component pair, ~0.002 of cosine for 384-d unit vectors). Int8
+//! scores only choose candidates: the caller re-scores them from the stored f32 vectors
+//! (see `Resident::vector`), so answers carry exact cosines either way.
+
+use std::borrow::Cow;
+
+/// Chunks a source holds with exact f32 vectors by default: 147 MiB of 384-d vectors per
+/// process, and a scan of them about as long as the stored-vector read that re-scoring int8
+/// candidates costs (BENCHMARKS.md, "Reads that scale").
+pub const EXACT_VECTORS_UP_TO: usize = 100_000;
+
+/// Largest code magnitude.
+const CODE_MAX: f32 = 127.0;
+
+#[derive(Debug)]
+enum Data {
+    Exact(Vec<f32>),
+    /// `dim` codes per slot, and each slot's scale (0 for "no vector").
+    Int8 {
+        codes: Vec<i8>,
+        scales: Vec<f32>,
+    },
+}
+
+impl Default for Data {
+    fn default() -> Self {
+        Data::Exact(Vec::new())
+    }
+}
+
+/// A vector coded to int8 with its scale (`code × scale` ≈ component).
+fn code(v: &[f32]) -> (Vec<i8>, f32) {
+    let max = v.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+    if max == 0.0 || !max.is_finite() {
+        return (vec![0; v.len()], 0.0);
+    }
+    let scale = max / CODE_MAX;
+    (v.iter().map(|x| (x / scale).round().clamp(-CODE_MAX, CODE_MAX) as i8).collect(), scale)
+}
+
+/// Dot product in 16 independent lanes: a single running sum is a chain the compiler may not
+/// reorder (float addition is not associative), so it would not vectorise.
+pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
+    const LANES: usize = 16;
+    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
+    let mut acc = [0.0f32; LANES];
+    for (x, y) in ca.zip(cb) {
+        for i in 0..LANES {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+/// Integer dot product of two code vectors (integer addition is associative: this vectorises).
+fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
+    a.iter().zip(b).map(|(x, y)| i32::from(*x) * i32::from(*y)).sum()
+}
+
+/// A query ready to score slots: itself (unit length) and, for int8 slots, its codes.
+#[derive(Debug)]
+pub struct Probe {
+    unit: Box<[f32]>,
+    codes: Vec<i8>,
+    scale: f32,
+}
+
+impl Probe {
+    pub fn unit(&self) -> &[f32] {
+        &self.unit
+    }
+}
+
+/// The vectors of every chunk slot, one after another (`dim` values each): a scan reads them in
+/// one sequential pass, which the memory system streams.
+#[derive(Debug)]
+pub struct Vectors {
+    dim: usize,
+    data: Data,
+    /// Slots holding a vector; past `exact_up_to` of them, the vectors are coded to int8.
+    exact_up_to: usize,
+}
+
+impl Default for Vectors {
+    fn default() -> Self {
+        Self::new(usize::MAX)
+    }
+}
+
+impl Vectors {
+    pub fn new(exact_up_to: usize) -> Self {
+        Self { dim: 0, data: Data::default(), exact_up_to }
+    }
+
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    /// Whether the slots hold the exact vectors (else int8 codes, to be re-scored).
+    pub fn exact(&self) -> bool {
+        matches!(self.data, Data::Exact(_))
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        match &self.data {
+            Data::Exact(v) => v.capacity() * 4,
+            Data::Int8 { codes, scales } => codes.capacity() + scales.capacity() * 4,
+        }
+    }
+
+    /// `v` (unit length, or empty for "no vector yet") into `slot`; `slots` is how many slots
+    /// exist (the width is not known before the first vector: slots filled before have none).
+    pub fn put(&mut self, slot: usize, v: &[f32], slots: usize) {
+        if self.dim == 0 {
+            if v.is_empty() {
+                return;
+            }
+            self.dim = v.len();
+        }
+        let dim = self.dim;
+        let len = slots.max(slot + 1);
+        // The store refuses vectors of another dimension; one here could only match nothing.
+        let v = if v.len() == dim { v } else { &[] };
+        match &mut self.data {
+            Data::Exact(values) => {
+                if values.len() < len * dim {
+                    values.resize(len * dim, 0.0);
+                }
+                let dest = &mut values[slot * dim..(slot + 1) * dim];
+                if v.is_empty() { dest.fill(0.0) } else { dest.copy_from_slice(v) }
+            }
+            Data::Int8 { codes, scales } => {
+                if scales.len() < len {
+                    scales.resize(len, 0.0);
+                    codes.resize(len * dim, 0);
+                }
+                let (c, s) = if v.is_empty() { (vec![0; dim], 0.0) } else { code(v) };
+                codes[slot * dim..(slot + 1) * dim].copy_from_slice(&c);
+                scales[slot] = s;
+            }
+        }
+    }
+
+    /// Code every slot to int8 once `held` (slots with a vector) passes the limit.
+    pub fn settle(&mut self, held: usize) {
+        if held <= self.exact_up_to || self.dim == 0 {
+            return;
+        }
+        let Data::Exact(values) = &mut self.data else { return };
+        let values = std::mem::take(values);
+        let mut codes = Vec::with_capacity(values.len());
+        let mut scales = Vec::with_capacity(values.len() / self.dim);
+        for v in values.chunks_exact(self.dim) {
+            let (c, s) = code(v);
+            codes.extend(c);
+            scales.push(s);
+        }
+        self.data = Data::Int8 { codes, scales };
+    }
+
+    /// A query (any length) made ready to score.
+    pub fn probe(&self, query: &[f32]) -> Probe {
+        let unit = unit(query.to_vec());
+        let (codes, scale) = if self.exact() { (Vec::new(), 0.0) } else { code(&unit) };
+        Probe { unit, codes, scale }
+    }
+
+    /// The (cosine, or int8 estimate of it) score of `slot` for `p`.
+    pub fn score(&self, p: &Probe, slot: usize) -> f32 {
+        let dim = self.dim;
+        match &self.data {
+            Data::Exact(values) => dot(&p.unit, &values[slot * dim..(slot + 1) * dim]),
+            Data::Int8 { codes, scales } => {
+                dot_i8(&p.codes, &codes[slot * dim..(slot + 1) * dim]) as f32 * p.scale * scales[slot]
+            }
+        }
+    }
+
+    /// Every slot's score, in slot order (`keep` says which slots to score).
+    pub fn scan(&self, p: &Probe, keep: impl Fn(usize) -> bool) -> Vec<(f32, u32)> {
+        if self.dim == 0 {
+            return Vec::new();
+        }
+        let dim = self.dim;
+        match &self.data {
+            Data::Exact(values) => values
+                .chunks_exact(dim)
+                .enumerate()
+                .filter(|(i, _)| keep(*i))
+                .map(|(i, v)| (dot(&p.unit, v), i as u32))
+                .collect(),
+            Data::Int8 { codes, scales } => codes
+                .chunks_exact(dim)
+                .zip(scales)
+                .enumerate()
+                .filter(|(i, _)| keep(*i))
+                .map(|(i, (c, s))| (dot_i8(&p.codes, c) as f32 * p.scale * s, i as u32))
+                .collect(),
+        }
+    }
+
+    /// The vector of `slot`: exact, or decoded from its int8 codes.
+    pub fn get(&self, slot: usize) -> Cow<'_, [f32]> {
+        let dim = self.dim;
+        match &self.data {
+            Data::Exact(values) => Cow::Borrowed(&values[slot * dim..(slot + 1) * dim]),
+            Data::Int8 { codes, scales } => Cow::Owned(
+                codes[slot * dim..(slot + 1) * dim].iter().map(|c| f32::from(*c) * scales[slot]).collect(),
+            ),
+        }
+    }
+}
+
+/// `v` scaled to unit length (a zero vector stays zero).
+pub fn unit(mut v: Vec<f32>) -> Box<[f32]> {
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        v.iter_mut().for_each(|x| *x /= norm);
+    }
+    v.into_boxed_slice()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Deterministic pseudo-random unit vectors (xorshift), `dim` wide.
+    fn vectors(n: usize, dim: usize, seed: u64) -> Vec<Box<[f32]>> {
+        let mut s = seed.max(1);
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 11) as f32 / (1u64 << 53) as f32 - 0.5
+        };
+        (0..n).map(|_| unit((0..dim).map(|_| next()).collect())).collect()
+    }
+
+    fn filled(exact_up_to: usize, vs: &[Box<[f32]>]) -> Vectors {
+        let mut out = Vectors::new(exact_up_to);
+        for (i, v) in vs.iter().enumerate() {
+            out.put(i, v, vs.len());
+        }
+        out.settle(vs.len());
+        out
+    }
+
+    #[test]
+    fn vectors_stay_exact_up_to_the_limit_and_are_coded_past_it() {
+        let vs = vectors(10, 384, 7);
+        let exact = filled(10, &vs);
+        assert!(exact.exact());
+        assert_eq!(exact.bytes(), 10 * 384 * 4);
+        let coded = filled(9, &vs);
+        assert!(!coded.exact());
+        assert_eq!(coded.bytes(), 10 * 384 + 10 * 4, "a quarter of the memory, plus a scale each");
+        // Decoded vectors are close to the originals; slots put after coding are coded too.
+        for (i, v) in vs.iter().enumerate() {
+            let d = coded.get(i);
+            assert!(dot(v, &d) > 0.999, "slot {i}: {}", dot(v, &d));
+        }
+        let mut more = coded;
+        more.put(10, &vs[0], 11);
+        assert!(dot(&vs[0], &more.get(10)) > 0.999);
+        more.put(3, &[], 11);
+        assert_eq!(more.scan(&more.probe(&vs[3]), |i| i == 3)[0].0, 0.0, "an emptied slot scores 0");
+    }
+
+    #[test]
+    fn int8_scores_are_within_rounding_of_the_cosine_and_rank_the_same_top() {
+        let vs = vectors(2000, 384, 11);
+        let (exact, coded) = (filled(usize::MAX, &vs), filled(0, &vs));
+        for q in vectors(20, 384, 99) {
+            let (pe, pc) = (exact.probe(&q), coded.probe(&q));
+            let mut e = exact.scan(&pe, |_| true);
+            let c = coded.scan(&pc, |_| true);
+            for ((se, _), (sc, _)) in e.iter().zip(&c) {
+                assert!((se - sc).abs() < 0.01, "{se} vs {sc}");
+            }
+            // The exact top 10 are all among the int8 top 40 (what re-scoring reads).
+            e.sort_by(|a, b| b.0.total_cmp(&a.0));
+            let mut c = c;
+            c.sort_by(|a, b| b.0.total_cmp(&a.0));
+            let pool: Vec<u32> = c.iter().take(40).map(|(_, i)| *i).collect();
+            assert!(e.iter().take(10).all(|(_, i)| pool.contains(i)));
+        }
+    }
+
+    #[test]
+    fn vectors_of_another_width_and_before_the_first_match_nothing() {
+        let mut v = Vectors::new(usize::MAX);
+        v.put(0, &[], 1);
+        assert_eq!(v.dim(), 0);
+        assert!(v.scan(&v.probe(&[1.0, 0.0]), |_| true).is_empty());
+        v.put(1, &[0.0, 1.0], 2);
+        v.put(2, &[1.0, 0.0, 0.0], 3);
+        let s = v.scan(&v.probe(&[0.0, 1.0]), |_| true);
+        assert_eq!(s, vec![(0.0, 0), (1.0, 1), (0.0, 2)]);
+    }
+}
