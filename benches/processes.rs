@@ -473,7 +473,11 @@ fn soak(work: &Path) {
     let n: usize =
         std::env::var("CAIRN_BENCH_SOAK_EDITS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
     let dir = work.join("soak");
-    let _ = std::fs::remove_dir_all(&dir);
+    // `CAIRN_BENCH_SOAK_REUSE=1` starts from the database a previous soak left: the folder is
+    // restored from the shared copy and indexed incrementally (the pages that soak edited)
+    // rather than embedding all of FOLDOC again. The final fresh index is always from scratch.
+    let reuse = std::env::var("CAIRN_BENCH_SOAK_REUSE").is_ok_and(|v| v == "1") && dir.join("db").exists();
+    let _ = std::fs::remove_dir_all(if reuse { dir.join("fresh-db") } else { dir.clone() });
     let (vault, db) = (dir.join("foldoc"), dir.join("db"));
     copy_dir(&shared("foldoc/vault"), &vault);
     let out = Command::new(bin())
