@@ -333,3 +333,42 @@ async fn int8_vectors_re_scored_from_the_store_answer_as_exact_ones() {
     assert_eq!(known[&hash], stored, "the model's vector, as stored");
     assert_eq!(exact.known_vectors(&[hash.as_str()]).await.unwrap().len(), 1);
 }
+
+/// The upkeep keeps a B-tree index on every key rows are looked up by, brought up to date
+/// with later commits, and drops the indexes nothing reads (full text); lookups by key answer
+/// the same before and after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_upkeep_indexes_the_lookup_keys_and_drops_unread_indexes() {
+    use cairn_index::VectorKey;
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path().to_str().unwrap()).await.unwrap();
+    let store = db.open_source("notes", &manifest()).await.unwrap();
+    let first = page_write("notes", "sourdough.md", SOURDOUGH);
+    store.write(&WriteBatch { upserts: vec![first.clone()], removals: vec![] }).await.unwrap();
+    store.build_text_indexes().await.unwrap();
+    store.optimize().await.unwrap();
+    let mut kinds: Vec<(String, String, Vec<String>)> = store.indexes().await.unwrap();
+    kinds.sort();
+    let btree = |t: &str, c: &str| (t.to_string(), "BTREE".to_string(), vec![c.to_string()]);
+    let want = vec![
+        btree("chunks", "id"),
+        btree("chunks", "slug"),
+        btree("chunks", "text_hash"),
+        btree("pages", "slug"),
+    ];
+    assert_eq!(kinds, want, "the full-text indexes are dropped, the keys indexed");
+    // Rows written after the index was built are found by key, before and after the next upkeep.
+    let later = page_write("notes", "projects/amphi.md", AMPHI);
+    store.write(&WriteBatch { upserts: vec![later.clone()], removals: vec![] }).await.unwrap();
+    let ids: Vec<&str> = [&first, &later].iter().map(|w| w.page.chunks[0].id.as_str()).collect();
+    for round in 0..2 {
+        let found = store.vectors_by(VectorKey::Id, &ids).await.unwrap();
+        assert_eq!(found.len(), 2, "round {round}");
+        assert_eq!(found[ids[1]], later.vectors[0].clone().unwrap());
+        assert_eq!(store.pages(&["sourdough", "projects/amphi"]).await.unwrap().len(), 2);
+        store.optimize().await.unwrap();
+    }
+    let mut again = store.indexes().await.unwrap();
+    again.sort();
+    assert_eq!(again, want);
+}

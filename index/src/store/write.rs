@@ -8,9 +8,10 @@ use super::{SourceStore, in_list};
 use crate::error::Result;
 use arrow_array::RecordBatchIterator;
 use lancedb::index::Index;
-use lancedb::index::scalar::FtsIndexBuilder;
-use lancedb::table::OptimizeAction;
+use lancedb::index::IndexType;
+use lancedb::index::scalar::{BTreeIndexBuilder, FtsIndexBuilder};
 use lancedb::table::optimize::CompactionOptions;
+use lancedb::table::{OptimizeAction, OptimizeOptions};
 use std::time::Duration;
 
 /// Rows a compaction fills a fragment to. A fragment with fewer rows is compacted again, so a
@@ -20,6 +21,11 @@ use std::time::Duration;
 /// LanceDB's default (1M rows) makes every table below a million rows one "small" fragment that
 /// each compaction rewrites in full.
 pub const FRAGMENT_ROWS: usize = 1024;
+
+/// The key columns of the chunks and of the pages tables that commits, re-scoring and vector
+/// reuse look rows up by (`id IN (…)`, `text_hash IN (…)`, `slug IN (…)`, and the join keys of
+/// `merge_insert`): each has a B-tree index, so a lookup reads the index, not the whole column.
+pub const KEY_COLUMNS: (&[&str], &[&str]) = (&["id", "text_hash", "slug"], &["slug"]);
 
 /// What a pruning removed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -129,22 +135,57 @@ impl SourceStore {
         Ok(())
     }
 
-    /// Compaction: fragments below [`FRAGMENT_ROWS`] merged, deleted rows dropped. Indexes
-    /// that earlier versions built and nothing reads (full text, IVF-PQ) are dropped first, so
-    /// a compaction does not remap them. The caller makes sure no commit of its own runs
-    /// meanwhile: a compaction that loses a commit race leaves its rewritten files behind.
+    /// Compaction: fragments below [`FRAGMENT_ROWS`] merged, deleted rows dropped; then the
+    /// B-tree indexes on the keys rows are looked up by ([`KEY_COLUMNS`]) built, or brought up
+    /// to date with the rows written since. Indexes that earlier versions built and nothing
+    /// reads (full text, IVF-PQ) are dropped first, so a compaction does not remap them. The
+    /// caller makes sure no commit of its own runs meanwhile: a compaction that loses a commit
+    /// race leaves its rewritten files behind.
     pub async fn optimize(&self) -> Result<()> {
-        for table in [&self.chunks, &self.pages] {
+        for (table, keys) in [(&self.chunks, KEY_COLUMNS.0), (&self.pages, KEY_COLUMNS.1)] {
+            let mut indexed = Vec::new();
             for index in table.list_indices().await.map_err(|e| self.err(e))? {
-                table.drop_index(&index.name).await.map_err(|e| self.err(e))?;
+                match index.columns.as_slice() {
+                    [c] if index.index_type == IndexType::BTree && keys.contains(&c.as_str()) => {
+                        indexed.push(c.clone())
+                    }
+                    _ => table.drop_index(&index.name).await.map_err(|e| self.err(e))?,
+                }
             }
             let options = CompactionOptions { target_rows_per_fragment: FRAGMENT_ROWS, ..Default::default() };
             table
                 .optimize(OptimizeAction::Compact { options, remap_options: None })
                 .await
                 .map_err(|e| self.err(e))?;
+            if table.count_rows(None).await.map_err(|e| self.err(e))? == 0 {
+                continue;
+            }
+            for key in keys.iter().filter(|k| !indexed.iter().any(|c| c == *k)) {
+                table
+                    .create_index(&[*key], Index::BTree(BTreeIndexBuilder::default()))
+                    .execute()
+                    .await
+                    .map_err(|e| self.err(format!("building the index on {key}: {e}")))?;
+            }
+            if !indexed.is_empty() {
+                table
+                    .optimize(OptimizeAction::Index(OptimizeOptions::default()))
+                    .await
+                    .map_err(|e| self.err(e))?;
+            }
         }
         Ok(())
+    }
+
+    /// The indexes of the chunks and pages tables: (name, type, columns), for tests.
+    pub async fn indexes(&self) -> Result<Vec<(String, String, Vec<String>)>> {
+        let mut out = Vec::new();
+        for (name, table) in [("chunks", &self.chunks), ("pages", &self.pages)] {
+            for i in table.list_indices().await.map_err(|e| self.err(e))? {
+                out.push((name.to_string(), i.index_type.to_string(), i.columns));
+            }
+        }
+        Ok(out)
     }
 
     /// Remove the table versions older than `keep` (the current one always stays). A reader
