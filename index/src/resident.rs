@@ -306,6 +306,11 @@ impl Prepared {
     }
 
     /// Everything a whole-source load read (pages and chunks moved out of it).
+    /// How many of its chunks have a vector.
+    pub fn vectors(&self) -> usize {
+        self.upserts.iter().flat_map(|p| &p.chunks).filter(|c| c.vector.is_some()).count()
+    }
+
     pub fn loaded(loaded: &mut Loaded) -> Self {
         Self::pages(
             std::mem::take(&mut loaded.pages).into_iter().map(|(r, c)| PreparedPage::stored(r, c)).collect(),
@@ -690,7 +695,9 @@ impl Resident {
         tokio::task::spawn_blocking(move || {
             let mut loaded = loaded;
             let mut index = ResidentIndex::with_exact_vectors_up_to(exact_vectors_up_to);
-            index.apply(Prepared::loaded(&mut loaded));
+            let prepared = Prepared::loaded(&mut loaded);
+            index.vectors.expect(prepared.vectors());
+            index.apply(prepared);
             (Self { store: Some(store), ..Self::new(&id, index) }, loaded)
         })
         .await

@@ -10,10 +10,11 @@
 
 use std::borrow::Cow;
 
-/// Chunks a source holds with exact f32 vectors by default: 147 MiB of 384-d vectors per
-/// process, and a scan of them about as long as the stored-vector read that re-scoring int8
-/// candidates costs (BENCHMARKS.md, "Reads that scale").
-pub const EXACT_VECTORS_UP_TO: usize = 100_000;
+/// Chunks a source holds with exact f32 vectors by default (586 MiB of 384-d vectors). Past
+/// it, scanning f32 vectors (0.35 µs per chunk, BENCHMARKS.md) costs more than scanning int8
+/// codes plus the one stored-vector read that re-scoring takes (~70 ms at 110k chunks,
+/// BENCHMARKS.md "Reads that scale"): below it the read is the larger cost.
+pub const EXACT_VECTORS_UP_TO: usize = 400_000;
 
 /// Largest code magnitude.
 const CODE_MAX: f32 = 127.0;
@@ -139,6 +140,11 @@ impl Vectors {
             }
             Data::Int8 { codes, scales } => {
                 if scales.len() < len {
+                    // Grown by an eighth, not doubled: a large source's codes are most of what
+                    // the slots hold, and a doubling would leave up to half of them unused.
+                    let extra = (len - scales.len()).max(len / 8);
+                    scales.reserve_exact(extra);
+                    codes.reserve_exact(extra * dim);
                     scales.resize(len, 0.0);
                     codes.resize(len * dim, 0);
                 }
@@ -146,6 +152,14 @@ impl Vectors {
                 codes[slot * dim..(slot + 1) * dim].copy_from_slice(&c);
                 scales[slot] = s;
             }
+        }
+    }
+
+    /// Start coded when a source about to be loaded holds more than the limit (`held` vectors),
+    /// so that its f32 vectors are never all held at once.
+    pub fn expect(&mut self, held: usize) {
+        if held > self.exact_up_to && matches!(&self.data, Data::Exact(v) if v.is_empty()) {
+            self.data = Data::Int8 { codes: Vec::new(), scales: Vec::new() };
         }
     }
 
@@ -267,6 +281,11 @@ mod tests {
             let d = coded.get(i);
             assert!(dot(v, &d) > 0.999, "slot {i}: {}", dot(v, &d));
         }
+        let mut early = Vectors::new(9);
+        early.expect(10);
+        assert!(!early.exact(), "a load past the limit is coded from its first vector");
+        early.put(0, &vs[0], 1);
+        assert!(dot(&vs[0], &early.get(0)) > 0.999);
         let mut more = coded;
         more.put(10, &vs[0], 11);
         assert!(dot(&vs[0], &more.get(10)) > 0.999);
