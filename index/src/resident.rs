@@ -305,12 +305,12 @@ impl Prepared {
         Self { upserts, removals: Vec::new() }
     }
 
-    /// Everything a whole-source load read (pages and chunks moved out of it).
     /// How many of its chunks have a vector.
     pub fn vectors(&self) -> usize {
         self.upserts.iter().flat_map(|p| &p.chunks).filter(|c| c.vector.is_some()).count()
     }
 
+    /// Everything a whole-source load read (pages and chunks moved out of it).
     pub fn loaded(loaded: &mut Loaded) -> Self {
         Self::pages(
             std::mem::take(&mut loaded.pages).into_iter().map(|(r, c)| PreparedPage::stored(r, c)).collect(),
