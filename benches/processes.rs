@@ -15,7 +15,8 @@
 //! - `soak`: 10,000 single-page edits through a running watch on FOLDOC (`CAIRN_BENCH_SOAK_EDITS`):
 //!   table versions and data files kept, disk against a fresh index of the final folder (goal
 //!   ≤ 1.5×) right after the last edit and at rest (after the writer's idle upkeep), query
-//!   latency before and after (issue 15).
+//!   latency before and after (issue 15). `CAIRN_BENCH_SOAK_SECS` bounds its time;
+//!   `CAIRN_BENCH_SOAK_REUSE=1` starts from the database a previous soak left.
 //!
 //! Works in `CAIRN_BENCH_DIR` (default `/tmp/cairn-bench-processes`); the shared data is never
 //! written. Run by `scripts/bench/processes`.
