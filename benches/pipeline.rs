@@ -14,20 +14,13 @@
 //! Works on a copy of the vault in `CAIRN_BENCH_DIR` (default `/tmp/cairn-bench`); the shared
 //! data is never written. Run by `scripts/bench/pipeline`; prints markdown tables.
 
+mod common;
 use cairn_actors::event::EventKind;
 use cairn_actors::{Config, Mode, Pipeline as Cairn, SearchRequest, SourceConfig};
+use common::{pct, shared};
 use futures::StreamExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-
-fn shared(rel: &str) -> PathBuf {
-    let p = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("run by cargo"))
-        .join("..")
-        .join("shared/eval")
-        .join(rel);
-    assert!(p.exists(), "bench: {} is missing (the shared eval data is required)", p.display());
-    p
-}
 
 fn copy_dir(from: &Path, to: &Path) {
     for e in walkdir::WalkDir::new(from) {
@@ -44,11 +37,6 @@ fn copy_dir(from: &Path, to: &Path) {
 
 fn source(id: &str, root: &Path) -> SourceConfig {
     SourceConfig { id: id.into(), root: root.to_path_buf(), include: vec![], exclude: vec![] }
-}
-
-fn pct(v: &mut [f64], p: f64) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[((v.len() as f64 - 1.0) * p).round() as usize]
 }
 
 /// `n` queries spread evenly over a query file.

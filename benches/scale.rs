@@ -18,11 +18,13 @@
 //! Works in `CAIRN_BENCH_DIR` (default `/tmp/cairn-bench`); a database of one size is reused
 //! by the next run unless `CAIRN_BENCH_SCALE_FRESH=1`. Run by `scripts/bench/scale`.
 
+mod common;
 use cairn_index::{
     Database, Embedder, Manifest, OrtEmbedder, OrtOptions, PageWrite, Resident, SourceInfo, WriteBatch,
 };
 use cairn_ingest::{ParseOptions, parse_page};
 use cairn_query::{Mode, SearchRequest};
+use common::{pct, shared};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -37,15 +39,6 @@ const PAGES_PER_COMMIT: usize = 2000;
 const SOURCE: &str = "synthetic";
 const QUERIES: usize = 64;
 
-fn shared(rel: &str) -> PathBuf {
-    let p = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("run by cargo"))
-        .join("..")
-        .join("shared/eval")
-        .join(rel);
-    assert!(p.exists(), "bench: {} is missing (the shared eval data is required)", p.display());
-    p
-}
-
 fn status_mib(key: &str) -> f64 {
     let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     s.lines()
@@ -53,11 +46,6 @@ fn status_mib(key: &str) -> f64 {
         .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
         .unwrap_or(0.0)
         / 1024.0
-}
-
-fn pct(v: &mut [f64], p: f64) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[((v.len() as f64 - 1.0) * p).round() as usize]
 }
 
 fn embedder() -> OrtEmbedder {
