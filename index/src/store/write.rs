@@ -35,13 +35,50 @@ pub struct PruneStats {
 }
 
 impl SourceStore {
-    /// Apply a batch: chunks first (one `merge_insert` that also deletes the old chunks of every
-    /// page it touches), then pages. Each chunk row carries the content hash of the page row
-    /// written after it, so a crash between the two leaves rows that disagree, which
+    /// Apply a batch: chunks first, then pages. Each chunk row carries the content hash of the
+    /// page row written after it, so a crash between the writes leaves rows that disagree, which
     /// [`SourceStore::load`] reports and the writer redoes. Returns the chunks table's version.
+    ///
+    /// Every write finds its rows through the B-tree indexes on the keys ([`KEY_COLUMNS`]): an
+    /// upsert by key, then a delete by key of the rows it replaced. One `merge_insert` that also
+    /// deletes the rows its source does not name would be a single commit, but LanceDB answers it
+    /// with a full outer join, so a one-page edit read the whole table.
     pub async fn write(&self, batch: &WriteBatch) -> Result<u64> {
         if batch.is_empty() {
             return self.version().await;
+        }
+        self.write_chunks(batch).await?;
+        if !batch.upserts.is_empty() {
+            let page_rows = page_batch(&batch.upserts).map_err(|e| self.err(e))?;
+            let mut m = self.pages.merge_insert(&["slug"]);
+            m.when_matched_update_all(None).when_not_matched_insert_all();
+            let schema = page_rows.schema();
+            m.execute(Box::new(RecordBatchIterator::new(vec![Ok(page_rows)], schema)))
+                .await
+                .map_err(|e| self.err(e))?;
+        }
+        if !batch.removals.is_empty() {
+            let removed: Vec<&str> = batch.removals.iter().map(String::as_str).collect();
+            self.pages.delete(&in_list("slug", &removed)).await.map_err(|e| self.err(e))?;
+        }
+        self.version().await
+    }
+
+    /// The chunk half of [`SourceStore::write`]: the new rows upserted by id (a chunk whose
+    /// text did not change keeps its id, and its row is rewritten to carry the page's new
+    /// content hash), then every other row of a touched page deleted. A crash between the two
+    /// leaves a page with rows of both hashes, which [`SourceStore::load`] reports.
+    async fn write_chunks(&self, batch: &WriteBatch) -> Result<()> {
+        let chunk_rows = chunk_batch(self.dim, &batch.upserts).map_err(|e| self.err(e))?;
+        let ids: Vec<&str> =
+            batch.upserts.iter().flat_map(|w| w.page.chunks.iter().map(|c| c.id.as_str())).collect();
+        if !ids.is_empty() {
+            let mut m = self.chunks.merge_insert(&["id"]);
+            m.when_matched_update_all(None).when_not_matched_insert_all();
+            let schema = chunk_rows.schema();
+            m.execute(Box::new(RecordBatchIterator::new(vec![Ok(chunk_rows)], schema)))
+                .await
+                .map_err(|e| self.err(e))?;
         }
         let touched: Vec<&str> = batch
             .upserts
@@ -49,53 +86,19 @@ impl SourceStore {
             .map(|w| w.page.slug.as_str())
             .chain(batch.removals.iter().map(String::as_str))
             .collect();
-        let chunk_rows = chunk_batch(self.dim, &batch.upserts).map_err(|e| self.err(e))?;
-        let scope = in_list("slug", &touched);
-        if chunk_rows.num_rows() > 0 {
-            // Matched rows (a chunk whose text did not change keeps its id) are rewritten too:
-            // they must carry the page's new content hash.
-            let mut m = self.chunks.merge_insert(&["id"]);
-            m.when_matched_update_all(None)
-                .when_not_matched_insert_all()
-                .when_not_matched_by_source_delete(Some(scope));
-            let schema = chunk_rows.schema();
-            m.execute(Box::new(RecordBatchIterator::new(vec![Ok(chunk_rows)], schema)))
-                .await
-                .map_err(|e| self.err(e))?;
-        } else {
-            self.chunks.delete(&scope).await.map_err(|e| self.err(e))?;
+        let mut stale = in_list("slug", &touched);
+        if !ids.is_empty() {
+            stale = format!("{stale} AND NOT ({})", in_list("id", &ids));
         }
-        if batch.upserts.is_empty() {
-            self.pages.delete(&in_list("slug", &touched)).await.map_err(|e| self.err(e))?;
-        } else {
-            let page_rows = page_batch(&batch.upserts).map_err(|e| self.err(e))?;
-            let mut m = self.pages.merge_insert(&["slug"]);
-            m.when_matched_update_all(None).when_not_matched_insert_all();
-            if !batch.removals.is_empty() {
-                let removed: Vec<&str> = batch.removals.iter().map(String::as_str).collect();
-                m.when_not_matched_by_source_delete(Some(in_list("slug", &removed)));
-            }
-            let schema = page_rows.schema();
-            m.execute(Box::new(RecordBatchIterator::new(vec![Ok(page_rows)], schema)))
-                .await
-                .map_err(|e| self.err(e))?;
-        }
-        self.version().await
+        self.chunks.delete(&stale).await.map_err(|e| self.err(e))?;
+        Ok(())
     }
 
-    /// The chunk half of [`SourceStore::write`] only, as a crash between its two writes leaves
-    /// it (tests of crash recovery).
+    /// The chunk half of [`SourceStore::write`] only, as a crash between its writes leaves it
+    /// (tests of crash recovery).
     #[cfg(any(test, feature = "testing"))]
     pub async fn crash_after_chunks(&self, batch: &WriteBatch) -> Result<()> {
-        let touched: Vec<&str> = batch.upserts.iter().map(|w| w.page.slug.as_str()).collect();
-        let chunk_rows = chunk_batch(self.dim, &batch.upserts).map_err(|e| self.err(e))?;
-        let mut m = self.chunks.merge_insert(&["id"]);
-        m.when_not_matched_insert_all().when_not_matched_by_source_delete(Some(in_list("slug", &touched)));
-        let schema = chunk_rows.schema();
-        m.execute(Box::new(RecordBatchIterator::new(vec![Ok(chunk_rows)], schema)))
-            .await
-            .map_err(|e| self.err(e))?;
-        Ok(())
+        self.write_chunks(batch).await
     }
 
     /// Attach vectors to chunks written without them (by chunk id). A chunk replaced since (its
