@@ -304,18 +304,6 @@ impl Prepared {
     pub fn pages(upserts: Vec<PreparedPage>) -> Self {
         Self { upserts, removals: Vec::new() }
     }
-
-    /// How many of its chunks have a vector.
-    pub fn vectors(&self) -> usize {
-        self.upserts.iter().flat_map(|p| &p.chunks).filter(|c| c.vector.is_some()).count()
-    }
-
-    /// Everything a whole-source load read (pages and chunks moved out of it).
-    pub fn loaded(loaded: &mut Loaded) -> Self {
-        Self::pages(
-            std::mem::take(&mut loaded.pages).into_iter().map(|(r, c)| PreparedPage::stored(r, c)).collect(),
-        )
-    }
 }
 
 /// A chunk slot's contents.
@@ -677,6 +665,9 @@ pub struct Resident {
     store: Option<crate::SourceStore>,
 }
 
+/// Pages tokenised and applied together while a source is loaded.
+const LOAD_BATCH: usize = 1024;
+
 impl Resident {
     /// A resident index with no store behind it: its vectors must stay exact.
     pub fn new(id: &str, index: ResidentIndex) -> Self {
@@ -695,9 +686,19 @@ impl Resident {
         tokio::task::spawn_blocking(move || {
             let mut loaded = loaded;
             let mut index = ResidentIndex::with_exact_vectors_up_to(exact_vectors_up_to);
-            let prepared = Prepared::loaded(&mut loaded);
-            index.vectors.expect(prepared.vectors());
-            index.apply(prepared);
+            let held = loaded.pages.iter().flat_map(|(_, c)| c).filter(|c| c.vector.is_some()).count();
+            index.vectors.expect(held);
+            // A batch of pages at a time, each page's rows dropped once applied: the terms of
+            // every chunk at once would take several times the memory of the index they build.
+            let mut pages = std::mem::take(&mut loaded.pages).into_iter();
+            loop {
+                let batch: Vec<PreparedPage> =
+                    pages.by_ref().take(LOAD_BATCH).map(|(r, c)| PreparedPage::stored(r, c)).collect();
+                if batch.is_empty() {
+                    break;
+                }
+                index.apply(Prepared::pages(batch));
+            }
             (Self { store: Some(store), ..Self::new(&id, index) }, loaded)
         })
         .await
