@@ -15,18 +15,24 @@
 //!   cosine ≈ 0.94 to its sample, so copies of one sample cluster as paraphrases do.
 //! - **Queries.** The first eight words of 64 samples (spread evenly).
 //!
-//! Works in `CAIRN_BENCH_DIR` (default `/tmp/cairn-bench`); a database of one size is reused
-//! by the next run unless `CAIRN_BENCH_SCALE_FRESH=1`. Run by `scripts/bench/scale`.
+//! Works in `CAIRN_BENCH_DIR` (default `/tmp/cairn-bench`); a local database of one size is
+//! reused by the next run unless `CAIRN_BENCH_SCALE_FRESH=1`. With `CAIRN_BENCH_SCALE_S3=1` the
+//! same sizes are then written to and measured on SeaweedFS (started here on loopback, as the S3
+//! tests do; "stored" is its data folder), afresh each run. Run by `scripts/bench/scale`.
 
 mod common;
+#[path = "../tests/it/weed.rs"]
+mod weed;
 use cairn_index::{
-    Database, Embedder, Manifest, OrtEmbedder, OrtOptions, PageWrite, Resident, SourceInfo, WriteBatch,
+    Database, Embedder, Manifest, OrtEmbedder, OrtOptions, PageWrite, Resident, SourceInfo, StorageOptions,
+    WriteBatch,
 };
 use cairn_ingest::{ParseOptions, parse_page};
 use cairn_query::{Mode, SearchRequest};
 use common::{pct, shared};
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
+use weed::{BUCKET, Weed};
 
 /// Distinct real texts (and model vectors) the source is made from.
 const SAMPLE: usize = 2048;
@@ -156,10 +162,17 @@ fn sample(e: &OrtEmbedder) -> Sample {
     Sample { texts, vectors }
 }
 
-/// Write a source of at least `chunks` chunks into `db` (a fresh folder), then compact it.
-async fn build(db: &Path, chunks: usize, s: &Sample, e: &OrtEmbedder) -> (f64, usize) {
+/// Write a source of at least `chunks` chunks into `db` (a fresh folder or bucket path), then
+/// compact it.
+async fn build(
+    db: &str,
+    options: &StorageOptions,
+    chunks: usize,
+    s: &Sample,
+    e: &OrtEmbedder,
+) -> (f64, usize) {
     let started = Instant::now();
-    let database = Database::open(db.to_str().unwrap()).await.unwrap();
+    let database = Database::open_with(db, options, Some(Duration::ZERO)).await.unwrap();
     let store = database.open_source(SOURCE, &Manifest::current(e.model_id(), e.dim())).await.unwrap();
     store
         .register(&SourceInfo { id: SOURCE.into(), root: None, include: vec![], exclude: vec![] })
@@ -175,7 +188,7 @@ async fn build(db: &Path, chunks: usize, s: &Sample, e: &OrtEmbedder) -> (f64, u
         eprintln!("  {written} chunks written ({:.0} s)", started.elapsed().as_secs_f64());
     }
     store.optimize().await.unwrap();
-    store.prune(std::time::Duration::ZERO, true).await.unwrap();
+    store.prune(Duration::ZERO, true).await.unwrap();
     (started.elapsed().as_secs_f64(), written)
 }
 
@@ -236,6 +249,10 @@ async fn measure(db: &str) {
     println!("{out}");
 }
 
+/// The binary's allocator (`src/main.rs`), so the figures are an owner's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     if let Ok(db) = std::env::var("CAIRN_BENCH_SCALE_MEASURE") {
@@ -249,71 +266,104 @@ fn main() {
         .map(|n| n.trim().parse().expect("CAIRN_BENCH_SCALE_CHUNKS: chunk counts"))
         .collect();
     let fresh = std::env::var("CAIRN_BENCH_SCALE_FRESH").is_ok_and(|v| v == "1");
+    // `CAIRN_BENCH_SCALE_S3=1`: the same sizes again on SeaweedFS, each written afresh.
+    let s3 = std::env::var("CAIRN_BENCH_SCALE_S3").is_ok_and(|v| v == "1");
     println!(
-        "| chunks | vectors held | write s | on disk | open s (goal ≤ 5) | RSS of the source | process RSS / peak (goal ≤ 2048 MiB) | fast p50/p99 ms | balanced p50/p99 ms (goal p99 ≤ 100) | thorough p50/p99 ms | one-page commit p50/max ms (goal ≤ 1000) | of which the tables, p50 ms |"
+        "| chunks | where | vectors held | write s | stored | open s (goal ≤ 5) | RSS of the source | process RSS / peak (goal ≤ 2048 MiB) | fast p50/p99 ms | balanced p50/p99 ms (goal p99 ≤ 100) | thorough p50/p99 ms | one-page commit p50/max ms (goal ≤ 1000) | of which the tables, p50 ms |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut built: Option<(OrtEmbedder, Sample)> = None;
-    for n in sizes {
+    let mut made = |rt: &tokio::runtime::Runtime, db: &str, options: &StorageOptions, n: usize| {
+        let (e, s) = built.get_or_insert_with(|| {
+            let e = embedder();
+            let s = sample(&e);
+            (e, s)
+        });
+        rt.block_on(build(db, options, n, s, e)).0
+    };
+    for n in &sizes {
         let db = dir.join(format!("scale-{n}"));
         let marker = db.join("complete");
         let write_s = if fresh || !marker.exists() {
             let _ = std::fs::remove_dir_all(&db);
             std::fs::create_dir_all(&db).unwrap();
-            let (e, s) = built.get_or_insert_with(|| {
-                let e = embedder();
-                let s = sample(&e);
-                (e, s)
-            });
-            let (secs, _) = rt.block_on(build(&db, n, s, e));
+            let secs = made(&rt, db.to_str().unwrap(), &StorageOptions::default(), *n);
             std::fs::write(&marker, format!("{secs}")).unwrap();
             secs
         } else {
             std::fs::read_to_string(&marker).unwrap().parse().unwrap()
         };
-        let disk: u64 = walkdir::WalkDir::new(&db)
+        report(*n, "local", db.to_str().unwrap(), write_s, du_mib(&db), &[]);
+    }
+    if !s3 {
+        return;
+    }
+    for n in &sizes {
+        let weed_dir = dir.join(format!("weed-{n}"));
+        let _ = std::fs::remove_dir_all(&weed_dir);
+        let weed = Weed::start(&weed_dir);
+        let db = format!("s3://{BUCKET}/scale-{n}");
+        let write_s = made(&rt, &db, &weed.options(), *n);
+        let env: Vec<(String, String)> = weed
+            .options()
+            .0
             .into_iter()
-            .filter_map(Result::ok)
-            .filter_map(|e| e.metadata().ok())
-            .filter(|m| m.is_file())
-            .map(|m| m.len())
-            .sum();
-        // Both vector paths while the exact one fits easily; the default (int8 past
-        // `EXACT_VECTORS_UP_TO`) alone above that.
-        let default = cairn_index::vectors::EXACT_VECTORS_UP_TO;
-        let limits = if n <= 2 * default { vec![usize::MAX, default] } else { vec![default] };
-        for limit in limits {
-            let out = std::process::Command::new(std::env::current_exe().unwrap())
-                .env("CAIRN_BENCH_SCALE_MEASURE", &db)
-                .env("CAIRN_BENCH_SCALE_EXACT_UP_TO", limit.to_string())
-                .output()
-                .unwrap();
-            assert!(out.status.success(), "measuring {n}: {}", String::from_utf8_lossy(&out.stderr));
-            let m: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-            let mode = |k: &str| {
-                format!(
-                    "{:.0} / {:.0}",
-                    m["modes"][k]["p50"].as_f64().unwrap(),
-                    m["modes"][k]["p99"].as_f64().unwrap()
-                )
-            };
-            println!(
-                "| {} | {} ({:.0} MiB) | {write_s:.0} | {:.0} MiB | {:.2} | {:.0} MiB | {:.0} / {:.0} MiB | {} | {} | {} | {:.0} / {:.0} | {:.0} |",
-                m["chunks"],
-                if m["exact_vectors"].as_bool().unwrap() { "f32" } else { "int8" },
-                m["vector_mib"].as_f64().unwrap(),
-                disk as f64 / 1048576.0,
-                m["open_s"].as_f64().unwrap(),
-                m["rss_open_mib"].as_f64().unwrap(),
-                m["rss_total_mib"].as_f64().unwrap(),
-                m["hwm_mib"].as_f64().unwrap(),
-                mode("fast"),
-                mode("balanced"),
-                mode("thorough"),
-                m["commit_p50_ms"].as_f64().unwrap(),
-                m["commit_max_ms"].as_f64().unwrap(),
-                m["tables_p50_ms"].as_f64().unwrap(),
-            );
-        }
+            .map(|(k, v)| (if k.starts_with("aws_") { k } else { format!("aws_{k}") }.to_uppercase(), v))
+            .collect();
+        report(*n, "SeaweedFS", &db, write_s, du_mib(&weed_dir.join("data")), &env);
+    }
+}
+
+/// Bytes under a folder, in MiB.
+fn du_mib(dir: &Path) -> f64 {
+    walkdir::WalkDir::new(dir)
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter_map(|e| e.metadata().ok())
+        .filter(|m| m.is_file())
+        .map(|m| m.len())
+        .sum::<u64>() as f64
+        / 1048576.0
+}
+
+/// Measure `db` in a fresh process (its environment plus `env`), once per vector path that
+/// applies at this size, and print the rows.
+fn report(n: usize, place: &str, db: &str, write_s: f64, stored_mib: f64, env: &[(String, String)]) {
+    // Both vector paths while the exact one fits easily; the default (int8 past
+    // `EXACT_VECTORS_UP_TO`) alone above that.
+    let default = cairn_index::vectors::EXACT_VECTORS_UP_TO;
+    let limits = if n <= 2 * default { vec![usize::MAX, default] } else { vec![default] };
+    for limit in limits {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .env("CAIRN_BENCH_SCALE_MEASURE", db)
+            .env("CAIRN_BENCH_SCALE_EXACT_UP_TO", limit.to_string())
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "measuring {n} ({place}): {}", String::from_utf8_lossy(&out.stderr));
+        let m: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let mode = |k: &str| {
+            format!(
+                "{:.0} / {:.0}",
+                m["modes"][k]["p50"].as_f64().unwrap(),
+                m["modes"][k]["p99"].as_f64().unwrap()
+            )
+        };
+        println!(
+            "| {} | {place} | {} ({:.0} MiB) | {write_s:.0} | {stored_mib:.0} MiB | {:.2} | {:.0} MiB | {:.0} / {:.0} MiB | {} | {} | {} | {:.0} / {:.0} | {:.0} |",
+            m["chunks"],
+            if m["exact_vectors"].as_bool().unwrap() { "f32" } else { "int8" },
+            m["vector_mib"].as_f64().unwrap(),
+            m["open_s"].as_f64().unwrap(),
+            m["rss_open_mib"].as_f64().unwrap(),
+            m["rss_total_mib"].as_f64().unwrap(),
+            m["hwm_mib"].as_f64().unwrap(),
+            mode("fast"),
+            mode("balanced"),
+            mode("thorough"),
+            m["commit_p50_ms"].as_f64().unwrap(),
+            m["commit_max_ms"].as_f64().unwrap(),
+            m["tables_p50_ms"].as_f64().unwrap(),
+        );
     }
 }

@@ -14,3 +14,4 @@ mod s3;
 mod scan;
 mod support;
 mod watch;
+mod weed;
