@@ -45,8 +45,12 @@ const UPKEEP_CHUNKS: usize = 1000;
 /// Upkeep runs this long after it falls due (so a burst of commits finishes first).
 const UPKEEP_DELAY: Duration = Duration::from_secs(2);
 /// Table versions are kept this long after they are superseded: a reader that opened one can
-/// finish with it; older ones are removed by the upkeep.
-pub const KEEP_VERSIONS: Duration = Duration::from_secs(60);
+/// finish with it; older ones are removed by the upkeep. While an owner writes, the tables'
+/// other readers are its own (one query's reads, milliseconds): clients ask the owner. The room
+/// a busy watch takes beyond a fresh index is about this window's worth of compactions (each
+/// rewrites a part-filled fragment), so it is short: at 3 edits/s on FOLDOC, 60 s of them
+/// took 2.2× a fresh index (BENCHMARKS.md, the soak).
+pub const KEEP_VERSIONS: Duration = Duration::from_secs(10);
 const BACKOFF_START: Duration = Duration::from_millis(250);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// How long a removed page can still be matched, by content, with a new one as a move.
