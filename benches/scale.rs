@@ -329,10 +329,10 @@ fn du_mib(dir: &Path) -> f64 {
 /// Measure `db` in a fresh process (its environment plus `env`), once per vector path that
 /// applies at this size, and print the rows.
 fn report(n: usize, place: &str, db: &str, write_s: f64, stored_mib: f64, env: &[(String, String)]) {
-    // Both vector paths while the exact one fits easily; the default (int8 past
-    // `EXACT_VECTORS_UP_TO`) alone above that.
+    // Both vector paths (limits past and below the size) while the exact one fits easily; the
+    // default (int8 past `EXACT_VECTORS_UP_TO`) alone above that.
     let default = cairn_index::vectors::EXACT_VECTORS_UP_TO;
-    let limits = if n <= 2 * default { vec![usize::MAX, default] } else { vec![default] };
+    let limits = if n <= 2 * default { vec![usize::MAX, 0] } else { vec![default] };
     for limit in limits {
         let out = std::process::Command::new(std::env::current_exe().unwrap())
             .env("CAIRN_BENCH_SCALE_MEASURE", db)
