@@ -715,15 +715,16 @@ impl Resident {
         k: usize,
         allow: Option<&std::collections::HashSet<String>>,
     ) -> crate::Result<Vec<ChunkHit>> {
-        let candidates = {
+        let (store, candidates) = {
             let index = self.read();
-            if index.exact_vectors() || self.store.is_none() {
-                return Ok(index.vector(query, within, k, allow));
+            match &self.store {
+                Some(store) if !index.exact_vectors() => {
+                    let pool = if within.is_some() { usize::MAX } else { k.saturating_mul(RESCORE) };
+                    (store, index.vector(query, within, pool, allow))
+                }
+                _ => return Ok(index.vector(query, within, k, allow)),
             }
-            let pool = if within.is_some() { usize::MAX } else { k.saturating_mul(RESCORE) };
-            index.vector(query, within, pool, allow)
         };
-        let Some(store) = &self.store else { return Ok(Vec::new()) };
         let ids: Vec<&str> = candidates.iter().map(|h| h.chunk_id.as_str()).collect();
         let stored = store.vectors_by(crate::VectorKey::Id, &ids).await?;
         let q = unit(query.to_vec());
