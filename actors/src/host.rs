@@ -208,16 +208,19 @@ impl QueryHost {
             guards.iter().flat_map(|(id, g)| g.records().map(move |p| (*id, p))).collect();
         let titles: std::collections::HashMap<(String, String), String> =
             pages.iter().map(|(s, p)| ((s.to_string(), p.slug.clone()), p.title.clone())).collect();
-        // Int8-coded sources give decoded copies (the grouping is by threshold, which their
-        // rounding moves by ~0.002 at most).
-        let held: Vec<(&str, &str, &str, std::borrow::Cow<'_, [f32]>)> = guards
-            .iter()
-            .flat_map(|(id, g)| g.embedded_chunks().map(move |(slug, chunk, v)| (*id, slug, chunk, v)))
-            .collect();
-        let chunks: Vec<(&str, &str, &str, &[f32])> =
-            held.iter().map(|(id, slug, chunk, v)| (*id, *slug, *chunk, v.as_ref())).collect();
+        // Each chunk with its source's guard and slot; int8-coded sources decode a vector when
+        // it is asked for (the grouping is by threshold, which their rounding moves by ~0.002
+        // at most), never all of them at once.
+        let (mut chunks, mut slots) = (Vec::new(), Vec::new());
+        for (g, (id, guard)) in guards.iter().enumerate() {
+            for (slug, chunk, slot) in guard.embedded_chunks() {
+                chunks.push((*id, slug, chunk));
+                slots.push((g, slot));
+            }
+        }
+        let vector = |i: usize| guards[slots[i].0].1.slot_vector(slots[i].1);
         let mut groups = by_name_and_content(&pages);
-        groups.extend(near_identical(&chunks, &titles, threshold));
+        groups.extend(near_identical(&chunks, &vector, &titles, threshold));
         groups
     }
 

@@ -630,14 +630,18 @@ impl ResidentIndex {
         PageRecord { body_shared_by: self.bodies.get(&p.body).copied().unwrap_or(1), ..p.record.clone() }
     }
 
-    /// Every chunk that has a vector: its page, its id, its unit vector.
-    /// Every chunk that has a vector: its page, its id, its unit vector (decoded from int8 codes
-    /// past the source's limit).
-    pub fn embedded_chunks(&self) -> impl Iterator<Item = (&str, &str, Cow<'_, [f32]>)> {
+    /// Every chunk that has a vector: its page, its id, its slot (for [`ResidentIndex::slot_vector`]).
+    pub fn embedded_chunks(&self) -> impl Iterator<Item = (&str, &str, usize)> {
         self.chunks.iter().enumerate().filter_map(move |(i, c)| {
             let c = c.as_ref().filter(|c| c.embedded && self.vectors.dim() > 0)?;
-            Some((c.hit.slug.as_str(), c.hit.chunk_id.as_str(), self.vectors.get(i)))
+            Some((c.hit.slug.as_str(), c.hit.chunk_id.as_str(), i))
         })
+    }
+
+    /// The unit vector of a chunk slot: borrowed while vectors are exact, decoded from its int8
+    /// codes past the source's limit.
+    pub fn slot_vector(&self, slot: usize) -> Cow<'_, [f32]> {
+        self.vectors.get(slot)
     }
 
     /// Dot product of two unit vectors (their cosine).

@@ -10,6 +10,7 @@
 
 use cairn_index::PageRecord;
 use cairn_ingest::normalize_name;
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 
 /// Cosine at or above which two chunks count as near-identical (see BENCHMARKS.md for how the
@@ -102,21 +103,26 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
-/// A chunk for [`near_identical`]: its source, page, id and unit vector.
-pub type ChunkVector<'a> = (&'a str, &'a str, &'a str, &'a [f32]);
+/// A chunk for [`near_identical`]: its source, page and id.
+pub type ChunkRef<'a> = (&'a str, &'a str, &'a str);
 
-/// Groups of pages joined by chunks (of different pages) at cosine ≥ `threshold`.
-pub fn near_identical(
-    chunks: &[ChunkVector<'_>],
+/// Groups of pages joined by chunks (of different pages) at cosine ≥ `threshold`. `vector(i)`
+/// is chunk `i`'s unit vector, asked for when needed (once for its signature, then per candidate
+/// pair): a source holding int8 codes decodes one at a time rather than every one at once.
+pub fn near_identical<'v>(
+    chunks: &[ChunkRef<'_>],
+    vector: &dyn Fn(usize) -> Cow<'v, [f32]>,
     titles: &HashMap<(String, String), String>,
     threshold: f32,
 ) -> Vec<DuplicateGroup> {
-    let Some(dim) = chunks.first().map(|c| c.3.len()) else { return Vec::new() };
-    let planes = hyperplanes(dim);
-    let signatures: Vec<u64> = chunks
-        .iter()
+    if chunks.is_empty() {
+        return Vec::new();
+    }
+    let planes = hyperplanes(vector(0).len());
+    let signatures: Vec<u64> = (0..chunks.len())
         .map(|c| {
-            planes.iter().enumerate().fold(0u64, |s, (i, p)| if dot(c.3, p) >= 0.0 { s | 1 << i } else { s })
+            let v = vector(c);
+            planes.iter().enumerate().fold(0u64, |s, (i, p)| if dot(&v, p) >= 0.0 { s | 1 << i } else { s })
         })
         .collect();
     // Best pair per pair of pages.
@@ -143,7 +149,7 @@ pub fn near_identical(
                     if best.get(&key).is_some_and(|(c, _, _)| *c >= 1.0) {
                         continue;
                     }
-                    let c = dot(chunks[i].3, chunks[j].3);
+                    let c = dot(&vector(i), &vector(j));
                     if c >= threshold && best.get(&key).is_none_or(|(b, _, _)| c > *b) {
                         best.insert(key, (c, i, j));
                     }
@@ -248,13 +254,10 @@ mod tests {
             v(&[0.0, 1.0, 0.3, 0.0]),
             v(&[0.0, 0.0, 0.2, 1.0]),
         );
-        let chunks: Vec<ChunkVector<'_>> = vec![
-            ("s", "p1", "p1#0", &a),
-            ("s", "p2", "p2#0", &b),
-            ("t", "p3", "p3#0", &c),
-            ("s", "p1", "p1#1", &d),
-        ];
-        let groups = near_identical(&chunks, &HashMap::new(), 0.95);
+        let chunks: Vec<ChunkRef<'_>> =
+            vec![("s", "p1", "p1#0"), ("s", "p2", "p2#0"), ("t", "p3", "p3#0"), ("s", "p1", "p1#1")];
+        let vectors = [a, b, c, d];
+        let groups = near_identical(&chunks, &|i| Cow::Borrowed(&vectors[i]), &HashMap::new(), 0.95);
         assert_eq!(groups.len(), 1);
         assert_eq!(groups[0].pages.iter().map(|p| p.slug.as_str()).collect::<Vec<_>>(), ["p1", "p2"]);
         assert!(groups[0].cosine.unwrap() > 0.99);
