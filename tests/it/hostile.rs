@@ -75,9 +75,10 @@ fn setup() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf, std::p
         std::fs::copy(e.path(), vault.join("good").join(e.file_name())).unwrap();
     }
     // Few chunks per page: the model's time goes to the good pages, not to a wall of brackets.
-    // The 9.9 MB line takes ~15 s of CPU to parse in a debug build, so on two busy cores it can
-    // pass the default 30 s budget: a page that should index would then fail on time. The
-    // budget has its own test (`ingest::page`); here it is raised.
+    // In a debug build, `cairn index` of the 9.9 MB line alone takes 22 s of CPU, most of it the
+    // parse, so on two busy cores the parse can pass the default 30 s budget: a page that
+    // should index would then fail on time. The budget has its own test (`ingest::page`); here
+    // it is raised.
     let limits = "max_page_chunks = 16\nparse_timeout_ms = 120000\n";
     std::fs::write(&toml, format!("db = {:?}\n\n[limits]\n{limits}", db.display().to_string())).unwrap();
     (tmp, vault, db, toml)
