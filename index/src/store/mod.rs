@@ -405,10 +405,16 @@ impl SourceStore {
             return Ok(());
         }
         let row = manifest_row(&manifest, &info).map_err(|e| self.err(e))?;
-        let mut m = self.manifest.merge_insert(&["key"]);
+        self.upsert(&self.manifest, "key", row).await
+    }
+
+    /// One commit that writes `rows` into `table` by `key`: rows whose key is there replace
+    /// theirs, the others are added (with an index on `key`, LanceDB finds them through it).
+    async fn upsert(&self, table: &Table, key: &str, rows: RecordBatch) -> Result<()> {
+        let mut m = table.merge_insert(&[key]);
         m.when_matched_update_all(None).when_not_matched_insert_all();
-        let schema = row.schema();
-        m.execute(Box::new(RecordBatchIterator::new(vec![Ok(row)], schema)))
+        let schema = rows.schema();
+        m.execute(Box::new(RecordBatchIterator::new(vec![Ok(rows)], schema)))
             .await
             .map_err(|e| self.err(e))?;
         Ok(())

@@ -50,12 +50,7 @@ impl SourceStore {
         self.write_chunks(batch).await?;
         if !batch.upserts.is_empty() {
             let page_rows = page_batch(&batch.upserts).map_err(|e| self.err(e))?;
-            let mut m = self.pages.merge_insert(&["slug"]);
-            m.when_matched_update_all(None).when_not_matched_insert_all();
-            let schema = page_rows.schema();
-            m.execute(Box::new(RecordBatchIterator::new(vec![Ok(page_rows)], schema)))
-                .await
-                .map_err(|e| self.err(e))?;
+            self.upsert(&self.pages, "slug", page_rows).await?;
         }
         if !batch.removals.is_empty() {
             let removed: Vec<&str> = batch.removals.iter().map(String::as_str).collect();
@@ -73,12 +68,7 @@ impl SourceStore {
         let ids: Vec<&str> =
             batch.upserts.iter().flat_map(|w| w.page.chunks.iter().map(|c| c.id.as_str())).collect();
         if !ids.is_empty() {
-            let mut m = self.chunks.merge_insert(&["id"]);
-            m.when_matched_update_all(None).when_not_matched_insert_all();
-            let schema = chunk_rows.schema();
-            m.execute(Box::new(RecordBatchIterator::new(vec![Ok(chunk_rows)], schema)))
-                .await
-                .map_err(|e| self.err(e))?;
+            self.upsert(&self.chunks, "id", chunk_rows).await?;
         }
         let touched: Vec<&str> = batch
             .upserts
