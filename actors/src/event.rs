@@ -39,11 +39,16 @@ pub enum EventKind {
         sources: Vec<String>,
     },
     /// A source's pipeline is up: `pages` are stored (`vectors_pending` of their chunks still
-    /// without a vector), the catch-up scan follows.
+    /// without a vector), read into memory from a snapshot of its resident index or from its
+    /// tables (`from_snapshot`), in `open_ms`; the catch-up scan follows.
     SourceStarted {
         pages: usize,
         #[serde(default)]
         vectors_pending: usize,
+        #[serde(default)]
+        from_snapshot: bool,
+        #[serde(default)]
+        open_ms: u64,
     },
     /// A catch-up or safety-net scan compared the folder with the index.
     Reconciled {

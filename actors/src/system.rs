@@ -314,6 +314,7 @@ impl Pipeline {
                 commit_chunks: config.commit_chunks,
                 commit_after: config.commit_after(),
                 exact_vectors_up_to: config.exact_vectors_up_to,
+                snapshots: Some(config.paths().dir().join("snapshots")),
             },
         };
         let wopts = WatcherOptions {
@@ -430,6 +431,9 @@ impl Pipeline {
         self.inner.status.remove(id);
         if forget {
             self.inner.shared.parts.db.drop_source(id).await?;
+            if let Some(dir) = &self.inner.shared.parts.opts.snapshots {
+                let _ = std::fs::remove_file(crate::writer::snapshot_path(dir, id));
+            }
             self.inner.shared.book.forget_source(id);
         }
         Ok(())

@@ -25,7 +25,8 @@ use crate::status::{FileFailure, StatusBoard};
 use crate::workers::Parsed;
 use actix::prelude::*;
 use cairn_index::{
-    Database, Manifest, PageState, PageWrite, Prepared, Resident, SourceInfo, SourceStore, WriteBatch,
+    Database, Manifest, PageState, PageWrite, Prepared, Resident, ResidentIndex, SourceInfo, SourceStore,
+    WriteBatch,
 };
 use cairn_ingest::{ParsedPage, rel_string, slugify_path};
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
@@ -70,6 +71,9 @@ pub struct WriterOptions {
     pub commit_after: Duration,
     /// Chunks the source holds with exact vectors in memory (int8 codes past it).
     pub exact_vectors_up_to: usize,
+    /// The folder of the sources' resident-index snapshots (`None`: none are kept; every open
+    /// reads the tables).
+    pub snapshots: Option<PathBuf>,
 }
 
 impl Default for WriterOptions {
@@ -78,6 +82,7 @@ impl Default for WriterOptions {
             commit_chunks: 512,
             commit_after: Duration::from_millis(50),
             exact_vectors_up_to: cairn_index::vectors::EXACT_VECTORS_UP_TO,
+            snapshots: None,
         }
     }
 }
@@ -835,6 +840,11 @@ impl SourceWriter {
         self.status.set_vectors(&self.id, chunks, pending, rate);
     }
 
+    /// Where this source's resident-index snapshot is kept, if snapshots are.
+    fn snapshot(&self) -> Option<PathBuf> {
+        self.opts.snapshots.as_ref().map(|dir| snapshot_path(dir, &self.id))
+    }
+
     /// Answer `flush` callers once nothing waits for a vector.
     fn settle_waiters(&mut self) {
         if self.vectors.idle() && self.buffer.is_empty() && self.removals.is_empty() {
@@ -857,7 +867,7 @@ impl SourceWriter {
         }
         self.idle_upkeep = Some(ctx.run_later(KEEP_VERSIONS + UPKEEP_DELAY, |act, ctx| {
             act.idle_upkeep = None;
-            act.run_upkeep(ctx);
+            act.run_upkeep(true, ctx);
         }));
         if self.upkeep.is_some()
             || (self.since_upkeep < UPKEEP_EVERY && self.chunks_since_upkeep < UPKEEP_CHUNKS)
@@ -866,7 +876,7 @@ impl SourceWriter {
         }
         self.upkeep = Some(ctx.run_later(UPKEEP_DELAY, |act, ctx| {
             act.upkeep = None;
-            act.run_upkeep(ctx);
+            act.run_upkeep(false, ctx);
         }));
     }
 
@@ -875,7 +885,9 @@ impl SourceWriter {
     /// commit race (LanceDB would refuse it and its rewritten files would stay behind, unused),
     /// and files no version references are strays of a crash or of an older build, safe to
     /// remove. An edit arriving meanwhile waits for one compaction of the small fragments.
-    fn run_upkeep(&mut self, ctx: &mut Context<Self>) {
+    /// The run once the writer is `idle` also saves the resident index's snapshot, when the
+    /// source keeps one and it no longer matches the tables.
+    fn run_upkeep(&mut self, idle: bool, ctx: &mut Context<Self>) {
         self.since_upkeep = 0;
         self.chunks_since_upkeep = 0;
         let (Some(store), id, emit) = (self.store.clone(), self.id.clone(), self.emit.clone()) else {
@@ -893,12 +905,20 @@ impl SourceWriter {
         if vectors_busy {
             self.since_upkeep = UPKEEP_EVERY;
         }
+        let snapshot = self.snapshot().filter(|_| idle).zip(self.resident.clone());
+        let exact_up_to = self.opts.exact_vectors_up_to;
         let fut = async move {
             let t0 = Instant::now();
             if !vectors_busy {
                 store.optimize().await?;
             }
             let pruned = store.prune(KEEP_VERSIONS, true).await?;
+            if let Some((path, resident)) = snapshot.filter(|(_, r)| !r.holds_text()) {
+                let stamp = store.stamp(exact_up_to).await?;
+                if ResidentIndex::stamp_of(&path) != Some(stamp) {
+                    resident.save(&path, stamp).await;
+                }
+            }
             let ev = EventKind::Optimized {
                 ms: t0.elapsed().as_millis() as u64,
                 versions_removed: pruned.old_versions,
@@ -917,6 +937,13 @@ impl SourceWriter {
             }
         }));
     }
+}
+
+/// The file of source `id`'s resident-index snapshot in the folder `dir`.
+pub(crate) fn snapshot_path(dir: &std::path::Path, id: &str) -> PathBuf {
+    let name: String =
+        id.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '~' }).collect();
+    dir.join(format!("{name}.snapshot"))
 }
 
 /// Chunks of `upserts` without a vector whose text another chunk already has one for, given the
@@ -1015,6 +1042,7 @@ impl Actor for SourceWriter {
         let delay = if self.failures > 0 { self.backoff() } else { Duration::ZERO };
         let (db, manifest, info) = (self.db.clone(), self.manifest.clone(), self.info.clone());
         let exact_vectors_up_to = self.opts.exact_vectors_up_to;
+        let snapshot = self.snapshot();
         let (query, root, emit) = (self.query.clone(), self.root.clone(), self.emit.clone());
         let open = async move {
             tokio::time::sleep(delay).await;
@@ -1022,14 +1050,22 @@ impl Actor for SourceWriter {
             let store = match db.open_source(&id, &manifest).await {
                 Err(cairn_index::Error::ManifestMismatch { .. }) => {
                     tracing::warn!("source `{id}` was built by another model or version; rebuilding it");
+                    if let Some(path) = &snapshot {
+                        let _ = std::fs::remove_file(path);
+                    }
                     db.rebuild_source(&id, &manifest, &info).await
                 }
                 other => other,
             }
             .map_err(|e| e.to_string())?;
             store.register(&info).await.map_err(|e| e.to_string())?;
-            let (resident, loaded) =
-                Resident::load(&store, exact_vectors_up_to).await.map_err(|e| e.to_string())?;
+            let started = Instant::now();
+            let (resident, loaded, from_snapshot) = match &snapshot {
+                Some(path) => Resident::open(&store, exact_vectors_up_to, path).await,
+                None => Resident::load(&store, exact_vectors_up_to).await.map(|(r, l)| (r, l, false)),
+            }
+            .map_err(|e| e.to_string())?;
+            let open_ms = started.elapsed().as_millis() as u64;
             query
                 .send(AddSource { store: store.clone(), resident: resident.clone(), root: Some(root) })
                 .await
@@ -1038,7 +1074,12 @@ impl Actor for SourceWriter {
             let version = store.version().await.map_err(|e| e.to_string())?;
             emit.emit(
                 &id,
-                vec![EventKind::SourceStarted { pages: loaded.states.len(), vectors_pending: pending }],
+                vec![EventKind::SourceStarted {
+                    pages: loaded.states.len(),
+                    vectors_pending: pending,
+                    from_snapshot,
+                    open_ms,
+                }],
             )
             .await;
             if !loaded.inconsistent.is_empty() || !loaded.orphans.is_empty() {

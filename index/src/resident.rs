@@ -13,7 +13,11 @@
 //! scored with the same BM25 (k1 1.2, b 0.75, idf ln(1 + (N − n + ½)/(n + ½))); vectors are
 //! scored by exact cosine, as LanceDB does below its vector-index threshold.
 
-use crate::store::{ChunkHit, Loaded, PageRecord, StoredChunk, WriteBatch};
+pub mod snapshot;
+
+pub use snapshot::Stamp;
+
+use crate::store::{ChunkHit, Loaded, PageRecord, PageState, StoredChunk, WriteBatch};
 use crate::vectors::{Vectors, dot, unit};
 use cairn_ingest::chunk::PATH_SEPARATOR;
 use cairn_ingest::{ParsedPage, normalize_name};
@@ -100,41 +104,58 @@ pub fn names_text(title: &str, aliases: &[String]) -> String {
     std::iter::once(title).chain(aliases.iter().map(String::as_str)).collect::<Vec<_>>().join("\n")
 }
 
+/// One term's postings: the documents holding it and how often, side by side (6 bytes a posting,
+/// where `(u32, u32)` pairs took 8).
+#[derive(Debug, Default)]
+struct Postings {
+    docs: Vec<u32>,
+    tfs: Vec<u16>,
+}
+
 /// BM25 over documents identified by small integers (slots owned by the caller).
+///
+/// A removed document is only marked (its length set to 0) and skipped when scoring: its postings
+/// go at the next [`Bm25::purge`], after which its slot may be reused. Keeping each document's
+/// terms to take it out at once would cost a quarter more memory, and finding it in every one of
+/// its terms' lists costs a scan of each list per removal.
 #[derive(Debug, Default)]
 struct Bm25 {
-    term_ids: HashMap<String, u32>,
-    /// Per term: (document, term frequency).
-    postings: Vec<Vec<(u32, u32)>>,
-    /// Per document: its distinct terms (to take it out again) and its length in terms.
-    doc_terms: Vec<Vec<u32>>,
+    term_ids: HashMap<Box<str>, u32>,
+    postings: Vec<Postings>,
+    /// Per document: its length in terms (0 once removed).
     doc_len: Vec<u32>,
+    /// Documents removed since the last purge (their postings are still in the lists).
+    removed: Vec<u32>,
     docs: usize,
     total_len: u64,
 }
 
 impl Bm25 {
+    /// Index a document; its slot must be new or freed by [`Bm25::purge`].
     fn insert(&mut self, doc: u32, terms: &[String]) {
         let d = doc as usize;
         if self.doc_len.len() <= d {
             self.doc_len.resize(d + 1, 0);
-            self.doc_terms.resize_with(d + 1, Vec::new);
         }
         let mut tf: HashMap<u32, u32> = HashMap::new();
         for t in terms {
-            let next = self.term_ids.len() as u32;
-            let id = *self.term_ids.entry(t.clone()).or_insert(next);
-            if id == next {
-                self.postings.push(Vec::new());
-            }
+            let id = match self.term_ids.get(t.as_str()) {
+                Some(&id) => id,
+                None => {
+                    let id = self.postings.len() as u32;
+                    self.term_ids.insert(t.as_str().into(), id);
+                    self.postings.push(Postings::default());
+                    id
+                }
+            };
             *tf.entry(id).or_default() += 1;
         }
-        let mut distinct: Vec<u32> = tf.keys().copied().collect();
-        distinct.sort_unstable();
-        for &t in &distinct {
-            self.postings[t as usize].push((doc, tf[&t]));
+        for (t, n) in tf {
+            let list = &mut self.postings[t as usize];
+            list.docs.push(doc);
+            list.tfs.push(n.min(u16::MAX as u32) as u16);
         }
-        self.doc_terms[d] = distinct;
+        // A document without terms has no postings to skip, so its length can stay 0.
         self.doc_len[d] = terms.len() as u32;
         self.docs += 1;
         self.total_len += terms.len() as u64;
@@ -142,15 +163,58 @@ impl Bm25 {
 
     fn remove(&mut self, doc: u32) {
         let d = doc as usize;
-        for t in std::mem::take(&mut self.doc_terms[d]) {
-            let list = &mut self.postings[t as usize];
-            if let Some(i) = list.iter().position(|(x, _)| *x == doc) {
-                list.swap_remove(i);
-            }
-        }
         self.total_len -= self.doc_len[d] as u64;
         self.doc_len[d] = 0;
         self.docs -= 1;
+        self.removed.push(doc);
+    }
+
+    /// Whether enough documents were removed to make a purge worth its pass over every list:
+    /// an eighth of those held (so lists hold at most that much dead weight), and at least 1,024.
+    fn purge_due(&self) -> bool {
+        self.removed.len() >= (self.docs / 8).max(1024)
+    }
+
+    /// Drop the postings of removed documents, returning their slots (free to reuse now).
+    fn purge(&mut self) -> Vec<u32> {
+        if self.removed.is_empty() {
+            return Vec::new();
+        }
+        let mut gone = vec![false; self.doc_len.len()];
+        for &d in &self.removed {
+            gone[d as usize] = true;
+        }
+        for list in &mut self.postings {
+            let mut keep = 0;
+            for i in 0..list.docs.len() {
+                if !gone[list.docs[i] as usize] {
+                    list.docs[keep] = list.docs[i];
+                    list.tfs[keep] = list.tfs[i];
+                    keep += 1;
+                }
+            }
+            list.docs.truncate(keep);
+            list.tfs.truncate(keep);
+        }
+        std::mem::take(&mut self.removed)
+    }
+
+    /// Give back the room lists grew into (after a load, when they stop growing for a while).
+    fn shrink(&mut self) {
+        for list in &mut self.postings {
+            list.docs.shrink_to_fit();
+            list.tfs.shrink_to_fit();
+        }
+    }
+
+    /// Bytes held (an estimate: lists and term names, not the hash table's own slack).
+    fn bytes(&self) -> usize {
+        let lists: usize = self.postings.iter().map(|l| l.docs.capacity() * 4 + l.tfs.capacity() * 2).sum();
+        let names: usize = self.term_ids.keys().map(|t| t.len() + 16 + 4 + 8).sum();
+        lists
+            + names
+            + self.postings.capacity() * std::mem::size_of::<Postings>()
+            + self.doc_len.capacity() * 4
     }
 
     /// Every document holding a query term, with its score (unordered).
@@ -164,19 +228,39 @@ impl Bm25 {
         let mut query: Vec<&String> = query.iter().collect();
         query.sort();
         query.dedup();
-        let ids = query.into_iter().filter_map(|t| self.term_ids.get(t).copied());
-        let mut acc: HashMap<u32, f32> = HashMap::new();
-        for t in ids {
-            let list = &self.postings[t as usize];
-            let df = list.len() as f32;
+        let lists = query
+            .into_iter()
+            .filter_map(|t| self.term_ids.get(t.as_str()))
+            .map(|&t| &self.postings[t as usize]);
+        // Sums in a dense array: a hash map entry per posting was most of a query's time over a
+        // million chunks, where common terms hold a fifth of them.
+        let mut acc: Vec<f32> = Vec::new();
+        let mut touched: Vec<u32> = Vec::new();
+        for list in lists {
+            let live = |d: &u32| self.doc_len[*d as usize] != 0;
+            let df = list.docs.iter().filter(|d| live(d)).count() as f32;
+            if df == 0.0 {
+                continue;
+            }
+            if acc.is_empty() {
+                acc = vec![0.0; self.doc_len.len()];
+            }
             let idf = ((n - df + 0.5) / (df + 0.5) + 1.0).ln();
-            for &(doc, tf) in list {
-                let (tf, len) = (tf as f32, self.doc_len[doc as usize] as f32);
+            for (&doc, &tf) in list.docs.iter().zip(&list.tfs) {
+                let len = self.doc_len[doc as usize];
+                if len == 0 {
+                    continue;
+                }
+                let (tf, len) = (tf as f32, len as f32);
                 let s = idf * (K1 + 1.0) * tf / (tf + K1 * (1.0 - B + B * len / avg));
-                *acc.entry(doc).or_default() += s;
+                let a = &mut acc[doc as usize];
+                if *a == 0.0 {
+                    touched.push(doc);
+                }
+                *a += s;
             }
         }
-        acc.into_iter().collect()
+        touched.into_iter().map(|d| (d, acc[d as usize])).collect()
     }
 }
 
@@ -306,11 +390,18 @@ impl Prepared {
     }
 }
 
-/// A chunk slot's contents.
+/// A chunk slot's contents: its hit without page or score (the page is its page slot's), and
+/// its text only while the text is needed in memory (see [`ResidentIndex::holds_text`]).
 #[derive(Debug)]
 struct Slot {
-    hit: ChunkHit,
-    text_hash: String,
+    chunk_id: Box<str>,
+    page: u32,
+    ordinal: i32,
+    heading_path: Box<str>,
+    text: Option<Box<str>>,
+    line_start: i32,
+    line_end: i32,
+    text_hash: Box<str>,
     embedded: bool,
 }
 
@@ -333,9 +424,9 @@ pub struct ResidentIndex {
     chunks: Vec<Option<Slot>>,
     free_chunks: Vec<u32>,
     /// Chunk id → slot (vectors arrive by chunk id).
-    by_id: HashMap<String, u32>,
+    by_id: HashMap<Box<str>, u32>,
     /// Text hash → a slot with that text and a vector (a text is never embedded twice).
-    by_text_hash: HashMap<String, u32>,
+    by_text_hash: HashMap<Box<str>, u32>,
     /// Live chunks without a vector yet.
     unembedded: usize,
     /// Every chunk slot's unit vector (exact, or int8 codes past the source's limit).
@@ -380,9 +471,12 @@ impl ResidentIndex {
     fn remove(&mut self, slug: &str) {
         let Some(page) = self.pages.remove(slug) else { return };
         for c in page.chunks {
+            // The slot is freed by the next purge of the text index (see `Bm25`); its vector is
+            // emptied now, so a scan of the codes passes it by.
             self.chunk_text.remove(c);
+            self.put_vector(c, &[]);
             if let Some(slot) = self.chunks[c as usize].take() {
-                self.by_id.remove(&slot.hit.chunk_id);
+                self.by_id.remove(&slot.chunk_id);
                 if self.by_text_hash.get(&slot.text_hash) == Some(&c) {
                     self.by_text_hash.remove(&slot.text_hash);
                 }
@@ -390,11 +484,9 @@ impl ResidentIndex {
                     self.unembedded -= 1;
                 }
             }
-            self.free_chunks.push(c);
         }
         self.page_names.remove(page.doc);
         self.page_slots[page.doc as usize] = None;
-        self.free_pages.push(page.doc);
         if let Some(n) = self.bodies.get_mut(&page.body) {
             *n -= 1;
             if *n == 0 {
@@ -421,19 +513,31 @@ impl ResidentIndex {
         let mut chunks = Vec::with_capacity(p.chunks.len());
         for c in p.chunks {
             let embedded = c.vector.is_some();
-            let (chunk_id, text_hash) = (c.hit.chunk_id.clone(), c.text_hash.clone());
-            let id = slot(&mut self.chunks, &mut self.free_chunks, Slot { hit: c.hit, text_hash, embedded });
+            let text_hash: Box<str> = c.text_hash.into();
+            let h = c.hit;
+            let held = Slot {
+                chunk_id: h.chunk_id.as_str().into(),
+                page: doc,
+                ordinal: h.ordinal,
+                heading_path: h.heading_path.into(),
+                text: (!embedded || self.holds_text()).then(|| h.text.into()),
+                line_start: h.line_start,
+                line_end: h.line_end,
+                text_hash: text_hash.clone(),
+                embedded,
+            };
+            let id = slot(&mut self.chunks, &mut self.free_chunks, held);
             match &c.vector {
                 Some(v) => {
                     self.put_vector(id, v);
-                    self.by_text_hash.insert(c.text_hash, id);
+                    self.by_text_hash.insert(text_hash, id);
                 }
                 None => {
                     self.put_vector(id, &[]);
                     self.unembedded += 1;
                 }
             }
-            self.by_id.insert(chunk_id, id);
+            self.by_id.insert(h.chunk_id.into(), id);
             self.chunk_text.insert(id, &c.terms);
             chunks.push(id);
         }
@@ -449,11 +553,15 @@ impl ResidentIndex {
     /// Vectors for chunks (by id) written without one; ids not held (replaced since) are skipped.
     pub fn apply_vectors(&mut self, vectors: &[(String, Vec<f32>)]) {
         for (id, v) in vectors {
-            let Some(&slot) = self.by_id.get(id) else { continue };
+            let Some(&slot) = self.by_id.get(id.as_str()) else { continue };
+            let holds_text = self.holds_text();
             let Some(s) = self.chunks[slot as usize].as_mut() else { continue };
             if !s.embedded {
                 s.embedded = true;
                 self.unembedded -= 1;
+            }
+            if !holds_text {
+                s.text = None;
             }
             let text_hash = s.text_hash.clone();
             self.put_vector(slot, &unit(v.clone()));
@@ -485,9 +593,77 @@ impl ResidentIndex {
         self.vectors.bytes()
     }
 
-    /// Code the vectors to int8 once the source holds more than its limit.
+    /// Whether chunk text is held in memory for every chunk. Only while vectors are exact: past
+    /// its limit a source keeps the text of chunks still waiting for a vector (the model needs
+    /// it) and reads the rest from the store for the chunks an answer returns (see
+    /// [`Resident::keyword`]), as it reads their vectors to re-score int8 candidates. The text
+    /// was the largest part of a big source's memory (about 1 KiB a chunk).
+    fn holds_text(&self) -> bool {
+        self.vectors.exact()
+    }
+
+    /// Code the vectors to int8 once the source holds more than its limit (and drop the text of
+    /// chunks that have a vector), and free the slots of removed chunks and pages once enough
+    /// of them wait.
     fn settle(&mut self) {
+        let exact = self.vectors.exact();
         self.vectors.settle(self.chunk_count() - self.unembedded);
+        if exact && !self.holds_text() {
+            for s in self.chunks.iter_mut().flatten().filter(|s| s.embedded) {
+                s.text = None;
+            }
+        }
+        if self.chunk_text.purge_due() {
+            self.free_chunks.extend(self.chunk_text.purge());
+        }
+        if self.page_names.purge_due() {
+            self.free_pages.extend(self.page_names.purge());
+        }
+    }
+
+    /// Give back the room a load's growth left in the keyword index's lists.
+    fn shrink(&mut self) {
+        self.chunk_text.shrink();
+        self.page_names.shrink();
+    }
+
+    /// Estimated bytes held, by part: (part, bytes), for the scale benchmark.
+    pub fn bytes(&self) -> Vec<(&'static str, usize)> {
+        let str_map = |m: &HashMap<Box<str>, u32>| m.keys().map(|k| k.len() + 16 + 4 + 8).sum::<usize>();
+        let chunks: usize = self.chunks.capacity() * std::mem::size_of::<Option<Slot>>()
+            + self
+                .chunks
+                .iter()
+                .flatten()
+                .map(|s| s.chunk_id.len() + s.heading_path.len() + s.text_hash.len())
+                .sum::<usize>();
+        let text: usize = self.chunks.iter().flatten().filter_map(|s| s.text.as_ref()).map(|t| t.len()).sum();
+        let pages: usize = self
+            .pages
+            .iter()
+            .map(|(slug, p)| {
+                let r = &p.record;
+                slug.len() * 2
+                    + r.path.len()
+                    + r.title.len()
+                    + r.content_hash.len()
+                    + r.aliases.iter().chain(&r.tags).chain(&p.names).map(|a| a.len() + 24).sum::<usize>()
+                    + r.frontmatter.to_string().len()
+                    + r.links.to_string().len()
+                    + p.chunks.capacity() * 4
+                    + std::mem::size_of::<Page>()
+                    + std::mem::size_of::<PageRecord>()
+            })
+            .sum();
+        vec![
+            ("chunk slots", chunks),
+            ("chunk text", text),
+            ("chunk ids and text hashes (maps)", str_map(&self.by_id) + str_map(&self.by_text_hash)),
+            ("vectors", self.vectors.bytes()),
+            ("keyword index", self.chunk_text.bytes()),
+            ("pages", pages),
+            ("page names index", self.page_names.bytes()),
+        ]
     }
 
     /// Chunks without a vector yet: (chunk id, text hash, text the model embeds), by page.
@@ -497,7 +673,7 @@ impl ResidentIndex {
             .iter()
             .flatten()
             .filter(|s| !s.embedded)
-            .map(|s| (s.hit.chunk_id.clone(), s.text_hash.clone(), s.hit.embed_text()))
+            .map(|s| (s.chunk_id.to_string(), s.text_hash.to_string(), self.embed_text(s)))
             .collect();
         out.sort();
         out
@@ -507,7 +683,31 @@ impl ResidentIndex {
     /// embeds (`None` when the chunk is gone or already has one).
     pub fn waiting(&self, chunk_id: &str) -> Option<(String, String, String)> {
         let s = self.chunks[*self.by_id.get(chunk_id)? as usize].as_ref()?;
-        (!s.embedded).then(|| (s.hit.slug.clone(), s.text_hash.clone(), s.hit.embed_text()))
+        (!s.embedded).then(|| (self.slug(s).to_string(), s.text_hash.to_string(), self.embed_text(s)))
+    }
+
+    /// The page a chunk slot belongs to.
+    fn slug(&self, s: &Slot) -> &str {
+        self.page_slots[s.page as usize].as_deref().unwrap_or("")
+    }
+
+    /// A chunk's hit (its text empty when the store holds it alone).
+    fn slot_hit(&self, s: &Slot, score: f32) -> ChunkHit {
+        ChunkHit {
+            slug: self.slug(s).to_string(),
+            chunk_id: s.chunk_id.to_string(),
+            ordinal: s.ordinal,
+            heading_path: s.heading_path.to_string(),
+            text: s.text.as_deref().unwrap_or("").to_string(),
+            line_start: s.line_start,
+            line_end: s.line_end,
+            score,
+        }
+    }
+
+    /// The text the model embeds for a chunk waiting for its vector (which holds its text).
+    fn embed_text(&self, s: &Slot) -> String {
+        self.slot_hit(s, 0.0).embed_text()
     }
 
     /// How many live chunks have no vector yet.
@@ -525,16 +725,15 @@ impl ResidentIndex {
     }
 
     pub fn chunk_count(&self) -> usize {
-        self.chunks.len() - self.free_chunks.len()
+        self.chunks.len() - self.free_chunks.len() - self.chunk_text.removed.len()
     }
 
     fn hit(&self, slot: u32, score: f32) -> ChunkHit {
-        let c = self.chunks[slot as usize].as_ref().expect("a live chunk slot");
-        ChunkHit { score, ..c.hit.clone() }
+        self.slot_hit(self.chunks[slot as usize].as_ref().expect("a live chunk slot"), score)
     }
 
     fn chunk_id(&self, slot: u32) -> &str {
-        self.chunks[slot as usize].as_ref().map_or("", |c| c.hit.chunk_id.as_str())
+        self.chunks[slot as usize].as_ref().map_or("", |c| &c.chunk_id)
     }
 
     fn embedded(&self, slot: usize) -> bool {
@@ -543,7 +742,7 @@ impl ResidentIndex {
 
     /// Whether chunk `slot` belongs to a page `allow`ed (every page when `None`).
     fn allowed(&self, slot: usize, allow: Option<&std::collections::HashSet<String>>) -> bool {
-        allow.is_none_or(|a| self.chunks[slot].as_ref().is_some_and(|c| a.contains(&c.hit.slug)))
+        allow.is_none_or(|a| self.chunks[slot].as_ref().is_some_and(|c| a.contains(self.slug(c))))
     }
 
     /// The slugs of the pages `keep` says yes to.
@@ -580,7 +779,7 @@ impl ResidentIndex {
     ) -> Vec<ChunkHit> {
         let probe = self.vectors.probe(query);
         let scored: Vec<(f32, u32)> = match within {
-            None => self.vectors.scan(&probe, |i| self.embedded(i) && self.allowed(i, allow)),
+            None => self.vectors.top(&probe, k, |i| self.embedded(i), |i| self.allowed(i, allow)),
             Some(slugs) => slugs
                 .iter()
                 .filter_map(|s| self.pages.get(*s))
@@ -634,7 +833,7 @@ impl ResidentIndex {
     pub fn embedded_chunks(&self) -> impl Iterator<Item = (&str, &str, usize)> {
         self.chunks.iter().enumerate().filter_map(move |(i, c)| {
             let c = c.as_ref().filter(|c| c.embedded && self.vectors.dim() > 0)?;
-            Some((c.hit.slug.as_str(), c.hit.chunk_id.as_str(), i))
+            Some((self.slug(c), &*c.chunk_id, i))
         })
     }
 
@@ -703,10 +902,69 @@ impl Resident {
                 }
                 index.apply(Prepared::pages(batch));
             }
+            index.shrink();
             (Self { store: Some(store), ..Self::new(&id, index) }, loaded)
         })
         .await
         .map_err(|e| crate::Error::Io(std::io::Error::other(e)))
+    }
+
+    /// [`Resident::load`], from the snapshot at `snapshot` when it stands for the tables as they
+    /// are (see [`snapshot`]), else from the tables, saving a snapshot once the source is past
+    /// its limit (where a full load takes minutes at a million chunks; below it, seconds) and
+    /// the tables agree with themselves (else the writer has pages to redo, which a snapshot
+    /// would hide). Returns whether the snapshot was used.
+    pub async fn open(
+        store: &crate::SourceStore,
+        exact_vectors_up_to: usize,
+        snapshot: &std::path::Path,
+    ) -> crate::Result<(Self, Loaded, bool)> {
+        let stamp = store.stamp(exact_vectors_up_to).await?;
+        let path = snapshot.to_path_buf();
+        let restored = tokio::task::spawn_blocking(move || ResidentIndex::restore(&path, &stamp))
+            .await
+            .map_err(|e| crate::Error::Io(std::io::Error::other(e)))?;
+        match restored {
+            Ok(Some(index)) => {
+                let states = index.records().map(|r| (r.slug.clone(), PageState::of(r))).collect();
+                let resident = Self { store: Some(store.clone()), ..Self::new(store.id(), index) };
+                return Ok((resident, Loaded { states, ..Loaded::default() }, true));
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(
+                "source `{}`: the snapshot {} cannot be read ({e}); loading the tables instead",
+                store.id(),
+                snapshot.display()
+            ),
+        }
+        let (resident, loaded) = Self::load(store, exact_vectors_up_to).await?;
+        if loaded.inconsistent.is_empty() && loaded.orphans.is_empty() && !resident.read().holds_text() {
+            resident.save(snapshot, stamp).await;
+        }
+        Ok((resident, loaded, false))
+    }
+
+    /// Save the index as a snapshot stamped `stamp`, which must have been read from the tables
+    /// before now: every change to the index follows a change to the tables, so what is saved is
+    /// at least as new as the stamp, and a stamp the tables still match means nothing changed.
+    /// A failure is logged (the next open reads the tables).
+    pub async fn save(&self, path: &std::path::Path, stamp: Stamp) {
+        let (index, path) = (self.index.clone(), path.to_path_buf());
+        let saved = tokio::task::spawn_blocking(move || {
+            index.read().unwrap_or_else(|p| p.into_inner()).save(&path, &stamp).map(|()| path)
+        })
+        .await;
+        match saved {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::warn!("source `{}`: saving its snapshot failed: {e}", self.id),
+            Err(e) => tracing::warn!("source `{}`: saving its snapshot failed: {e}", self.id),
+        }
+    }
+
+    /// Whether the index holds every chunk's text (else it is past its limit; see
+    /// [`ResidentIndex::holds_text`]).
+    pub fn holds_text(&self) -> bool {
+        self.read().holds_text()
     }
 
     /// Vector arm with exact cosines: [`ResidentIndex::vector`] on exact vectors; on int8 codes,
@@ -730,18 +988,45 @@ impl Resident {
             }
         };
         let ids: Vec<&str> = candidates.iter().map(|h| h.chunk_id.as_str()).collect();
-        let stored = store.vectors_by(crate::VectorKey::Id, &ids).await?;
+        let mut stored = store.texts_and_vectors(&ids).await?;
         let q = unit(query.to_vec());
         let scored: Vec<(f32, ChunkHit)> = candidates
             .into_iter()
             .filter_map(|h| {
-                let v = stored.get(&h.chunk_id)?;
-                Some((dot(&q, &unit(v.clone())), h))
+                let (_, v) = stored.get(&h.chunk_id)?;
+                Some((dot(&q, &unit(v.clone()?)), h))
             })
             .collect();
         Ok(top_k(scored, k, |h| h.chunk_id.clone())
             .into_iter()
-            .map(|(score, h)| ChunkHit { score, ..h })
+            .filter_map(|(score, h)| {
+                let (text, _) = stored.remove(&h.chunk_id)?;
+                Some(ChunkHit { score, text, ..h })
+            })
+            .collect())
+    }
+
+    /// Keyword arm: [`ResidentIndex::keyword`], with the text of hits whose text only the store
+    /// holds read from it. A hit whose row is gone (replaced since) drops out.
+    pub async fn keyword(
+        &self,
+        query: &str,
+        k: usize,
+        allow: Option<&std::collections::HashSet<String>>,
+    ) -> crate::Result<Vec<ChunkHit>> {
+        let (hits, holds_text) = {
+            let index = self.read();
+            (index.keyword(query, k, allow), index.holds_text())
+        };
+        let Some(store) = self.store.as_ref().filter(|_| !holds_text) else { return Ok(hits) };
+        let ids: Vec<&str> = hits.iter().filter(|h| h.text.is_empty()).map(|h| h.chunk_id.as_str()).collect();
+        let mut stored = store.texts_and_vectors(&ids).await?;
+        Ok(hits
+            .into_iter()
+            .filter_map(|h| match h.text.is_empty() {
+                true => stored.remove(&h.chunk_id).map(|(text, _)| ChunkHit { text, ..h }),
+                false => Some(h),
+            })
             .collect())
     }
 
@@ -872,6 +1157,51 @@ mod tests {
         assert_eq!(i.chunk_count(), 2);
         let v = i.vector(&[-1.0, 0.0], None, 5, None);
         assert_eq!((v[0].slug.as_str(), v[0].score), ("new", 1.0), "the reused slot holds the new vector");
+    }
+
+    #[test]
+    fn removed_documents_score_nothing_and_their_slots_come_back_at_a_purge() {
+        let t = |s: &str| s.split(' ').map(String::from).collect::<Vec<_>>();
+        let mut b = Bm25::default();
+        b.insert(0, &t("tide moon"));
+        b.insert(1, &t("tide"));
+        b.insert(2, &t("sun"));
+        let before = b.scores(&t("tide"));
+        b.remove(1);
+        // Scored as if document 1 had never been: df 1 of 2 documents, average length 1.5.
+        let mut fresh = Bm25::default();
+        fresh.insert(0, &t("tide moon"));
+        fresh.insert(2, &t("sun"));
+        assert_eq!(b.scores(&t("tide")), fresh.scores(&t("tide")));
+        assert_ne!(b.scores(&t("tide")), before);
+        assert!(!b.purge_due(), "one removal of three does not pay for a pass over every list");
+        assert_eq!(b.purge(), vec![1]);
+        assert_eq!(b.postings.iter().map(|l| l.docs.len()).sum::<usize>(), 3, "its posting went");
+        b.insert(1, &t("moon"));
+        let moon: HashMap<u32, f32> = b.scores(&t("moon")).into_iter().collect();
+        assert_eq!(moon.len(), 2, "the slot holds the new document alone");
+    }
+
+    #[test]
+    fn past_its_limit_a_source_keeps_only_the_text_of_chunks_waiting_for_a_vector() {
+        let mut i = ResidentIndex::with_exact_vectors_up_to(1);
+        i.apply(Prepared::pages(vec![page(
+            "a",
+            "A",
+            &[],
+            &[("tides", vec![1.0, 0.0]), ("moon", vec![0.0, 1.0])],
+        )]));
+        assert!(!i.holds_text());
+        let hit = &i.keyword("tides", 5, None)[0];
+        assert_eq!((hit.slug.as_str(), hit.text.as_str()), ("a", ""), "the store holds the text");
+        i.apply(Prepared::pages(vec![page("b", "B", &[], &[("spring", vec![])])]));
+        assert_eq!(i.keyword("spring", 5, None)[0].text, "spring", "kept until its vector arrives");
+        assert_eq!(i.unembedded()[0].2, "B\n\nspring");
+        i.apply_vectors(&[("b#0".into(), vec![1.0, 1.0])]);
+        assert_eq!(i.keyword("spring", 5, None)[0].text, "");
+        // Below the limit every chunk keeps its text.
+        let small = index(vec![page("a", "A", &[], &[("tides", vec![1.0, 0.0])])]);
+        assert_eq!(small.keyword("tides", 5, None)[0].text, "tides");
     }
 
     #[test]

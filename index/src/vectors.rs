@@ -66,6 +66,24 @@ fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
     a.iter().zip(b).map(|(x, y)| i32::from(*x) * i32::from(*y)).sum()
 }
 
+/// A slot's score, ordered by score then slot (a total order, so a heap can hold it).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Scored(f32, u32);
+
+impl Eq for Scored {}
+
+impl PartialOrd for Scored {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Scored {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0).then(other.1.cmp(&self.1))
+    }
+}
+
 /// A query ready to score slots: itself (unit length) and, for int8 slots, its codes.
 #[derive(Debug)]
 pub struct Probe {
@@ -199,9 +217,20 @@ impl Vectors {
         }
     }
 
-    /// Every slot's score, in slot order (`keep` says which slots to score).
-    pub fn scan(&self, p: &Probe, keep: impl Fn(usize) -> bool) -> Vec<(f32, u32)> {
-        if self.dim == 0 {
+    /// The best `k` slots' scores (unordered): among slots holding a vector (`held` says which,
+    /// for exact vectors; an int8 slot without one has scale 0) that `keep` allows.
+    ///
+    /// Past the limit (a million slots) the codes are streamed once and only a running best `k`
+    /// is kept: a score per slot in a list, or a look at each slot's chunk to ask whether it
+    /// holds a vector, cost more than the dot products.
+    pub fn top(
+        &self,
+        p: &Probe,
+        k: usize,
+        held: impl Fn(usize) -> bool,
+        keep: impl Fn(usize) -> bool,
+    ) -> Vec<(f32, u32)> {
+        if self.dim == 0 || k == 0 {
             return Vec::new();
         }
         let dim = self.dim;
@@ -209,17 +238,94 @@ impl Vectors {
             Data::Exact(values) => values
                 .chunks_exact(dim)
                 .enumerate()
-                .filter(|(i, _)| keep(*i))
+                .filter(|(i, _)| held(*i) && keep(*i))
                 .map(|(i, v)| (dot(&p.unit, v), i as u32))
                 .collect(),
-            Data::Int8 { codes, scales } => codes
-                .chunks_exact(dim)
-                .zip(scales)
-                .enumerate()
-                .filter(|(i, _)| keep(*i))
-                .map(|(i, (c, s))| (dot_i8(&p.codes, c) as f32 * p.scale * s, i as u32))
-                .collect(),
+            Data::Int8 { codes, scales } => {
+                use std::cmp::Reverse;
+                let mut best: std::collections::BinaryHeap<Reverse<Scored>> =
+                    std::collections::BinaryHeap::with_capacity(k + 1);
+                for (i, (c, s)) in codes.chunks_exact(dim).zip(scales).enumerate() {
+                    if *s == 0.0 {
+                        continue;
+                    }
+                    let score = dot_i8(&p.codes, c) as f32 * p.scale * s;
+                    if best.len() == k && best.peek().is_some_and(|w| score <= w.0.0) {
+                        continue;
+                    }
+                    if !keep(i) {
+                        continue;
+                    }
+                    best.push(Reverse(Scored(score, i as u32)));
+                    if best.len() > k {
+                        best.pop();
+                    }
+                }
+                best.into_iter().map(|Reverse(Scored(s, i))| (s, i)).collect()
+            }
         }
+    }
+
+    /// Write the slots' vectors through `out` (for a snapshot of the resident index).
+    pub(crate) fn save(&self, out: &mut dyn FnMut(&[u8]) -> std::io::Result<()>) -> std::io::Result<()> {
+        out(&(self.dim as u64).to_le_bytes())?;
+        // In pieces: a copy of a million slots' codes at once would be hundreds of MiB.
+        const PIECE: usize = 1 << 16;
+        let floats = |out: &mut dyn FnMut(&[u8]) -> std::io::Result<()>, v: &[f32]| {
+            out(&(v.len() as u64).to_le_bytes())?;
+            v.chunks(PIECE)
+                .try_for_each(|p| out(&p.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>()))
+        };
+        match &self.data {
+            Data::Exact(values) => {
+                out(&[0])?;
+                floats(out, values)
+            }
+            Data::Int8 { codes, scales } => {
+                out(&[1])?;
+                out(&(codes.len() as u64).to_le_bytes())?;
+                codes
+                    .chunks(PIECE)
+                    .try_for_each(|p| out(&p.iter().map(|c| *c as u8).collect::<Vec<u8>>()))?;
+                floats(out, scales)
+            }
+        }
+    }
+
+    /// Vectors written by [`Vectors::save`], read through `take` (which gives the next `n` bytes).
+    pub(crate) fn restore(
+        exact_up_to: usize,
+        take: &mut dyn FnMut(usize) -> std::io::Result<Vec<u8>>,
+    ) -> std::io::Result<Self> {
+        let bad = || std::io::Error::new(std::io::ErrorKind::InvalidData, "vectors out of step");
+        let u64_of = |take: &mut dyn FnMut(usize) -> std::io::Result<Vec<u8>>| -> std::io::Result<usize> {
+            let b = take(8)?;
+            Ok(u64::from_le_bytes(b.try_into().map_err(|_| bad())?) as usize)
+        };
+        let floats = |take: &mut dyn FnMut(usize) -> std::io::Result<Vec<u8>>, n: usize| {
+            take(n.checked_mul(4).ok_or_else(bad)?).map(|b| {
+                b.chunks_exact(4).map(|x| f32::from_le_bytes([x[0], x[1], x[2], x[3]])).collect::<Vec<f32>>()
+            })
+        };
+        let dim = u64_of(take)?;
+        let data = match take(1)?[..] {
+            [0] => {
+                let n = u64_of(take)?;
+                Data::Exact(floats(take, n)?)
+            }
+            [1] => {
+                let n = u64_of(take)?;
+                let codes: Vec<i8> = take(n)?.into_iter().map(|b| b as i8).collect();
+                let m = u64_of(take)?;
+                let scales = floats(take, m)?;
+                if codes.len() != scales.len() * dim {
+                    return Err(bad());
+                }
+                Data::Int8 { codes, scales }
+            }
+            _ => return Err(bad()),
+        };
+        Ok(Self { dim, data, exact_up_to })
     }
 
     /// The vector of `slot`: exact, or decoded from its int8 codes.
@@ -291,7 +397,12 @@ mod tests {
         more.put(10, &vs[0], 11);
         assert!(dot(&vs[0], &more.get(10)) > 0.999);
         more.put(3, &[], 11);
-        assert_eq!(more.scan(&more.probe(&vs[3]), |i| i == 3)[0].0, 0.0, "an emptied slot scores 0");
+        let all = |_| true;
+        assert!(
+            more.top(&more.probe(&vs[3]), 20, all, all).iter().all(|(_, i)| *i != 3),
+            "an emptied slot is skipped"
+        );
+        assert_eq!(more.top(&more.probe(&vs[3]), 20, all, |i| i != 5).len(), 9, "as is one `keep` refuses");
     }
 
     #[test]
@@ -300,16 +411,23 @@ mod tests {
         let (exact, coded) = (filled(usize::MAX, &vs), filled(0, &vs));
         for q in vectors(20, 384, 99) {
             let (pe, pc) = (exact.probe(&q), coded.probe(&q));
-            let mut e = exact.scan(&pe, |_| true);
-            let c = coded.scan(&pc, |_| true);
-            for ((se, _), (sc, _)) in e.iter().zip(&c) {
+            let mut e = exact.top(&pe, 2000, |_| true, |_| true);
+            for i in 0..2000 {
+                let (se, sc) = (exact.score(&pe, i), coded.score(&pc, i));
                 assert!((se - sc).abs() < 0.01, "{se} vs {sc}");
             }
-            // The exact top 10 are all among the int8 top 40 (what re-scoring reads).
+            // The exact top 10 are all among the int8 top 40 (what re-scoring reads), and the
+            // running best 40 are the best 40 of every score.
             e.sort_by(|a, b| b.0.total_cmp(&a.0));
-            let mut c = c;
+            let mut c = coded.top(&pc, 40, |_| true, |_| true);
             c.sort_by(|a, b| b.0.total_cmp(&a.0));
-            let pool: Vec<u32> = c.iter().take(40).map(|(_, i)| *i).collect();
+            let mut every: Vec<(f32, u32)> = (0..2000).map(|i| (coded.score(&pc, i), i as u32)).collect();
+            every.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+            assert_eq!(
+                c.iter().map(|x| x.0).collect::<Vec<_>>(),
+                every[..40].iter().map(|x| x.0).collect::<Vec<_>>()
+            );
+            let pool: Vec<u32> = c.iter().map(|(_, i)| *i).collect();
             assert!(e.iter().take(10).all(|(_, i)| pool.contains(i)));
         }
     }
@@ -319,10 +437,10 @@ mod tests {
         let mut v = Vectors::new(usize::MAX);
         v.put(0, &[], 1);
         assert_eq!(v.dim(), 0);
-        assert!(v.scan(&v.probe(&[1.0, 0.0]), |_| true).is_empty());
+        assert!(v.top(&v.probe(&[1.0, 0.0]), 5, |_| true, |_| true).is_empty());
         v.put(1, &[0.0, 1.0], 2);
         v.put(2, &[1.0, 0.0, 0.0], 3);
-        let s = v.scan(&v.probe(&[0.0, 1.0]), |_| true);
+        let s = v.top(&v.probe(&[0.0, 1.0]), 5, |_| true, |_| true);
         assert_eq!(s, vec![(0.0, 0), (1.0, 1), (0.0, 2)]);
     }
 }

@@ -322,8 +322,12 @@ async fn int8_vectors_re_scored_from_the_store_answer_as_exact_ones() {
             assert_eq!(ids(&e), ids(&c), "{query}");
             for (a, b) in e.iter().zip(&c) {
                 assert!((a.score - b.score).abs() < 1e-5, "{query}: {} vs {}", a.score, b.score);
+                assert_eq!(a.text, b.text, "the text a coded source does not hold is read from the store");
             }
         }
+        let (e, c) =
+            (exact.keyword(query, 3, None).await.unwrap(), coded.keyword(query, 3, None).await.unwrap());
+        assert_eq!(e, c, "{query}: the keyword arm, text included");
     }
     let chunk = &upserts[1].page.chunks[0];
     let hash = chunk.text_hash.clone();
@@ -371,4 +375,67 @@ async fn the_upkeep_indexes_the_lookup_keys_and_drops_unread_indexes() {
     let mut again = store.indexes().await.unwrap();
     again.sort();
     assert_eq!(again, want);
+}
+
+/// A source past its limit saves its resident index when a load reads the tables, and the next
+/// open reads that snapshot back instead, answering exactly as the tables do (chunks waiting for
+/// a vector included). A commit since, or a damaged file, means the tables are read again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_stands_for_the_tables_only_while_they_are_as_it_was_taken() {
+    use cairn_index::{Resident, ResidentIndex};
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path().join("db").to_str().unwrap()).await.unwrap();
+    let store = db.open_source("notes", &manifest()).await.unwrap();
+    let waiting =
+        page_write("notes", "kiln.md", "# Kiln\n\nA kiln fires clay at high heat until it is stoneware.\n");
+    let upserts = vec![
+        page_write("notes", "amphi.md", AMPHI),
+        page_write("notes", "sourdough.md", SOURDOUGH),
+        PageWrite { vectors: vec![None; waiting.vectors.len()], ..waiting },
+    ];
+    store.write(&WriteBatch { upserts, removals: vec![] }).await.unwrap();
+    let path = dir.path().join("snapshots").join("notes.snapshot");
+    let (first, loaded, restored) = Resident::open(&store, 0, &path).await.unwrap();
+    assert!(!restored && path.exists(), "a load of the tables past the limit saves a snapshot");
+    let (second, again, restored) = Resident::open(&store, 0, &path).await.unwrap();
+    assert!(restored, "the tables have not moved: the snapshot stands for them");
+    assert_eq!(again.states, loaded.states, "the writer's page states, from the snapshot's records");
+    let q = embedder().embed_query("a hall for public debate").unwrap();
+    let answers = |r: &Resident| {
+        let r = r.clone();
+        let q = q.clone();
+        async move {
+            let plain = {
+                let i = r.read();
+                (
+                    i.titles("greek amphitheater", 5, None),
+                    i.alias("hall of light"),
+                    i.unembedded(),
+                    (i.page_count(), i.chunk_count(), i.unembedded_count(), i.exact_vectors()),
+                )
+            };
+            let kw = r.keyword("stone seats clay", 5, None).await.unwrap();
+            let vec = r.vector(&q, None, 3, None).await.unwrap();
+            (plain, kw, vec)
+        }
+    };
+    assert_eq!(answers(&first).await, answers(&second).await);
+    assert_eq!(answers(&second).await.0.2.len(), 1, "the waiting chunk, with the text the model needs");
+    // A commit moves the tables: the snapshot no longer stands for them.
+    let edit = page_write("notes", "sourdough.md", "# Sourdough\n\nRye and spelt, proofed for two days.\n");
+    store.write(&WriteBatch { upserts: vec![edit], removals: vec![] }).await.unwrap();
+    let (third, _, restored) = Resident::open(&store, 0, &path).await.unwrap();
+    assert!(!restored);
+    assert_eq!(third.keyword("spelt", 5, None).await.unwrap()[0].slug, "sourdough");
+    assert_eq!(ResidentIndex::stamp_of(&path), Some(store.stamp(0).await.unwrap()), "saved afresh");
+    // A damaged file is read past, not trusted.
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
+    let (fourth, _, restored) = Resident::open(&store, 0, &path).await.unwrap();
+    assert!(!restored);
+    assert_eq!(fourth.keyword("spelt", 5, None).await.unwrap()[0].slug, "sourdough");
+    // Below the limit nothing is saved (a load of the tables is quick there).
+    let small = dir.path().join("small.snapshot");
+    let (_, _, restored) = Resident::open(&store, usize::MAX, &small).await.unwrap();
+    assert!(!restored && !small.exists());
 }

@@ -49,7 +49,7 @@ impl SourceReader for Resident {
         Resident::id(self)
     }
     async fn keyword(&self, query: &str, k: usize, allow: Option<&Allowed>) -> Result<Vec<ChunkHit>> {
-        Ok(self.read().keyword(query, k, allow))
+        Resident::keyword(self, query, k, allow).await
     }
     async fn vector(&self, query: &[f32], k: usize, allow: Option<&Allowed>) -> Result<Vec<ChunkHit>> {
         Resident::vector(self, query, None, k, allow).await

@@ -183,3 +183,51 @@ async fn a_page_with_a_problem_is_reported_on_every_run_until_fixed() {
     let fixed = index(db.path(), &specs).await;
     assert_eq!((fixed.counts.pages_indexed, fixed.counts.warnings.len()), (1, 0));
 }
+
+/// Past its limit a source opens from the snapshot of its resident index that its last open
+/// saved, while the tables have not moved since, and answers exactly as after a load of the
+/// tables (text read from the store included); once an edit moves the tables, the next open
+/// reads them again and finds the edit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_past_its_limit_opens_from_its_snapshot_while_its_tables_stay() {
+    use cairn_actors::{Cairn, EventKind, SearchRequest};
+    let (vault, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    write(vault.path(), "amphitheater.md", LONG_PAGE);
+    write(vault.path(), "bread.md", "# Sourdough\n\nFeed the starter, proof overnight, bake hot.\n");
+    let config = Config {
+        exact_vectors_up_to: 0,
+        ..Config::new(db.path().to_str().unwrap(), vec![spec("notes", vault.path()).config()])
+    };
+    let run = |query: &'static str| {
+        let config = config.clone();
+        async move {
+            let cairn = Cairn::open(config).await.unwrap();
+            cairn.flush().await.unwrap();
+            let answer = cairn.search(SearchRequest::new(query)).await.unwrap();
+            cairn.shutdown().await.unwrap();
+            answer.results.into_iter().map(|r| (r.slug, r.score, r.chunk.map(|c| c.text))).collect::<Vec<_>>()
+        }
+    };
+    run("stone benches").await; // indexes the vault (its first load found empty tables)
+    let from_tables = run("stone benches").await; // loads the tables, saves a snapshot
+    let from_snapshot = run("stone benches").await;
+    assert_eq!(from_snapshot, from_tables);
+    assert!(
+        from_tables[0].2.as_deref().is_some_and(|t| t.contains("Tiered stone benches")),
+        "{from_tables:?}"
+    );
+    write(vault.path(), "bread.md", "# Sourdough\n\nRye and spelt, proofed for two days.\n");
+    run("spelt").await;
+    let edited = run("spelt").await;
+    assert_eq!(edited[0].0, "bread");
+    let log = cairn_actors::log::read_log(&db.path().join("events/events.jsonl")).unwrap();
+    let opened: Vec<bool> = log
+        .iter()
+        .filter_map(|e| match e.kind {
+            EventKind::SourceStarted { from_snapshot, .. } => Some(from_snapshot),
+            _ => None,
+        })
+        .collect();
+    // The edit's run opened from the snapshot (nothing had moved), the run after it could not.
+    assert_eq!(opened, [false, false, true, true, false]);
+}

@@ -157,6 +157,23 @@ impl SourceStore {
         self.chunks.version().await.map_err(|e| self.err(e))
     }
 
+    /// What a snapshot of the resident index must match to stand for the tables (see
+    /// [`crate::resident::snapshot`]).
+    pub async fn stamp(&self, exact_up_to: usize) -> Result<crate::resident::Stamp> {
+        let err = |e| self.err(e);
+        // The current version's time too: a table dropped and made again restarts its numbers.
+        let versions = self.chunks.list_versions().await.map_err(err)?;
+        let latest = versions.iter().max_by_key(|v| v.version);
+        Ok(crate::resident::Stamp {
+            chunks_written_us: latest.map_or(0, |v| v.timestamp.timestamp_micros()) as u64,
+            chunks_version: self.chunks.version().await.map_err(err)?,
+            pages_version: self.pages.version().await.map_err(err)?,
+            chunk_rows: self.chunks.count_rows(None).await.map_err(err)? as u64,
+            page_rows: self.pages.count_rows(None).await.map_err(err)? as u64,
+            exact_up_to: exact_up_to as u64,
+        })
+    }
+
     /// Pages and chunks stored.
     pub async fn counts(&self) -> Result<(usize, usize)> {
         let pages = self.pages.count_rows(None).await.map_err(|e| self.err(e))?;
@@ -201,6 +218,30 @@ impl SourceStore {
                 if let Some(v) = v {
                     out.insert(keys.value(i).to_string(), v);
                 }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The stored text and vector (when it has one) of some chunks, by id: what a source past
+    /// its limit reads for the chunks an answer returns, since it holds neither in memory.
+    pub async fn texts_and_vectors(
+        &self,
+        ids: &[&str],
+    ) -> Result<HashMap<String, (String, Option<Vec<f32>>)>> {
+        let mut out = HashMap::new();
+        if ids.is_empty() {
+            return Ok(out);
+        }
+        let q = self
+            .chunks
+            .query()
+            .only_if(in_list("id", ids))
+            .select(Select::columns(&["id", "text", "vector"]));
+        for b in self.collect(q.execute().await).await? {
+            let (id, text) = (string(&b, "id")?, string(&b, "text")?);
+            for (i, v) in vectors(&b)?.into_iter().enumerate() {
+                out.insert(id.value(i).to_string(), (text.value(i).to_string(), v));
             }
         }
         Ok(out)

@@ -17,6 +17,19 @@ pub struct PageState {
     pub clean: bool,
 }
 
+impl PageState {
+    /// The state of a page whose rows agree (as a load of consistent tables finds it).
+    pub fn of(r: &PageRecord) -> Self {
+        Self {
+            path: r.path.clone(),
+            content_hash: r.content_hash.clone(),
+            mtime_ms: r.mtime_ms,
+            bytes: r.bytes,
+            clean: r.problems.as_array().is_some_and(|a| a.is_empty()),
+        }
+    }
+}
+
 /// The names a page can be looked up by.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PageNames {
