@@ -70,7 +70,9 @@ impl Out {
     }
 }
 
-struct In(BufReader<File>);
+/// A snapshot being read, and how many of its bytes are left (no length read from it may ask
+/// for more).
+struct In(BufReader<File>, u64);
 
 fn bad(what: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, what.to_string())
@@ -80,6 +82,7 @@ impl In {
     fn array<const N: usize>(&mut self) -> io::Result<[u8; N]> {
         let mut b = [0u8; N];
         self.0.read_exact(&mut b)?;
+        self.1 = self.1.saturating_sub(N as u64);
         Ok(b)
     }
     fn u64(&mut self) -> io::Result<u64> {
@@ -96,10 +99,15 @@ impl In {
         let n = self.u64()? as usize;
         if n > max { Err(bad("a length past what the file can hold")) } else { Ok(n) }
     }
+    /// The next `n` bytes, in a buffer of exactly that size.
     fn raw(&mut self, n: usize) -> io::Result<Vec<u8>> {
-        let mut b = Vec::new();
-        (&mut self.0).take(n as u64).read_to_end(&mut b)?;
-        if b.len() != n { Err(bad("the file ends early")) } else { Ok(b) }
+        if n as u64 > self.1 {
+            return Err(bad("the file ends early"));
+        }
+        let mut b = vec![0u8; n];
+        self.0.read_exact(&mut b)?;
+        self.1 -= n as u64;
+        Ok(b)
     }
     fn string(&mut self) -> io::Result<String> {
         let n = self.len(1 << 32)?;
@@ -214,7 +222,9 @@ impl ResidentIndex {
 
     /// The stamp of the snapshot at `path`, if there is a readable one.
     pub fn stamp_of(path: &Path) -> Option<Stamp> {
-        let mut i = In(BufReader::new(File::open(path).ok()?));
+        let file = File::open(path).ok()?;
+        let len = file.metadata().ok()?.len();
+        let mut i = In(BufReader::new(file), len);
         (&i.array::<8>().ok()? == MAGIC).then(|| i.stamp().ok())?
     }
 
@@ -226,7 +236,8 @@ impl ResidentIndex {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e),
         };
-        let mut i = In(BufReader::with_capacity(1 << 20, file));
+        let len = file.metadata()?.len();
+        let mut i = In(BufReader::with_capacity(1 << 20, file), len);
         if &i.array::<8>()? != MAGIC || i.stamp()? != *stamp {
             return Ok(None);
         }
