@@ -919,11 +919,19 @@ impl Resident {
         exact_vectors_up_to: usize,
         snapshot: &std::path::Path,
     ) -> crate::Result<(Self, Loaded, bool)> {
-        let stamp = store.stamp(exact_vectors_up_to).await?;
+        // The stamp costs a few reads of table metadata (round trips on an object store): read
+        // only where a snapshot is there to be checked, or is about to be saved.
+        let stamp = match snapshot.exists() {
+            true => Some(store.stamp(exact_vectors_up_to).await?),
+            false => None,
+        };
         let path = snapshot.to_path_buf();
-        let restored = tokio::task::spawn_blocking(move || ResidentIndex::restore(&path, &stamp))
-            .await
-            .map_err(|e| crate::Error::Io(std::io::Error::other(e)))?;
+        let restored = match stamp {
+            Some(stamp) => tokio::task::spawn_blocking(move || ResidentIndex::restore(&path, &stamp))
+                .await
+                .map_err(|e| crate::Error::Io(std::io::Error::other(e)))?,
+            None => Ok(None),
+        };
         match restored {
             Ok(Some(index)) => {
                 let states = index.records().map(|r| (r.slug.clone(), PageState::of(r))).collect();
@@ -939,6 +947,12 @@ impl Resident {
         }
         let (resident, loaded) = Self::load(store, exact_vectors_up_to).await?;
         if loaded.inconsistent.is_empty() && loaded.orphans.is_empty() && !resident.read().holds_text() {
+            // Read after the load when there was no snapshot: nothing writes the tables while
+            // their writer is still opening them.
+            let stamp = match stamp {
+                Some(stamp) => stamp,
+                None => store.stamp(exact_vectors_up_to).await?,
+            };
             resident.save(snapshot, stamp).await;
         }
         Ok((resident, loaded, false))
@@ -951,13 +965,11 @@ impl Resident {
     pub async fn save(&self, path: &std::path::Path, stamp: Stamp) {
         let (index, path) = (self.index.clone(), path.to_path_buf());
         let saved = tokio::task::spawn_blocking(move || {
-            index.read().unwrap_or_else(|p| p.into_inner()).save(&path, &stamp).map(|()| path)
+            index.read().unwrap_or_else(|p| p.into_inner()).save(&path, &stamp)
         })
         .await;
-        match saved {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => tracing::warn!("source `{}`: saving its snapshot failed: {e}", self.id),
-            Err(e) => tracing::warn!("source `{}`: saving its snapshot failed: {e}", self.id),
+        if let Err(e) = saved.map_err(std::io::Error::other).and_then(|r| r) {
+            tracing::warn!("source `{}`: saving its snapshot failed: {e}", self.id);
         }
     }
 
