@@ -17,7 +17,7 @@ pub mod snapshot;
 
 pub use snapshot::Stamp;
 
-use crate::store::{ChunkHit, Loaded, PageRecord, PageState, StoredChunk, WriteBatch};
+use crate::store::{ChunkHit, Json, Loaded, PageRecord, PageState, StoredChunk, WriteBatch};
 use crate::vectors::{Vectors, dot, unit};
 use cairn_ingest::chunk::PATH_SEPARATOR;
 use cairn_ingest::{ParsedPage, normalize_name};
@@ -334,13 +334,13 @@ impl PreparedPage {
             aliases: page.aliases.clone(),
             tags: page.tags.clone(),
             page_type: page.page_type.clone(),
-            frontmatter: page.frontmatter.clone(),
-            links: serde_json::to_value(&page.links).unwrap_or_default(),
+            frontmatter: Json::of(&page.frontmatter),
+            links: Json::of(&page.links),
             content_hash: page.content_hash.clone(),
             mtime_ms,
             bytes: page.bytes as i64,
             chunk_count: page.chunks.len() as i32,
-            problems: serde_json::to_value(&page.problems).unwrap_or_default(),
+            problems: Json::of(&page.problems),
             score: 0.0,
             body_shared_by: 0,
         };
@@ -648,8 +648,9 @@ impl ResidentIndex {
                     + r.title.len()
                     + r.content_hash.len()
                     + r.aliases.iter().chain(&r.tags).chain(&p.names).map(|a| a.len() + 24).sum::<usize>()
-                    + r.frontmatter.to_string().len()
-                    + r.links.to_string().len()
+                    + r.frontmatter.text().len()
+                    + r.links.text().len()
+                    + r.problems.text().len()
                     + p.chunks.capacity() * 4
                     + std::mem::size_of::<Page>()
                     + std::mem::size_of::<PageRecord>()

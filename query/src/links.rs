@@ -137,7 +137,7 @@ impl<'a> Resolver<'a> {
 
 /// The links a page record holds (its `links` JSON).
 fn raw_links(page: &PageRecord) -> Vec<cairn_ingest::Link> {
-    serde_json::from_value(page.links.clone()).unwrap_or_default()
+    serde_json::from_str(page.links.text()).unwrap_or_default()
 }
 
 /// `slug`'s links both ways among `pages` (one source's), or `None` when there is no such page.
@@ -199,7 +199,7 @@ mod tests {
                 cairn_ingest::Link { target: t.into(), label: None, heading: h, embed: false }
             })
             .collect();
-        p.links = serde_json::to_value(links).unwrap();
+        p.links = cairn_index::Json::of(&links);
         p
     }
 

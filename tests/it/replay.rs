@@ -74,7 +74,7 @@ async fn replay_one(file: &Path, embedders: &Embedders) -> Result<(), String> {
     let actual = json!({
         "scenario": scenario.name,
         "pages": pages.iter().map(|p| {
-            let problems: Vec<String> = p.problems.as_array().into_iter().flatten()
+            let problems: Vec<String> = p.problems.value().as_array().into_iter().flatten()
                 .filter_map(|x| x.get("kind").and_then(Value::as_str).map(str::to_string)).collect();
             format!(
                 "{} | {} | {} | aliases {:?} | {} chunks | problems {:?} | content {}",

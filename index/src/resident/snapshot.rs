@@ -11,7 +11,7 @@
 //! writes a fresh snapshot.
 
 use super::{Bm25, Page, Postings, ResidentIndex, Slot};
-use crate::store::PageRecord;
+use crate::store::{Json, PageRecord};
 use crate::vectors::Vectors;
 use std::collections::HashMap;
 use std::fs::File;
@@ -38,7 +38,7 @@ const EMBEDDED: u8 = 2;
 const TEXT: u8 = 4;
 
 /// The file's first bytes: a name and the layout's version (a new layout is a new name).
-const MAGIC: &[u8; 8] = b"cairnRI1";
+const MAGIC: &[u8; 8] = b"cairnRI2";
 
 struct Out(BufWriter<File>);
 
@@ -62,6 +62,26 @@ impl Out {
     fn u32s(&mut self, v: &[u32]) -> io::Result<()> {
         self.len(v.len())?;
         v.iter().try_for_each(|x| self.u32(*x))
+    }
+    fn strs(&mut self, v: &[String]) -> io::Result<()> {
+        self.len(v.len())?;
+        v.iter().try_for_each(|x| self.str(x))
+    }
+    /// A page record, field by field (score and body count are not kept: a held record's are 0).
+    fn record(&mut self, r: &PageRecord) -> io::Result<()> {
+        [&r.slug, &r.path, &r.title].iter().try_for_each(|t| self.str(t))?;
+        self.strs(&r.aliases)?;
+        self.strs(&r.tags)?;
+        match &r.page_type {
+            Some(t) => self.bytes(&[1]).and_then(|_| self.str(t))?,
+            None => self.bytes(&[0])?,
+        }
+        [r.frontmatter.text(), r.links.text(), &r.content_hash, r.problems.text()]
+            .iter()
+            .try_for_each(|t| self.str(t))?;
+        self.u64(r.mtime_ms as u64)?;
+        self.u64(r.bytes as u64)?;
+        self.bytes(&r.chunk_count.to_le_bytes())
     }
     fn stamp(&mut self, s: &Stamp) -> io::Result<()> {
         [s.chunks_version, s.chunks_written_us, s.pages_version, s.chunk_rows, s.page_rows, s.exact_up_to]
@@ -112,6 +132,36 @@ impl In {
     fn string(&mut self) -> io::Result<String> {
         let n = self.len(1 << 32)?;
         String::from_utf8(self.raw(n)?).map_err(|_| bad("text that is not UTF-8"))
+    }
+    fn strings(&mut self) -> io::Result<Vec<String>> {
+        (0..self.len(1 << 32)?).map(|_| self.string()).collect()
+    }
+    fn record(&mut self) -> io::Result<PageRecord> {
+        let (slug, path, title) = (self.string()?, self.string()?, self.string()?);
+        let (aliases, tags) = (self.strings()?, self.strings()?);
+        let page_type = match self.array::<1>()? {
+            [0] => None,
+            _ => Some(self.string()?),
+        };
+        let (frontmatter, links) = (Json::trusted(self.string()?), Json::trusted(self.string()?));
+        let (content_hash, problems) = (self.string()?, Json::trusted(self.string()?));
+        Ok(PageRecord {
+            slug,
+            path,
+            title,
+            aliases,
+            tags,
+            page_type,
+            frontmatter,
+            links,
+            content_hash,
+            mtime_ms: self.u64()? as i64,
+            bytes: self.u64()? as i64,
+            chunk_count: self.i32()?,
+            problems,
+            score: 0.0,
+            body_shared_by: 0,
+        })
     }
     fn u32s(&mut self) -> io::Result<Vec<u32>> {
         let n = self.len(1 << 34)?;
@@ -184,15 +234,14 @@ impl ResidentIndex {
         let mut o = Out(BufWriter::with_capacity(1 << 20, File::create(&tmp)?));
         o.bytes(MAGIC)?;
         o.stamp(stamp)?;
-        // Pages: record (JSON), page slot, chunk slots, names, body hash.
+        // Pages: record, page slot, chunk slots, names, body hash.
         o.len(self.page_slots.len())?;
         o.len(self.pages.len())?;
         for p in self.pages.values() {
-            o.str(&serde_json::to_string(&p.record).map_err(io::Error::other)?)?;
+            o.record(&p.record)?;
             o.u32(p.doc)?;
             o.u32s(&p.chunks)?;
-            o.len(p.names.len())?;
-            p.names.iter().try_for_each(|n| o.str(n))?;
+            o.strs(&p.names)?;
             o.u64(p.body)?;
         }
         o.u32s(&self.free_pages)?;
@@ -244,10 +293,10 @@ impl ResidentIndex {
         let mut index = ResidentIndex::with_exact_vectors_up_to(stamp.exact_up_to as usize);
         index.page_slots = vec![None; i.len(1 << 32)?];
         for _ in 0..i.len(1 << 32)? {
-            let record: PageRecord = serde_json::from_str(&i.string()?).map_err(io::Error::other)?;
+            let record = i.record()?;
             let doc = i.u32()?;
             let chunks = i.u32s()?;
-            let names = (0..i.len(1 << 32)?).map(|_| i.string()).collect::<io::Result<Vec<_>>>()?;
+            let names = i.strings()?;
             let body = i.u64()?;
             let slot =
                 index.page_slots.get_mut(doc as usize).ok_or_else(|| bad("a page slot out of range"))?;

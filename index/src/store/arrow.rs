@@ -1,6 +1,6 @@
 //! Arrow record batches to and from the records of [`super::records`].
 
-use super::records::{ChunkHit, PageRecord, PageWrite, StoredChunk};
+use super::records::{ChunkHit, Json, PageRecord, PageWrite, StoredChunk};
 use crate::error::{Error, Result};
 use crate::schema;
 use arrow_array::builder::{ListBuilder, StringBuilder};
@@ -176,7 +176,6 @@ pub(super) fn page_records(batches: &[RecordBatch]) -> Result<Vec<PageRecord>> {
         let size = column::<Int64Array>(b, "bytes")?;
         let count = int32(b, "chunk_count")?;
         let score = b.column_by_name("_score").and_then(|c| c.as_any().downcast_ref::<Float32Array>());
-        let parse = |t: &str| serde_json::from_str(t).unwrap_or(serde_json::Value::Null);
         for i in 0..b.num_rows() {
             out.push(PageRecord {
                 slug: slug.value(i).into(),
@@ -185,13 +184,13 @@ pub(super) fn page_records(batches: &[RecordBatch]) -> Result<Vec<PageRecord>> {
                 aliases: strings(aliases, i)?,
                 tags: strings(tags, i)?,
                 page_type: (!ptype.is_null(i)).then(|| ptype.value(i).to_string()),
-                frontmatter: parse(fm.value(i)),
-                links: parse(links.value(i)),
+                frontmatter: Json::parse(fm.value(i)),
+                links: Json::parse(links.value(i)),
                 content_hash: hash.value(i).into(),
                 mtime_ms: mtime.value(i),
                 bytes: size.value(i),
                 chunk_count: count.value(i),
-                problems: parse(problems.value(i)),
+                problems: Json::parse(problems.value(i)),
                 score: score.map_or(0.0, |s| s.value(i)),
                 body_shared_by: 0,
             });

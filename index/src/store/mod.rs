@@ -14,7 +14,9 @@ mod records;
 mod write;
 
 pub use read::VectorKey;
-pub use records::{ChunkHit, Loaded, PageNames, PageRecord, PageState, PageWrite, StoredChunk, WriteBatch};
+pub use records::{
+    ChunkHit, Json, Loaded, PageNames, PageRecord, PageState, PageWrite, StoredChunk, WriteBatch,
+};
 pub use write::PruneStats;
 
 use crate::error::{Error, Result};
