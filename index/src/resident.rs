@@ -26,7 +26,7 @@ use lance_tokenizer::{
     TextAnalyzer,
 };
 use std::borrow::Cow;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 const K1: f32 = 1.2;
@@ -433,7 +433,9 @@ pub struct ResidentIndex {
     vectors: Vectors,
     chunk_text: Bm25,
     page_names: Bm25,
-    by_name: HashMap<String, BTreeSet<String>>,
+    /// Normalised name → the page slots of the pages it names (a set of slugs per name took a
+    /// B-tree node each, ~140 MiB at a million chunks).
+    by_name: HashMap<Box<str>, Vec<u32>>,
     /// Body hash → pages with that body.
     bodies: HashMap<u64, u32>,
 }
@@ -494,10 +496,10 @@ impl ResidentIndex {
             }
         }
         for n in page.names {
-            if let Some(set) = self.by_name.get_mut(&n) {
-                set.remove(slug);
-                if set.is_empty() {
-                    self.by_name.remove(&n);
+            if let Some(docs) = self.by_name.get_mut(n.as_str()) {
+                docs.retain(|d| *d != page.doc);
+                if docs.is_empty() {
+                    self.by_name.remove(n.as_str());
                 }
             }
         }
@@ -545,7 +547,7 @@ impl ResidentIndex {
         names.sort();
         names.dedup();
         for n in &names {
-            self.by_name.entry(n.clone()).or_default().insert(slug.clone());
+            self.by_name.entry(n.as_str().into()).or_default().push(doc);
         }
         self.pages.insert(slug, Page { record: p.record, doc, chunks, names, body });
     }
@@ -814,10 +816,15 @@ impl ResidentIndex {
 
     /// Pages whose slug, normalised title or one normalised alias equals `normalized`, by slug.
     pub fn alias(&self, normalized: &str) -> Vec<PageRecord> {
-        self.by_name
+        let mut slugs: Vec<&str> = self
+            .by_name
             .get(normalized)
-            .map(|slugs| slugs.iter().filter_map(|s| self.pages.get(s)).map(|p| self.record(p)).collect())
-            .unwrap_or_default()
+            .into_iter()
+            .flatten()
+            .filter_map(|d| self.page_slots.get(*d as usize)?.as_deref())
+            .collect();
+        slugs.sort_unstable();
+        slugs.into_iter().filter_map(|s| self.pages.get(s)).map(|p| self.record(p)).collect()
     }
 
     /// Every page's record, in no particular order.

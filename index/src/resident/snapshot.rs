@@ -303,7 +303,7 @@ impl ResidentIndex {
             *slot = Some(record.slug.clone());
             *index.bodies.entry(body).or_default() += 1;
             for n in &names {
-                index.by_name.entry(n.clone()).or_default().insert(record.slug.clone());
+                index.by_name.entry(n.as_str().into()).or_default().push(doc);
             }
             index.pages.insert(record.slug.clone(), Page { record, doc, chunks, names, body });
         }
