@@ -1034,10 +1034,15 @@ impl Resident {
         k: usize,
         allow: Option<&std::collections::HashSet<String>>,
     ) -> crate::Result<Vec<ChunkHit>> {
-        let (hits, holds_text) = {
-            let index = self.read();
-            (index.keyword(query, k, allow), index.holds_text())
-        };
+        // On a thread of its own: a large source's vector arm scans its codes meanwhile (the
+        // two arms are joined by the caller), and both are CPU work.
+        let (index, query, allow) = (self.index.clone(), query.to_string(), allow.cloned());
+        let (hits, holds_text) = tokio::task::spawn_blocking(move || {
+            let index = index.read().unwrap_or_else(|p| p.into_inner());
+            (index.keyword(&query, k, allow.as_ref()), index.holds_text())
+        })
+        .await
+        .map_err(|e| crate::Error::Io(std::io::Error::other(e)))?;
         let Some(store) = self.store.as_ref().filter(|_| !holds_text) else { return Ok(hits) };
         let ids: Vec<&str> = hits.iter().filter(|h| h.text.is_empty()).map(|h| h.chunk_id.as_str()).collect();
         let mut stored = store.texts_and_vectors(&ids).await?;
