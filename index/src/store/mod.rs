@@ -118,13 +118,6 @@ impl StorageOptions {
     }
 }
 
-/// Bounds of LanceDB's caches (its defaults: 6 GiB of index pages, 1 GiB of file metadata). The
-/// resident index answers queries; LanceDB serves reads by id (the B-tree pages of the id, slug
-/// and text-hash indexes) and commits, and with the defaults a million-chunk source's process
-/// grew by ~1 GiB over a few hundred queries and commits.
-const INDEX_CACHE_BYTES: usize = 128 << 20;
-const METADATA_CACHE_BYTES: usize = 64 << 20;
-
 impl Database {
     /// Open with strong read consistency: every read sees every commit made before it, by
     /// this process or another. An object store is reached with the environment's settings
@@ -154,11 +147,7 @@ impl Database {
         } else {
             uri.to_string()
         };
-        let mut builder = lancedb::connect(&target).session(Arc::new(lance::session::Session::new(
-            INDEX_CACHE_BYTES,
-            METADATA_CACHE_BYTES,
-            Arc::new(lance::io::ObjectStoreRegistry::default()),
-        )));
+        let mut builder = lancedb::connect(&target);
         if !local {
             builder = builder.storage_options(options.with_defaults());
         }
