@@ -1119,6 +1119,53 @@ mod tests {
     }
 
     #[test]
+    fn a_snapshot_reads_back_the_index_it_was_taken_of_and_refuses_a_damaged_one() {
+        let mut linked = page("hall", "Odeon", &["Hall of Light"], &[("stone seats", vec![1.0, 0.0])]);
+        linked.record.links = Json::of(&serde_json::json!([{"target": "Dock", "label": null}]));
+        linked.record.frontmatter = Json::of(&serde_json::json!({"tags": ["venue"]}));
+        let mut i = ResidentIndex::with_exact_vectors_up_to(1);
+        i.apply(Prepared::pages(vec![
+            linked,
+            page("dock", "Dock", &[], &[("boats", vec![0.0, 1.0]), ("ropes", vec![])]),
+            page("gone", "Gone", &["Hall of Light"], &[("stone", vec![0.5, 0.5])]),
+        ]));
+        i.apply(Prepared { upserts: vec![], removals: vec!["gone".into()] });
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.snapshot");
+        let stamp = snapshot::Stamp {
+            chunks_version: 3,
+            chunks_written_us: 9,
+            pages_version: 2,
+            chunk_rows: 3,
+            page_rows: 2,
+            exact_up_to: 1,
+        };
+        i.save(&path, &stamp).unwrap();
+        let back = ResidentIndex::restore(&path, &stamp).unwrap().expect("the stamp matches");
+        let other = snapshot::Stamp { pages_version: 3, ..stamp };
+        assert!(ResidentIndex::restore(&path, &other).unwrap().is_none(), "another stamp is not this one");
+        for q in ["stone", "boats", "ropes", "odeon"] {
+            assert_eq!(back.keyword(q, 5, None), i.keyword(q, 5, None), "{q}");
+            assert_eq!(back.titles(q, 5, None), i.titles(q, 5, None), "{q}");
+        }
+        assert_eq!(back.vector(&[1.0, 0.2], None, 5, None), i.vector(&[1.0, 0.2], None, 5, None));
+        assert_eq!(back.alias("hall of light"), i.alias("hall of light"));
+        assert_eq!(back.alias("hall of light").len(), 1, "the removed page's name went with it");
+        assert_eq!(back.pages(&["hall", "dock"]), i.pages(&["hall", "dock"]));
+        assert_eq!(back.pages(&["hall"])[0].links.value()[0]["target"], "Dock");
+        assert_eq!(back.unembedded(), i.unembedded());
+        // Cut short, or with a count past the file's end: an error, never a panic or a huge
+        // reservation.
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &bytes[..bytes.len() - 5]).unwrap();
+        assert!(ResidentIndex::restore(&path, &stamp).is_err());
+        let mut huge = bytes.clone();
+        huge[8 + 48..8 + 56].copy_from_slice(&u64::MAX.to_le_bytes());
+        std::fs::write(&path, &huge).unwrap();
+        assert!(ResidentIndex::restore(&path, &stamp).is_err());
+    }
+
+    #[test]
     fn terms_are_lancedb_s_stemmed_lowercase_words_without_stop_words() {
         assert_eq!(terms("The Running Dogs of Café"), vec!["run", "dog", "cafe"]);
     }

@@ -119,6 +119,12 @@ impl In {
         let n = self.u64()? as usize;
         if n > max { Err(bad("a length past what the file can hold")) } else { Ok(n) }
     }
+    /// A count of things that follow, each at least one byte: refused past the bytes left (room
+    /// is reserved for them before they are read).
+    fn count(&mut self) -> io::Result<usize> {
+        let n = self.u64()?;
+        if n > self.1 { Err(bad("a count past what the file can hold")) } else { Ok(n as usize) }
+    }
     /// The next `n` bytes, in a buffer of exactly that size.
     fn raw(&mut self, n: usize) -> io::Result<Vec<u8>> {
         if n as u64 > self.1 {
@@ -134,7 +140,7 @@ impl In {
         String::from_utf8(self.raw(n)?).map_err(|_| bad("text that is not UTF-8"))
     }
     fn strings(&mut self) -> io::Result<Vec<String>> {
-        (0..self.len(1 << 32)?).map(|_| self.string()).collect()
+        (0..self.count()?).map(|_| self.string()).collect()
     }
     fn record(&mut self) -> io::Result<PageRecord> {
         let (slug, path, title) = (self.string()?, self.string()?, self.string()?);
@@ -163,9 +169,28 @@ impl In {
             body_shared_by: 0,
         })
     }
+    /// `n` values of `N` bytes each, read a piece at a time into the list they make: reading
+    /// them whole first and converting would touch twice the memory (at a million chunks most
+    /// of an open's time was the kernel handing out fresh pages).
+    fn values<const N: usize, T>(&mut self, n: usize, of: impl Fn([u8; N]) -> T) -> io::Result<Vec<T>> {
+        if (n as u64).saturating_mul(N as u64) > self.1 {
+            return Err(bad("the file ends early"));
+        }
+        let mut out = Vec::with_capacity(n);
+        let mut piece = [0u8; 1 << 16];
+        let mut left = n * N;
+        while left > 0 {
+            let take = left.min(piece.len() / N * N);
+            self.0.read_exact(&mut piece[..take])?;
+            out.extend(piece[..take].chunks_exact(N).map(|b| of(b.try_into().expect("N bytes"))));
+            left -= take;
+        }
+        self.1 -= (n * N) as u64;
+        Ok(out)
+    }
     fn u32s(&mut self) -> io::Result<Vec<u32>> {
         let n = self.len(1 << 34)?;
-        Ok(self.raw(n * 4)?.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
+        self.values(n, u32::from_le_bytes)
     }
     fn stamp(&mut self) -> io::Result<Stamp> {
         Ok(Stamp {
@@ -199,7 +224,7 @@ impl Bm25 {
     }
 
     fn load(i: &mut In) -> io::Result<Self> {
-        let n = i.len(1 << 32)?;
+        let n = i.count()?;
         let mut term_ids = HashMap::with_capacity(n);
         for id in 0..n {
             term_ids.insert(i.string()?.into_boxed_str(), id as u32);
@@ -208,8 +233,7 @@ impl Bm25 {
         for _ in 0..n {
             let docs = i.u32s()?;
             let len = i.len(1 << 34)?;
-            let tfs: Vec<u16> =
-                i.raw(len * 2)?.chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]])).collect();
+            let tfs: Vec<u16> = i.values(len, u16::from_le_bytes)?;
             if tfs.len() != docs.len() {
                 return Err(bad("postings out of step"));
             }
@@ -291,8 +315,10 @@ impl ResidentIndex {
             return Ok(None);
         }
         let mut index = ResidentIndex::with_exact_vectors_up_to(stamp.exact_up_to as usize);
-        index.page_slots = vec![None; i.len(1 << 32)?];
-        for _ in 0..i.len(1 << 32)? {
+        index.page_slots = vec![None; i.count()?];
+        let pages = i.count()?;
+        index.pages.reserve(pages);
+        for _ in 0..pages {
             let record = i.record()?;
             let doc = i.u32()?;
             let chunks = i.u32s()?;
@@ -308,8 +334,11 @@ impl ResidentIndex {
             index.pages.insert(record.slug.clone(), Page { record, doc, chunks, names, body });
         }
         index.free_pages = i.u32s()?;
-        let n = i.len(1 << 34)?;
+        let n = i.count()?;
         index.chunks.reserve_exact(n);
+        // Grown a doubling at a time, the maps would hash every key again at each step.
+        index.by_id.reserve(n);
+        index.by_text_hash.reserve(n);
         for slot in 0..n as u32 {
             let [flags] = i.array::<1>()?;
             if flags == 0 {
