@@ -15,7 +15,8 @@ use crate::store::{Json, PageRecord};
 use crate::vectors::Vectors;
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 /// What a snapshot must match to stand for the tables: their versions (and when the chunks
@@ -38,12 +39,14 @@ const EMBEDDED: u8 = 2;
 const TEXT: u8 = 4;
 
 /// The file's first bytes: a name and the layout's version (a new layout is a new name).
-const MAGIC: &[u8; 8] = b"cairnRI2";
+const MAGIC: &[u8; 8] = b"cairnRI3";
 
-struct Out(BufWriter<File>);
+/// A snapshot being written, and how many bytes so far.
+struct Out(BufWriter<File>, u64);
 
 impl Out {
     fn bytes(&mut self, b: &[u8]) -> io::Result<()> {
+        self.1 += b.len() as u64;
         self.0.write_all(b)
     }
     fn u64(&mut self, v: u64) -> io::Result<()> {
@@ -92,13 +95,25 @@ impl Out {
 
 /// A snapshot being read, and how many of its bytes are left (no length read from it may ask
 /// for more).
-struct In(BufReader<File>, u64);
+struct In<R>(BufReader<R>, u64);
+
+/// A file read from a place on by positional reads, so that two readers of one open file (the
+/// two parts of a snapshot, read at once) keep their own places.
+struct At<'a>(&'a File, u64);
+
+impl Read for At<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.0.read_at(buf, self.1)?;
+        self.1 += n as u64;
+        Ok(n)
+    }
+}
 
 fn bad(what: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, what.to_string())
 }
 
-impl In {
+impl<R: Read> In<R> {
     fn array<const N: usize>(&mut self) -> io::Result<[u8; N]> {
         let mut b = [0u8; N];
         self.0.read_exact(&mut b)?;
@@ -223,7 +238,7 @@ impl Bm25 {
         o.u64(self.total_len)
     }
 
-    fn load(i: &mut In) -> io::Result<Self> {
+    fn load<R: Read>(i: &mut In<R>) -> io::Result<Self> {
         let n = i.count()?;
         let mut term_ids = HashMap::with_capacity(n);
         for id in 0..n {
@@ -248,27 +263,31 @@ impl Bm25 {
     }
 }
 
+/// What the first part of a snapshot holds.
+#[derive(Default)]
+struct ChunkPart {
+    slots: Vec<Option<Slot>>,
+    free: Vec<u32>,
+    by_id: HashMap<Box<str>, u32>,
+    by_text_hash: HashMap<Box<str>, u32>,
+    unembedded: usize,
+}
+
 impl ResidentIndex {
     /// Write the index, stamped, to `path` (through a temporary file renamed into place).
+    ///
+    /// Two parts, read back at once ([`ResidentIndex::restore`]): the chunk slots, then the pages,
+    /// vectors and keyword indexes; the header says where the second starts.
     pub fn save(&self, path: &Path, stamp: &Stamp) -> io::Result<()> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
         }
         let tmp = path.with_extension("tmp");
-        let mut o = Out(BufWriter::with_capacity(1 << 20, File::create(&tmp)?));
+        let mut o = Out(BufWriter::with_capacity(1 << 20, File::create(&tmp)?), 0);
         o.bytes(MAGIC)?;
         o.stamp(stamp)?;
-        // Pages: record, page slot, chunk slots, names, body hash.
-        o.len(self.page_slots.len())?;
-        o.len(self.pages.len())?;
-        for p in self.pages.values() {
-            o.record(&p.record)?;
-            o.u32(p.doc)?;
-            o.u32s(&p.chunks)?;
-            o.strs(&p.names)?;
-            o.u64(p.body)?;
-        }
-        o.u32s(&self.free_pages)?;
+        let second_at = o.1;
+        o.u64(0)?;
         o.len(self.chunks.len())?;
         for s in &self.chunks {
             let Some(s) = s else {
@@ -286,10 +305,25 @@ impl ResidentIndex {
             }
         }
         o.u32s(&self.free_chunks)?;
+        let second = o.1;
+        // Pages: record, page slot, chunk slots, names, body hash.
+        o.len(self.page_slots.len())?;
+        o.len(self.pages.len())?;
+        for p in self.pages.values() {
+            o.record(&p.record)?;
+            o.u32(p.doc)?;
+            o.u32s(&p.chunks)?;
+            o.strs(&p.names)?;
+            o.u64(p.body)?;
+        }
+        o.u32s(&self.free_pages)?;
         self.vectors.save(&mut |b| o.bytes(b))?;
         self.chunk_text.save(&mut o)?;
         self.page_names.save(&mut o)?;
-        o.0.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+        let mut file = o.0.into_inner().map_err(|e| e.into_error())?;
+        file.seek(SeekFrom::Start(second_at))?;
+        file.write_all(&second.to_le_bytes())?;
+        file.sync_all()?;
         std::fs::rename(&tmp, path)
     }
 
@@ -302,7 +336,8 @@ impl ResidentIndex {
     }
 
     /// The index saved at `path`, if it was saved with `stamp` (`Ok(None)` when the file is
-    /// missing or stamped otherwise; an error when it cannot be read back whole).
+    /// missing or stamped otherwise; an error when it cannot be read back whole). Its two parts
+    /// are read on two threads.
     pub fn restore(path: &Path, stamp: &Stamp) -> io::Result<Option<Self>> {
         let file = match File::open(path) {
             Ok(f) => f,
@@ -310,11 +345,88 @@ impl ResidentIndex {
             Err(e) => return Err(e),
         };
         let len = file.metadata()?.len();
-        let mut i = In(BufReader::with_capacity(1 << 20, file), len);
+        let mut i = In(BufReader::with_capacity(1 << 20, At(&file, 0)), len);
         if &i.array::<8>()? != MAGIC || i.stamp()? != *stamp {
             return Ok(None);
         }
-        let mut index = ResidentIndex::with_exact_vectors_up_to(stamp.exact_up_to as usize);
+        let second = i.u64()?;
+        let head = len - i.1;
+        if second < head || second > len {
+            return Err(bad("a part that starts outside the file"));
+        }
+        i.1 = second - head;
+        let exact_up_to = stamp.exact_up_to as usize;
+        let (chunks, rest) = std::thread::scope(|s| {
+            let rest = s.spawn(|| {
+                let mut j = In(BufReader::with_capacity(1 << 20, At(&file, second)), len - second);
+                Self::read_rest(&mut j, exact_up_to)
+            });
+            (Self::read_chunks(&mut i), rest.join().unwrap_or_else(|_| Err(bad("a reader panicked"))))
+        });
+        let mut index = rest?;
+        let chunks = chunks?;
+        if chunks.slots.iter().flatten().any(|s| s.page as usize >= index.page_slots.len()) {
+            return Err(bad("a chunk of a page slot that is not there"));
+        }
+        index.chunks = chunks.slots;
+        index.free_chunks = chunks.free;
+        index.by_id = chunks.by_id;
+        index.by_text_hash = chunks.by_text_hash;
+        index.unembedded = chunks.unembedded;
+        Ok(Some(index))
+    }
+
+    /// The first part: the chunk slots, with the maps to them, to where the second starts.
+    fn read_chunks<R: Read>(i: &mut In<R>) -> io::Result<ChunkPart> {
+        let n = i.count()?;
+        // Sized first: grown a doubling at a time, the maps would hash every key again at each
+        // step.
+        let mut part = ChunkPart {
+            slots: Vec::with_capacity(n),
+            by_id: HashMap::with_capacity(n),
+            by_text_hash: HashMap::with_capacity(n),
+            ..ChunkPart::default()
+        };
+        for slot in 0..n as u32 {
+            let [flags] = i.array::<1>()?;
+            if flags == 0 {
+                part.slots.push(None);
+                continue;
+            }
+            let chunk_id = i.string()?.into_boxed_str();
+            let page = i.u32()?;
+            let (ordinal, line_start, line_end) = (i.i32()?, i.i32()?, i.i32()?);
+            let (heading_path, text_hash) = (i.string()?.into_boxed_str(), i.string()?.into_boxed_str());
+            let embedded = flags & EMBEDDED != 0;
+            let text = if flags & TEXT != 0 { Some(i.string()?.into_boxed_str()) } else { None };
+            part.by_id.insert(chunk_id.clone(), slot);
+            if embedded {
+                part.by_text_hash.insert(text_hash.clone(), slot);
+            } else {
+                part.unembedded += 1;
+            }
+            part.slots.push(Some(Slot {
+                chunk_id,
+                page,
+                ordinal,
+                heading_path,
+                text,
+                line_start,
+                line_end,
+                text_hash,
+                embedded,
+            }));
+        }
+        part.free = i.u32s()?;
+        if i.1 != 0 {
+            return Err(bad("the chunk slots end before their part does"));
+        }
+        Ok(part)
+    }
+
+    /// The second part: pages, vectors and keyword indexes, to the end of the file.
+    fn read_rest<R: Read>(i: &mut In<R>, exact_up_to: usize) -> io::Result<Self> {
+        let mut index = ResidentIndex::with_exact_vectors_up_to(exact_up_to);
         index.page_slots = vec![None; i.count()?];
         let pages = i.count()?;
         index.pages.reserve(pages);
@@ -334,50 +446,13 @@ impl ResidentIndex {
             index.pages.insert(record.slug.clone(), Page { record, doc, chunks, names, body });
         }
         index.free_pages = i.u32s()?;
-        let n = i.count()?;
-        index.chunks.reserve_exact(n);
-        // Grown a doubling at a time, the maps would hash every key again at each step.
-        index.by_id.reserve(n);
-        index.by_text_hash.reserve(n);
-        for slot in 0..n as u32 {
-            let [flags] = i.array::<1>()?;
-            if flags == 0 {
-                index.chunks.push(None);
-                continue;
-            }
-            let chunk_id = i.string()?.into_boxed_str();
-            let page = i.u32()?;
-            let (ordinal, line_start, line_end) = (i.i32()?, i.i32()?, i.i32()?);
-            let (heading_path, text_hash) = (i.string()?.into_boxed_str(), i.string()?.into_boxed_str());
-            let embedded = flags & EMBEDDED != 0;
-            let text = if flags & TEXT != 0 { Some(i.string()?.into_boxed_str()) } else { None };
-            index.by_id.insert(chunk_id.clone(), slot);
-            if embedded {
-                index.by_text_hash.insert(text_hash.clone(), slot);
-            } else {
-                index.unembedded += 1;
-            }
-            let s = Slot {
-                chunk_id,
-                page,
-                ordinal,
-                heading_path,
-                text,
-                line_start,
-                line_end,
-                text_hash,
-                embedded,
-            };
-            index.chunks.push(Some(s));
-        }
-        index.free_chunks = i.u32s()?;
-        index.vectors = Vectors::restore(stamp.exact_up_to as usize, &mut |n| i.raw(n))?;
-        index.chunk_text = Bm25::load(&mut i)?;
-        index.page_names = Bm25::load(&mut i)?;
+        index.vectors = Vectors::restore(exact_up_to, &mut |n| i.raw(n))?;
+        index.chunk_text = Bm25::load(i)?;
+        index.page_names = Bm25::load(i)?;
         let mut rest = [0u8; 1];
         if i.0.read(&mut rest)? != 0 {
             return Err(bad("bytes after the end"));
         }
-        Ok(Some(index))
+        Ok(index)
     }
 }
