@@ -15,7 +15,7 @@ use crate::store::{Json, PageRecord};
 use crate::vectors::Vectors;
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+use std::io::{self, BufRead, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
@@ -184,23 +184,26 @@ impl<R: Read> In<R> {
             body_shared_by: 0,
         })
     }
-    /// `n` values of `N` bytes each, read a piece at a time into the list they make: reading
-    /// them whole first and converting would touch twice the memory (at a million chunks most
-    /// of an open's time was the kernel handing out fresh pages).
+    /// `n` values of `N` bytes each, converted straight from the reader's buffer into the list
+    /// they make: reading them whole first would touch twice the memory (at a million chunks
+    /// most of an open's time was the kernel handing out fresh pages).
     fn values<const N: usize, T>(&mut self, n: usize, of: impl Fn([u8; N]) -> T) -> io::Result<Vec<T>> {
         if (n as u64).saturating_mul(N as u64) > self.1 {
             return Err(bad("the file ends early"));
         }
         let mut out = Vec::with_capacity(n);
-        let mut piece = [0u8; 1 << 16];
-        let mut left = n * N;
-        while left > 0 {
-            let take = left.min(piece.len() / N * N);
-            self.0.read_exact(&mut piece[..take])?;
-            out.extend(piece[..take].chunks_exact(N).map(|b| of(b.try_into().expect("N bytes"))));
-            left -= take;
+        while out.len() < n {
+            let buf = self.0.fill_buf()?;
+            if buf.len() < N {
+                // A value across the buffer's end (or the file's): read on its own.
+                out.push(of(self.array()?));
+                continue;
+            }
+            let take = (buf.len() / N).min(n - out.len()) * N;
+            out.extend(buf[..take].chunks_exact(N).map(|b| of(b.try_into().expect("N bytes"))));
+            self.0.consume(take);
+            self.1 -= take as u64;
         }
-        self.1 -= (n * N) as u64;
         Ok(out)
     }
     fn u32s(&mut self) -> io::Result<Vec<u32>> {
