@@ -322,7 +322,7 @@ impl Vectors {
             all
         });
         // Each run's best k; the best k of all of them.
-        found.sort_by(|a, b| Scored(b.0, b.1).cmp(&Scored(a.0, a.1)));
+        found.sort_by_key(|f| std::cmp::Reverse(Scored(f.0, f.1)));
         found.truncate(k);
         found
     }
@@ -498,7 +498,7 @@ mod tests {
         let vs = vectors(1001, 24, 5);
         let mut coded = filled(0, &vs);
         coded.put(500, &[], 1001);
-        let keep = |i: usize| i % 7 != 0;
+        let keep = |i: usize| !i.is_multiple_of(7);
         for q in vectors(5, 24, 3) {
             let p = coded.probe(&q);
             let mut one = coded.top_codes(&p, 30, &keep, 1);
