@@ -179,6 +179,14 @@ impl Vectors {
         matches!(self.data, Data::Exact(_))
     }
 
+    /// Slots the vectors cover (the slots past them have none).
+    pub(crate) fn slots(&self) -> usize {
+        match &self.data {
+            Data::Exact(v) => v.len().checked_div(self.dim).unwrap_or(0),
+            Data::Int8 { scales, .. } => scales.len(),
+        }
+    }
+
     /// Bytes held.
     pub fn bytes(&self) -> usize {
         match &self.data {

@@ -368,8 +368,18 @@ impl ResidentIndex {
         });
         let mut index = rest?;
         let chunks = chunks?;
-        if chunks.slots.iter().flatten().any(|s| s.page as usize >= index.page_slots.len()) {
-            return Err(bad("a chunk of a page slot that is not there"));
+        // Slots the parts name must be there: a damaged file is refused here, not by a panic
+        // at the first query that meets the slot.
+        let (slots, pages) = (chunks.slots.len(), index.page_slots.len());
+        if chunks.slots.iter().flatten().any(|s| s.page as usize >= pages)
+            || chunks.free.iter().any(|c| *c as usize >= slots)
+            || index.free_pages.iter().any(|p| *p as usize >= pages)
+            || index.pages.values().flat_map(|p| &p.chunks).any(|c| *c as usize >= slots)
+            || index.chunk_text.doc_len.len() > slots
+            || index.vectors.slots() > slots
+            || index.page_names.doc_len.len() > pages
+        {
+            return Err(bad("a part names a slot that is not there"));
         }
         index.chunks = chunks.slots;
         index.free_chunks = chunks.free;
