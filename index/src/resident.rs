@@ -971,12 +971,9 @@ impl Resident {
     /// at least as new as the stamp, and a stamp the tables still match means nothing changed.
     /// A failure is logged (the next open reads the tables).
     pub async fn save(&self, path: &std::path::Path, stamp: Stamp) {
-        let (index, path) = (self.index.clone(), path.to_path_buf());
-        let saved = tokio::task::spawn_blocking(move || {
-            index.read().unwrap_or_else(|p| p.into_inner()).save(&path, &stamp)
-        })
-        .await;
-        if let Err(e) = saved.map_err(std::io::Error::other).and_then(|r| r) {
+        let path = path.to_path_buf();
+        let saved = self.with_index(move |index| index.save(&path, &stamp)).await;
+        if let Err(e) = saved.and_then(|r| r.map_err(crate::Error::Io)) {
             tracing::warn!("source `{}`: saving its snapshot failed: {e}", self.id);
         }
     }
@@ -985,6 +982,19 @@ impl Resident {
     /// [`ResidentIndex::holds_text`]).
     pub fn holds_text(&self) -> bool {
         self.read().holds_text()
+    }
+
+    /// `f` over the index on a blocking thread: the arms' scoring is CPU work (a million int8
+    /// codes take ~50 ms) that must not hold one of the runtime's workers, and the caller joins
+    /// the two arms, which then run at once.
+    async fn with_index<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&ResidentIndex) -> T + Send + 'static,
+    ) -> crate::Result<T> {
+        let index = self.index.clone();
+        tokio::task::spawn_blocking(move || f(&index.read().unwrap_or_else(|p| p.into_inner())))
+            .await
+            .map_err(|e| crate::Error::Io(std::io::Error::other(e)))
     }
 
     /// Vector arm with exact cosines: [`ResidentIndex::vector`] on exact vectors; on int8 codes,
@@ -997,16 +1007,26 @@ impl Resident {
         k: usize,
         allow: Option<&std::collections::HashSet<String>>,
     ) -> crate::Result<Vec<ChunkHit>> {
-        let (store, candidates) = {
-            let index = self.read();
-            match &self.store {
-                Some(store) if !index.exact_vectors() => {
-                    let pool = if within.is_some() { usize::MAX } else { k.saturating_mul(RESCORE) };
-                    (store, index.vector(query, within, pool, allow))
-                }
-                _ => return Ok(index.vector(query, within, k, allow)),
-            }
-        };
+        let (q, within_owned, allow) = (
+            query.to_vec(),
+            within.map(|w| w.iter().map(|s| s.to_string()).collect::<Vec<_>>()),
+            allow.cloned(),
+        );
+        let stored_behind = self.store.is_some();
+        let (rescore, candidates) = self
+            .with_index(move |index| {
+                let within: Option<Vec<&str>> =
+                    within_owned.as_ref().map(|w| w.iter().map(String::as_str).collect());
+                let rescore = stored_behind && !index.exact_vectors();
+                let pool = match (rescore, within.is_some()) {
+                    (false, _) => k,
+                    (true, true) => usize::MAX,
+                    (true, false) => k.saturating_mul(RESCORE),
+                };
+                (rescore, index.vector(&q, within.as_deref(), pool, allow.as_ref()))
+            })
+            .await?;
+        let Some(store) = self.store.as_ref().filter(|_| rescore) else { return Ok(candidates) };
         let ids: Vec<&str> = candidates.iter().map(|h| h.chunk_id.as_str()).collect();
         let mut stored = store.texts_and_vectors(&ids).await?;
         let q = unit(query.to_vec());
@@ -1034,15 +1054,10 @@ impl Resident {
         k: usize,
         allow: Option<&std::collections::HashSet<String>>,
     ) -> crate::Result<Vec<ChunkHit>> {
-        // On a thread of its own: a large source's vector arm scans its codes meanwhile (the
-        // two arms are joined by the caller), and both are CPU work.
-        let (index, query, allow) = (self.index.clone(), query.to_string(), allow.cloned());
-        let (hits, holds_text) = tokio::task::spawn_blocking(move || {
-            let index = index.read().unwrap_or_else(|p| p.into_inner());
-            (index.keyword(&query, k, allow.as_ref()), index.holds_text())
-        })
-        .await
-        .map_err(|e| crate::Error::Io(std::io::Error::other(e)))?;
+        let (query, allow) = (query.to_string(), allow.cloned());
+        let (hits, holds_text) = self
+            .with_index(move |index| (index.keyword(&query, k, allow.as_ref()), index.holds_text()))
+            .await?;
         let Some(store) = self.store.as_ref().filter(|_| !holds_text) else { return Ok(hits) };
         let ids: Vec<&str> = hits.iter().filter(|h| h.text.is_empty()).map(|h| h.chunk_id.as_str()).collect();
         let mut stored = store.texts_and_vectors(&ids).await?;
