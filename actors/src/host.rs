@@ -211,13 +211,15 @@ impl QueryHost {
         // Each chunk with its source's guard and slot; int8-coded sources decode a vector when
         // it is asked for (the grouping is by threshold, which their rounding moves by ~0.002
         // at most), never all of them at once.
-        let (mut chunks, mut slots) = (Vec::new(), Vec::new());
+        let (mut held, mut slots) = (Vec::new(), Vec::new());
         for (g, (id, guard)) in guards.iter().enumerate() {
             for (slug, chunk, slot) in guard.embedded_chunks() {
-                chunks.push((*id, slug, chunk));
+                held.push((*id, slug, chunk));
                 slots.push((g, slot));
             }
         }
+        let chunks: Vec<(&str, &str, &str)> =
+            held.iter().map(|(id, slug, c)| (*id, *slug, c.as_str())).collect();
         let vector = |i: usize| guards[slots[i].0].1.slot_vector(slots[i].1);
         let mut groups = by_name_and_content(&pages);
         groups.extend(near_identical(&chunks, &vector, &titles, threshold));

@@ -432,7 +432,7 @@ impl Pipeline {
         if forget {
             self.inner.shared.parts.db.drop_source(id).await?;
             if let Some(dir) = &self.inner.shared.parts.opts.snapshots {
-                let _ = std::fs::remove_file(crate::writer::snapshot_path(dir, id));
+                cairn_index::ResidentIndex::forget_snapshot(&crate::writer::snapshot_path(dir, id));
             }
             self.inner.shared.book.forget_source(id);
         }

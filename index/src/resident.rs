@@ -13,9 +13,14 @@
 //! scored with the same BM25 (k1 1.2, b 0.75, idf ln(1 + (N − n + ½)/(n + ½))); vectors are
 //! scored by exact cosine, as LanceDB does below its vector-index threshold.
 
+mod chunk_file;
+mod keys;
 pub mod snapshot;
 
 pub use snapshot::Stamp;
+
+use chunk_file::{ChunkFile, NOWHERE};
+use keys::{Key, SlotsBy};
 
 use crate::store::{ChunkHit, Json, Loaded, PageRecord, PageState, StoredChunk, WriteBatch};
 use crate::vectors::{Vectors, dot, unit};
@@ -394,15 +399,17 @@ impl Prepared {
 /// its text only while the text is needed in memory (see [`ResidentIndex::holds_text`]).
 #[derive(Debug)]
 struct Slot {
-    chunk_id: Box<str>,
+    chunk_id: Key,
     page: u32,
     ordinal: i32,
     heading_path: Box<str>,
     text: Option<Box<str>>,
     line_start: i32,
     line_end: i32,
-    text_hash: Box<str>,
+    text_hash: Key,
     embedded: bool,
+    /// Where its text and exact vector are in the chunk file ([`NOWHERE`] when they are not).
+    at: u64,
 }
 
 #[derive(Debug)]
@@ -424,9 +431,9 @@ pub struct ResidentIndex {
     chunks: Vec<Option<Slot>>,
     free_chunks: Vec<u32>,
     /// Chunk id → slot (vectors arrive by chunk id).
-    by_id: HashMap<Box<str>, u32>,
+    by_id: SlotsBy,
     /// Text hash → a slot with that text and a vector (a text is never embedded twice).
-    by_text_hash: HashMap<Box<str>, u32>,
+    by_text_hash: SlotsBy,
     /// Live chunks without a vector yet.
     unembedded: usize,
     /// Every chunk slot's unit vector (exact, or int8 codes past the source's limit).
@@ -438,6 +445,20 @@ pub struct ResidentIndex {
     by_name: HashMap<Box<str>, Vec<u32>>,
     /// Body hash → pages with that body.
     bodies: HashMap<u64, u32>,
+    /// Where the chunk file goes, once there is something to put in it (past the limit), and
+    /// the file (see [`chunk_file`]). Without one, what memory lacks is read from the tables.
+    chunk_path: Option<std::path::PathBuf>,
+    file: Option<ChunkFile>,
+}
+
+/// A held chunk slot's id, for [`SlotsBy`].
+fn id_of<'a>(chunks: &'a [Option<Slot>]) -> impl Fn(u32) -> &'a Key {
+    move |s| &chunks[s as usize].as_ref().expect("a held chunk slot").chunk_id
+}
+
+/// A held chunk slot's text hash, for [`SlotsBy`].
+fn text_hash_of<'a>(chunks: &'a [Option<Slot>]) -> impl Fn(u32) -> &'a Key {
+    move |s| &chunks[s as usize].as_ref().expect("a held chunk slot").text_hash
 }
 
 fn slot<T>(slots: &mut Vec<Option<T>>, free: &mut Vec<u32>, value: T) -> u32 {
@@ -477,11 +498,12 @@ impl ResidentIndex {
             // emptied now, so a scan of the codes passes it by.
             self.chunk_text.remove(c);
             self.put_vector(c, &[]);
+            if self.chunks[c as usize].is_some() {
+                // Out of the maps while the slot still answers for its keys.
+                self.by_id.remove(c, id_of(&self.chunks));
+                self.by_text_hash.remove(c, text_hash_of(&self.chunks));
+            }
             if let Some(slot) = self.chunks[c as usize].take() {
-                self.by_id.remove(&slot.chunk_id);
-                if self.by_text_hash.get(&slot.text_hash) == Some(&c) {
-                    self.by_text_hash.remove(&slot.text_hash);
-                }
                 if !slot.embedded {
                     self.unembedded -= 1;
                 }
@@ -515,31 +537,38 @@ impl ResidentIndex {
         let mut chunks = Vec::with_capacity(p.chunks.len());
         for c in p.chunks {
             let embedded = c.vector.is_some();
-            let text_hash: Box<str> = c.text_hash.into();
             let h = c.hit;
             let held = Slot {
-                chunk_id: h.chunk_id.as_str().into(),
+                chunk_id: Key::new(&h.chunk_id),
                 page: doc,
                 ordinal: h.ordinal,
                 heading_path: h.heading_path.into(),
-                text: (!embedded || self.holds_text()).then(|| h.text.into()),
+                text: None,
                 line_start: h.line_start,
                 line_end: h.line_end,
-                text_hash: text_hash.clone(),
+                text_hash: Key::new(&c.text_hash),
                 embedded,
+                at: NOWHERE,
             };
             let id = slot(&mut self.chunks, &mut self.free_chunks, held);
+            match (&c.vector, self.holds_text()) {
+                (Some(v), false) => self.keep_stored(id, v, &h.text),
+                _ => {
+                    self.chunks[id as usize].as_mut().expect("the slot just filled").text =
+                        Some(h.text.into())
+                }
+            }
             match &c.vector {
                 Some(v) => {
                     self.put_vector(id, v);
-                    self.by_text_hash.insert(text_hash, id);
+                    self.by_text_hash.insert(id, text_hash_of(&self.chunks));
                 }
                 None => {
                     self.put_vector(id, &[]);
                     self.unembedded += 1;
                 }
             }
-            self.by_id.insert(h.chunk_id.into(), id);
+            self.by_id.insert(id, id_of(&self.chunks));
             self.chunk_text.insert(id, &c.terms);
             chunks.push(id);
         }
@@ -555,19 +584,20 @@ impl ResidentIndex {
     /// Vectors for chunks (by id) written without one; ids not held (replaced since) are skipped.
     pub fn apply_vectors(&mut self, vectors: &[(String, Vec<f32>)]) {
         for (id, v) in vectors {
-            let Some(&slot) = self.by_id.get(id.as_str()) else { continue };
+            let Some(slot) = self.by_id.get(&Key::new(id), id_of(&self.chunks)) else { continue };
             let holds_text = self.holds_text();
             let Some(s) = self.chunks[slot as usize].as_mut() else { continue };
             if !s.embedded {
                 s.embedded = true;
                 self.unembedded -= 1;
             }
-            if !holds_text {
-                s.text = None;
+            let text = if holds_text { None } else { s.text.take() };
+            let v = unit(v.clone());
+            if let Some(text) = text {
+                self.keep_stored(slot, &v, &text);
             }
-            let text_hash = s.text_hash.clone();
-            self.put_vector(slot, &unit(v.clone()));
-            self.by_text_hash.insert(text_hash, slot);
+            self.put_vector(slot, &v);
+            self.by_text_hash.insert(slot, text_hash_of(&self.chunks));
         }
         self.settle();
     }
@@ -575,13 +605,13 @@ impl ResidentIndex {
     /// The vector of a text (by its hash), if a chunk with that text has one and the vectors
     /// held are exact (int8 codes are not the model's vector: see [`ResidentIndex::has_vector`]).
     pub fn vector_of(&self, text_hash: &str) -> Option<Vec<f32>> {
-        let slot = *self.by_text_hash.get(text_hash)? as usize;
+        let slot = self.by_text_hash.get(&Key::new(text_hash), text_hash_of(&self.chunks))? as usize;
         (self.vectors.exact() && self.vectors.dim() > 0).then(|| self.vectors.get(slot).into_owned())
     }
 
     /// Whether a chunk with this text (by its hash) has a vector, which the store holds.
     pub fn has_vector(&self, text_hash: &str) -> bool {
-        self.by_text_hash.contains_key(text_hash)
+        self.by_text_hash.get(&Key::new(text_hash), text_hash_of(&self.chunks)).is_some()
     }
 
     /// Whether the vectors held are exact (else int8 codes, whose candidates are re-scored from
@@ -608,12 +638,23 @@ impl ResidentIndex {
     /// chunks that have a vector), and free the slots of removed chunks and pages once enough
     /// of them wait.
     fn settle(&mut self) {
-        let exact = self.vectors.exact();
-        self.vectors.settle(self.chunk_count() - self.unembedded);
-        if exact && !self.holds_text() {
-            for s in self.chunks.iter_mut().flatten().filter(|s| s.embedded) {
-                s.text = None;
+        let held = self.chunk_count() - self.unembedded;
+        if self.vectors.codes_at(held) {
+            // The last moment the exact vectors and the text are both here: into the chunk file.
+            let embedded: Vec<u32> =
+                (0..self.chunks.len() as u32).filter(|i| self.embedded(*i as usize)).collect();
+            for i in embedded {
+                let s = self.chunks[i as usize].as_mut().expect("an embedded slot");
+                let text = s.text.take().unwrap_or_default();
+                let v = self.vectors.get(i as usize).into_owned();
+                self.keep_stored(i, &v, &text);
             }
+        }
+        self.vectors.settle(held);
+        if let Some(file) = self.file.as_mut()
+            && let Err(e) = file.flush()
+        {
+            self.lose_file(e);
         }
         if self.chunk_text.purge_due() {
             self.free_chunks.extend(self.chunk_text.purge());
@@ -631,13 +672,12 @@ impl ResidentIndex {
 
     /// Estimated bytes held, by part: (part, bytes), for the scale benchmark.
     pub fn bytes(&self) -> Vec<(&'static str, usize)> {
-        let str_map = |m: &HashMap<Box<str>, u32>| m.keys().map(|k| k.len() + 16 + 4 + 8).sum::<usize>();
         let chunks: usize = self.chunks.capacity() * std::mem::size_of::<Option<Slot>>()
             + self
                 .chunks
                 .iter()
                 .flatten()
-                .map(|s| s.chunk_id.len() + s.heading_path.len() + s.text_hash.len())
+                .map(|s| s.chunk_id.heap() + s.heading_path.len() + s.text_hash.heap())
                 .sum::<usize>();
         let text: usize = self.chunks.iter().flatten().filter_map(|s| s.text.as_ref()).map(|t| t.len()).sum();
         let pages: usize = self
@@ -661,7 +701,7 @@ impl ResidentIndex {
         vec![
             ("chunk slots", chunks),
             ("chunk text", text),
-            ("chunk ids and text hashes (maps)", str_map(&self.by_id) + str_map(&self.by_text_hash)),
+            ("chunk ids and text hashes (maps)", self.by_id.bytes() + self.by_text_hash.bytes()),
             ("vectors", self.vectors.bytes()),
             ("keyword index", self.chunk_text.bytes()),
             ("pages", pages),
@@ -685,7 +725,7 @@ impl ResidentIndex {
     /// A chunk still waiting for its vector, by id: its page, text hash and the text the model
     /// embeds (`None` when the chunk is gone or already has one).
     pub fn waiting(&self, chunk_id: &str) -> Option<(String, String, String)> {
-        let s = self.chunks[*self.by_id.get(chunk_id)? as usize].as_ref()?;
+        let s = self.chunks[self.by_id.get(&Key::new(chunk_id), id_of(&self.chunks))? as usize].as_ref()?;
         (!s.embedded).then(|| (self.slug(s).to_string(), s.text_hash.to_string(), self.embed_text(s)))
     }
 
@@ -723,6 +763,49 @@ impl ResidentIndex {
         self.vectors.put(slot as usize, v, self.chunks.len());
     }
 
+    /// Keep the chunk file beside the snapshot at `snapshot` (made when first needed).
+    pub fn keep_chunks_beside(&mut self, snapshot: &std::path::Path) {
+        self.chunk_path = Some(chunk_file::path_beside(snapshot));
+    }
+
+    /// Put a chunk's exact vector and text, which memory is about to lose, in the chunk file
+    /// (when the index keeps one).
+    fn keep_stored(&mut self, slot: u32, v: &[f32], text: &str) {
+        if self.file.is_none() {
+            let Some(path) = self.chunk_path.take() else { return };
+            match ChunkFile::create(&path) {
+                Ok(f) => self.file = Some(f),
+                Err(e) => return tracing::warn!("the chunk file {} cannot be made ({e})", path.display()),
+            }
+        }
+        let (Some(file), Some(s)) = (self.file.as_mut(), self.chunks[slot as usize].as_mut()) else { return };
+        match file.append(&s.chunk_id.to_string(), v, text) {
+            Ok(at) => s.at = at,
+            Err(e) => self.lose_file(e),
+        }
+    }
+
+    /// A chunk file that cannot be written is dropped: what it held is read from the tables.
+    fn lose_file(&mut self, e: std::io::Error) {
+        tracing::warn!(
+            "the chunk file cannot be written ({e}); chunk text and vectors are read from the tables"
+        );
+        self.file = None;
+    }
+
+    /// The text and exact vector of chunks (by id) that the chunk file holds; the others are
+    /// left out (for the caller to read from the tables).
+    pub fn stored(&self, ids: &[&str]) -> HashMap<String, (String, Option<Vec<f32>>)> {
+        let Some(file) = &self.file else { return HashMap::new() };
+        ids.iter()
+            .filter_map(|id| {
+                let s = self.chunks[self.by_id.get(&Key::new(id), id_of(&self.chunks))? as usize].as_ref()?;
+                let (text, v) = (s.at != NOWHERE).then(|| file.read(s.at, id))??;
+                Some((id.to_string(), (text, Some(v))))
+            })
+            .collect()
+    }
+
     pub fn page_count(&self) -> usize {
         self.pages.len()
     }
@@ -735,8 +818,9 @@ impl ResidentIndex {
         self.slot_hit(self.chunks[slot as usize].as_ref().expect("a live chunk slot"), score)
     }
 
-    fn chunk_id(&self, slot: u32) -> &str {
-        self.chunks[slot as usize].as_ref().map_or("", |c| &c.chunk_id)
+    /// A chunk's id, to order ties by (a removed slot's sorts first).
+    fn chunk_id(&self, slot: u32) -> Option<&Key> {
+        self.chunks[slot as usize].as_ref().map(|c| &c.chunk_id)
     }
 
     fn embedded(&self, slot: usize) -> bool {
@@ -838,10 +922,10 @@ impl ResidentIndex {
     }
 
     /// Every chunk that has a vector: its page, its id, its slot (for [`ResidentIndex::slot_vector`]).
-    pub fn embedded_chunks(&self) -> impl Iterator<Item = (&str, &str, usize)> {
+    pub fn embedded_chunks(&self) -> impl Iterator<Item = (&str, String, usize)> {
         self.chunks.iter().enumerate().filter_map(move |(i, c)| {
             let c = c.as_ref().filter(|c| c.embedded && self.vectors.dim() > 0)?;
-            Some((self.slug(c), &*c.chunk_id, i))
+            Some((self.slug(c), c.chunk_id.to_string(), i))
         })
     }
 
@@ -892,11 +976,24 @@ impl Resident {
         store: &crate::SourceStore,
         exact_vectors_up_to: usize,
     ) -> crate::Result<(Self, Loaded)> {
+        Self::load_beside(store, exact_vectors_up_to, None).await
+    }
+
+    /// [`Resident::load`], keeping a chunk file beside the snapshot at `snapshot` when given.
+    async fn load_beside(
+        store: &crate::SourceStore,
+        exact_vectors_up_to: usize,
+        snapshot: Option<&std::path::Path>,
+    ) -> crate::Result<(Self, Loaded)> {
         let loaded = store.load().await?;
+        let snapshot = snapshot.map(std::path::Path::to_path_buf);
         let (id, store) = (store.id().to_string(), store.clone());
         tokio::task::spawn_blocking(move || {
             let mut loaded = loaded;
             let mut index = ResidentIndex::with_exact_vectors_up_to(exact_vectors_up_to);
+            if let Some(snapshot) = &snapshot {
+                index.keep_chunks_beside(snapshot);
+            }
             let held = loaded.pages.iter().flat_map(|(_, c)| c).filter(|c| c.vector.is_some()).count();
             index.vectors.expect(held);
             // A batch of pages at a time, each page's rows dropped once applied: the terms of
@@ -953,7 +1050,7 @@ impl Resident {
                 snapshot.display()
             ),
         }
-        let (resident, loaded) = Self::load(store, exact_vectors_up_to).await?;
+        let (resident, loaded) = Self::load_beside(store, exact_vectors_up_to, Some(snapshot)).await?;
         if loaded.inconsistent.is_empty() && loaded.orphans.is_empty() && !resident.read().holds_text() {
             // Read after the load when there was no snapshot: nothing writes the tables while
             // their writer is still opening them.
@@ -1013,7 +1110,7 @@ impl Resident {
             allow.cloned(),
         );
         let stored_behind = self.store.is_some();
-        let (rescore, candidates) = self
+        let (rescore, candidates, held) = self
             .with_index(move |index| {
                 let within: Option<Vec<&str>> =
                     within_owned.as_ref().map(|w| w.iter().map(String::as_str).collect());
@@ -1023,12 +1120,18 @@ impl Resident {
                     (true, true) => usize::MAX,
                     (true, false) => k.saturating_mul(RESCORE),
                 };
-                (rescore, index.vector(&q, within.as_deref(), pool, allow.as_ref()))
+                let candidates = index.vector(&q, within.as_deref(), pool, allow.as_ref());
+                let held = match rescore {
+                    true => index.stored(&candidates.iter().map(|h| h.chunk_id.as_str()).collect::<Vec<_>>()),
+                    false => HashMap::new(),
+                };
+                (rescore, candidates, held)
             })
             .await?;
-        let Some(store) = self.store.as_ref().filter(|_| rescore) else { return Ok(candidates) };
-        let ids: Vec<&str> = candidates.iter().map(|h| h.chunk_id.as_str()).collect();
-        let mut stored = store.texts_and_vectors(&ids).await?;
+        if !rescore {
+            return Ok(candidates);
+        }
+        let mut stored = self.stored(held, candidates.iter().map(|h| h.chunk_id.as_str())).await?;
         let q = unit(query.to_vec());
         let scored: Vec<(f32, ChunkHit)> = candidates
             .into_iter()
@@ -1055,12 +1158,20 @@ impl Resident {
         allow: Option<&std::collections::HashSet<String>>,
     ) -> crate::Result<Vec<ChunkHit>> {
         let (query, allow) = (query.to_string(), allow.cloned());
-        let (hits, holds_text) = self
-            .with_index(move |index| (index.keyword(&query, k, allow.as_ref()), index.holds_text()))
+        let (hits, holds_text, held) = self
+            .with_index(move |index| {
+                let hits = index.keyword(&query, k, allow.as_ref());
+                let ids: Vec<&str> =
+                    hits.iter().filter(|h| h.text.is_empty()).map(|h| h.chunk_id.as_str()).collect();
+                let held = index.stored(&ids);
+                (hits, index.holds_text(), held)
+            })
             .await?;
-        let Some(store) = self.store.as_ref().filter(|_| !holds_text) else { return Ok(hits) };
-        let ids: Vec<&str> = hits.iter().filter(|h| h.text.is_empty()).map(|h| h.chunk_id.as_str()).collect();
-        let mut stored = store.texts_and_vectors(&ids).await?;
+        if holds_text || self.store.is_none() {
+            return Ok(hits);
+        }
+        let mut stored =
+            self.stored(held, hits.iter().filter(|h| h.text.is_empty()).map(|h| h.chunk_id.as_str())).await?;
         Ok(hits
             .into_iter()
             .filter_map(|h| match h.text.is_empty() {
@@ -1068,6 +1179,20 @@ impl Resident {
                 false => Some(h),
             })
             .collect())
+    }
+
+    /// The text and vector of the chunks `ids`: those `held` (read from the chunk file), and
+    /// the rest read from the store. A chunk in neither is left out.
+    async fn stored<'a>(
+        &self,
+        mut held: HashMap<String, (String, Option<Vec<f32>>)>,
+        ids: impl Iterator<Item = &'a str>,
+    ) -> crate::Result<HashMap<String, (String, Option<Vec<f32>>)>> {
+        let missing: Vec<&str> = ids.filter(|id| !held.contains_key(*id)).collect();
+        if let Some(store) = self.store.as_ref().filter(|_| !missing.is_empty()) {
+            held.extend(store.texts_and_vectors(&missing).await?);
+        }
+        Ok(held)
     }
 
     /// The vectors of texts (by hash) that chunks of this source already have: from memory while
@@ -1175,9 +1300,55 @@ mod tests {
         std::fs::write(&path, &bytes[..bytes.len() - 5]).unwrap();
         assert!(ResidentIndex::restore(&path, &stamp).is_err());
         let mut huge = bytes.clone();
-        huge[8 + 48..8 + 56].copy_from_slice(&u64::MAX.to_le_bytes());
+        // The place of the second part (after the name, the stamp and the chunk file's id and
+        // length).
+        huge[8 + 64..8 + 72].copy_from_slice(&u64::MAX.to_le_bytes());
         std::fs::write(&path, &huge).unwrap();
         assert!(ResidentIndex::restore(&path, &stamp).is_err());
+    }
+
+    #[test]
+    fn past_its_limit_a_source_reads_text_and_exact_vectors_from_its_chunk_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.snapshot");
+        let mut i = ResidentIndex::with_exact_vectors_up_to(2);
+        i.keep_chunks_beside(&path);
+        i.apply(Prepared::pages(vec![page("a", "A", &[], &[("tides", vec![0.6, 0.8]), ("moon", vec![])])]));
+        assert!(i.holds_text() && i.stored(&["a#0"]).is_empty(), "below the limit memory holds it all");
+        assert!(!chunk_file::path_beside(&path).exists(), "and no file is made");
+        // Past the limit: what memory held goes to the file at once, later chunks as they come.
+        let b = page("b", "B", &[], &[("spring", vec![1.0, 0.0]), ("neap", vec![0.0, 1.0])]);
+        i.apply(Prepared::pages(vec![b]));
+        assert!(!i.holds_text());
+        i.apply_vectors(&[("a#1".into(), vec![0.0, 2.0])]);
+        let stored = i.stored(&["a#0", "a#1", "b#1", "gone#0"]);
+        assert_eq!(stored.len(), 3, "a chunk not held is left out");
+        let exact = |id: &str| stored[id].1.clone().unwrap();
+        assert_eq!(stored["a#0"].0, "tides");
+        assert!(exact("a#0").iter().zip([0.6, 0.8]).all(|(x, y)| (x - y).abs() < 1e-6), "not the int8 code");
+        assert_eq!((stored["a#1"].0.as_str(), exact("a#1")), ("moon", vec![0.0, 1.0]));
+        assert_eq!((stored["b#1"].0.as_str(), exact("b#1")), ("neap", vec![0.0, 1.0]));
+        i.apply(Prepared::pages(vec![page("b", "B", &[], &[("ebb", vec![0.0, 1.0])])]));
+        assert_eq!(i.stored(&["b#0", "b#1"]).into_keys().collect::<Vec<_>>(), ["b#0"], "replaced");
+        assert_eq!(i.stored(&["b#0"])["b#0"].0, "ebb");
+        // The snapshot names the file: restored, the reads go on; without it, it is refused.
+        let stamp = snapshot::Stamp {
+            chunks_version: 1,
+            chunks_written_us: 1,
+            pages_version: 1,
+            chunk_rows: 3,
+            page_rows: 2,
+            exact_up_to: 2,
+        };
+        i.save(&path, &stamp).unwrap();
+        let ids = ["a#0", "a#1", "b#0"];
+        let back = ResidentIndex::restore(&path, &stamp).unwrap().expect("the stamp matches");
+        assert_eq!(back.stored(&ids), i.stored(&ids));
+        assert_eq!(back.stored(&ids).len(), 3);
+        std::fs::remove_file(chunk_file::path_beside(&path)).unwrap();
+        assert!(ResidentIndex::restore(&path, &stamp).is_err());
+        ResidentIndex::forget_snapshot(&path);
+        assert!(!path.exists());
     }
 
     #[test]

@@ -241,9 +241,15 @@ impl Vectors {
         }
     }
 
+    /// Whether [`Vectors::settle`] with `held` codes the vectors now (they are exact and `held`
+    /// passes the limit).
+    pub fn codes_at(&self, held: usize) -> bool {
+        held > self.exact_up_to && self.dim > 0 && self.exact()
+    }
+
     /// Code every slot to int8 once `held` (slots with a vector) passes the limit.
     pub fn settle(&mut self, held: usize) {
-        if held <= self.exact_up_to || self.dim == 0 {
+        if !self.codes_at(held) {
             return;
         }
         let Data::Exact(values) = &mut self.data else { return };

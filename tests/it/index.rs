@@ -216,6 +216,17 @@ async fn a_source_past_its_limit_opens_from_its_snapshot_while_its_tables_stay()
         from_tables[0].2.as_deref().is_some_and(|t| t.contains("Tiered stone benches")),
         "{from_tables:?}"
     );
+    // The text an answer returns comes from the chunk file beside the snapshot (not the tables):
+    // changed there, the next answer carries the change.
+    let chunks = db.path().join("snapshots/notes.chunks");
+    let bytes = std::fs::read(&chunks).unwrap();
+    let at =
+        bytes.windows(20).position(|w| w == b"Tiered stone benches").expect("the text is in the chunk file");
+    let mut changed = bytes.clone();
+    changed[at..at + 20].copy_from_slice(b"TIERED STONE BENCHES");
+    std::fs::write(&chunks, &changed).unwrap();
+    let from_file = run("stone benches").await;
+    assert!(from_file[0].2.as_deref().is_some_and(|t| t.contains("TIERED STONE BENCHES")), "{from_file:?}");
     write(vault.path(), "bread.md", "# Sourdough\n\nRye and spelt, proofed for two days.\n");
     run("spelt").await;
     let edited = run("spelt").await;
@@ -229,5 +240,5 @@ async fn a_source_past_its_limit_opens_from_its_snapshot_while_its_tables_stay()
         })
         .collect();
     // The edit's run opened from the snapshot (nothing had moved), the run after it could not.
-    assert_eq!(opened, [false, false, true, true, false]);
+    assert_eq!(opened, [false, false, true, true, true, false]);
 }

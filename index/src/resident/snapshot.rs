@@ -9,8 +9,13 @@
 //! writer is the tables' only writer, and every commit moves the versions); anything else (a
 //! crash after later commits, another build's file, a damaged file) means a full load, which
 //! writes a fresh snapshot.
+//!
+//! Past its limit a source's chunk text and exact vectors are in its chunk file (see
+//! [`super::chunk_file`]); the snapshot names that file and its length, and is refused without it.
 
-use super::{Bm25, Page, Postings, ResidentIndex, Slot};
+use super::chunk_file::{self, ChunkFile, NOWHERE};
+use super::keys::{Key, SlotsBy};
+use super::{Bm25, Page, Postings, ResidentIndex, Slot, id_of, text_hash_of};
 use crate::store::{Json, PageRecord};
 use crate::vectors::Vectors;
 use std::collections::HashMap;
@@ -39,7 +44,7 @@ const EMBEDDED: u8 = 2;
 const TEXT: u8 = 4;
 
 /// The file's first bytes: a name and the layout's version (a new layout is a new name).
-const MAGIC: &[u8; 8] = b"cairnRI3";
+const MAGIC: &[u8; 8] = b"cairnRI4";
 
 /// A snapshot being written, and how many bytes so far.
 struct Out(BufWriter<File>, u64);
@@ -65,6 +70,13 @@ impl Out {
     fn u32s(&mut self, v: &[u32]) -> io::Result<()> {
         self.len(v.len())?;
         v.iter().try_for_each(|x| self.u32(*x))
+    }
+    /// A chunk id or text hash: its 16 bytes, or its text.
+    fn key(&mut self, k: &Key) -> io::Result<()> {
+        match k {
+            Key::Hex(b) => self.bytes(&[0]).and_then(|_| self.bytes(b)),
+            Key::Text(t) => self.bytes(&[1]).and_then(|_| self.str(t)),
+        }
     }
     fn strs(&mut self, v: &[String]) -> io::Result<()> {
         self.len(v.len())?;
@@ -153,6 +165,12 @@ impl<R: Read> In<R> {
     fn string(&mut self) -> io::Result<String> {
         let n = self.len(1 << 32)?;
         String::from_utf8(self.raw(n)?).map_err(|_| bad("text that is not UTF-8"))
+    }
+    fn key(&mut self) -> io::Result<Key> {
+        match self.array::<1>()? {
+            [0] => Ok(Key::Hex(self.array()?)),
+            _ => Ok(Key::Text(self.string()?.into_boxed_str())),
+        }
     }
     fn strings(&mut self) -> io::Result<Vec<String>> {
         (0..self.count()?).map(|_| self.string()).collect()
@@ -271,8 +289,8 @@ impl Bm25 {
 struct ChunkPart {
     slots: Vec<Option<Slot>>,
     free: Vec<u32>,
-    by_id: HashMap<Box<str>, u32>,
-    by_text_hash: HashMap<Box<str>, u32>,
+    by_id: SlotsBy,
+    by_text_hash: SlotsBy,
     unembedded: usize,
 }
 
@@ -289,6 +307,14 @@ impl ResidentIndex {
         let mut o = Out(BufWriter::with_capacity(1 << 20, File::create(&tmp)?), 0);
         o.bytes(MAGIC)?;
         o.stamp(stamp)?;
+        // The chunk file first (it must be on disk before a snapshot that names it), named by its
+        // id and length; 0 for none, and then no slot names a place in it.
+        let file = self.file.as_ref();
+        if let Some(f) = file {
+            f.sync()?;
+        }
+        o.u64(file.map_or(0, ChunkFile::id))?;
+        o.u64(file.map_or(0, ChunkFile::len))?;
         let second_at = o.1;
         o.u64(0)?;
         o.len(self.chunks.len())?;
@@ -298,11 +324,12 @@ impl ResidentIndex {
                 continue;
             };
             o.bytes(&[LIVE | (u8::from(s.embedded) * EMBEDDED) | (u8::from(s.text.is_some()) * TEXT)])?;
-            o.str(&s.chunk_id)?;
+            o.u64(if file.is_some() { s.at } else { NOWHERE })?;
+            o.key(&s.chunk_id)?;
             o.u32(s.page)?;
             [s.ordinal, s.line_start, s.line_end].iter().try_for_each(|v| o.bytes(&v.to_le_bytes()))?;
             o.str(&s.heading_path)?;
-            o.str(&s.text_hash)?;
+            o.key(&s.text_hash)?;
             if let Some(t) = &s.text {
                 o.str(t)?;
             }
@@ -330,6 +357,13 @@ impl ResidentIndex {
         std::fs::rename(&tmp, path)
     }
 
+    /// Remove the snapshot at `path` and its chunk file (a source forgotten), ignoring either
+    /// being missing.
+    pub fn forget_snapshot(path: &Path) {
+        let _ = std::fs::remove_file(path);
+        let _ = std::fs::remove_file(chunk_file::path_beside(path));
+    }
+
     /// The stamp of the snapshot at `path`, if there is a readable one.
     pub fn stamp_of(path: &Path) -> Option<Stamp> {
         let file = File::open(path).ok()?;
@@ -352,6 +386,7 @@ impl ResidentIndex {
         if &i.array::<8>()? != MAGIC || i.stamp()? != *stamp {
             return Ok(None);
         }
+        let (file_id, file_len) = (i.u64()?, i.u64()?);
         let second = i.u64()?;
         let head = len - i.1;
         if second < head || second > len {
@@ -386,38 +421,32 @@ impl ResidentIndex {
         index.by_id = chunks.by_id;
         index.by_text_hash = chunks.by_text_hash;
         index.unembedded = chunks.unembedded;
+        let beside = chunk_file::path_beside(path);
+        match file_id {
+            0 => index.chunk_path = Some(beside),
+            id => index.file = Some(ChunkFile::reopen(&beside, id, file_len)?),
+        }
         Ok(Some(index))
     }
 
     /// The first part: the chunk slots, with the maps to them, to where the second starts.
     fn read_chunks<R: Read>(i: &mut In<R>) -> io::Result<ChunkPart> {
         let n = i.count()?;
-        // Sized first: grown a doubling at a time, the maps would hash every key again at each
-        // step.
-        let mut part = ChunkPart {
-            slots: Vec::with_capacity(n),
-            by_id: HashMap::with_capacity(n),
-            by_text_hash: HashMap::with_capacity(n),
-            ..ChunkPart::default()
-        };
-        for slot in 0..n as u32 {
+        let mut part = ChunkPart { slots: Vec::with_capacity(n), ..ChunkPart::default() };
+        for _ in 0..n {
             let [flags] = i.array::<1>()?;
             if flags == 0 {
                 part.slots.push(None);
                 continue;
             }
-            let chunk_id = i.string()?.into_boxed_str();
+            let at = i.u64()?;
+            let chunk_id = i.key()?;
             let page = i.u32()?;
             let (ordinal, line_start, line_end) = (i.i32()?, i.i32()?, i.i32()?);
-            let (heading_path, text_hash) = (i.string()?.into_boxed_str(), i.string()?.into_boxed_str());
+            let (heading_path, text_hash) = (i.string()?.into_boxed_str(), i.key()?);
             let embedded = flags & EMBEDDED != 0;
             let text = if flags & TEXT != 0 { Some(i.string()?.into_boxed_str()) } else { None };
-            part.by_id.insert(chunk_id.clone(), slot);
-            if embedded {
-                part.by_text_hash.insert(text_hash.clone(), slot);
-            } else {
-                part.unembedded += 1;
-            }
+            part.unembedded += usize::from(!embedded);
             part.slots.push(Some(Slot {
                 chunk_id,
                 page,
@@ -428,11 +457,24 @@ impl ResidentIndex {
                 line_end,
                 text_hash,
                 embedded,
+                at,
             }));
         }
         part.free = i.u32s()?;
         if i.1 != 0 {
             return Err(bad("the chunk slots end before their part does"));
+        }
+        // The maps, sized first (grown a doubling at a time, they would hash every key again at
+        // each step), in slot order as a load makes them (a later slot with a text hash wins).
+        let held = part.slots.iter().flatten().count();
+        let embedded = part.slots.iter().flatten().filter(|s| s.embedded).count();
+        (part.by_id, part.by_text_hash) = (SlotsBy::with_capacity(held), SlotsBy::with_capacity(embedded));
+        for (slot, s) in part.slots.iter().enumerate() {
+            let Some(s) = s else { continue };
+            part.by_id.insert(slot as u32, id_of(&part.slots));
+            if s.embedded {
+                part.by_text_hash.insert(slot as u32, text_hash_of(&part.slots));
+            }
         }
         Ok(part)
     }

@@ -1,0 +1,182 @@
+//! Past its limit a source holds neither its chunks' text nor their f32 vectors in memory (int8
+//! codes only), yet an answer needs both: the text of the chunks it returns, and the exact
+//! vectors of the int8 candidates it re-scores. Read from LanceDB by id, those were two or three
+//! reads in sequence per query, 13–16 ms each at a million chunks (up to 53 ms at p99), and what
+//! they allocated stayed with the process (BENCHMARKS.md).
+//!
+//! The chunk file holds them beside the source's snapshot instead: one record per chunk, appended
+//! when the chunk gets its vector (or when the source passes its limit, for every chunk it holds),
+//! read back by position. A read is a few microseconds from the page cache, and the page cache is
+//! not the process's memory.
+//!
+//! Like the snapshot it is a cache; the tables stay the record. A chunk slot names its record's
+//! place; a replaced chunk's record stays behind, unread, until the next full load writes the file
+//! afresh. The snapshot names the file (a random id in its header) and its length when it was
+//! saved (flushed to disk before the snapshot), and a restore refuses a file that is not that one
+//! or is shorter, and cuts what was appended after. A record also carries a hash of its chunk's id,
+//! so a read that lands anywhere else finds nothing, and the caller reads the tables instead.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufWriter, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+/// The file's first bytes: a name and the layout's version, then the file's id (8 bytes).
+const MAGIC: &[u8; 8] = b"cairnCF1";
+const HEAD: u64 = 16;
+
+/// A record's head: the hash of its chunk id, its vector's length, its text's length.
+const RECORD_HEAD: usize = 16;
+
+/// Where a slot's record is: nowhere yet.
+pub(crate) const NOWHERE: u64 = u64::MAX;
+
+/// The chunk file beside the snapshot at `snapshot`.
+pub(crate) fn path_beside(snapshot: &Path) -> PathBuf {
+    snapshot.with_extension("chunks")
+}
+
+/// FNV-1a of a chunk id: stable across builds, which a std hasher is not promised to be.
+fn id_hash(chunk_id: &str) -> u64 {
+    chunk_id.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}
+
+/// An open chunk file: appends go through a buffer that [`ChunkFile::flush`] empties (the index
+/// flushes at the end of every change, so that reads, by position, see every record).
+#[derive(Debug)]
+pub(crate) struct ChunkFile {
+    out: BufWriter<File>,
+    id: u64,
+    len: u64,
+}
+
+impl ChunkFile {
+    /// A new, empty file at `path` (replacing what was there), with a fresh id.
+    pub fn create(path: &Path) -> io::Result<Self> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(path)?;
+        let since_epoch =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        // Never 0: a snapshot names "no chunk file" by 0.
+        let id = (since_epoch.as_nanos() as u64 ^ (u64::from(std::process::id()) << 40)) | 1;
+        let mut out = BufWriter::with_capacity(1 << 20, file);
+        out.write_all(MAGIC)?;
+        out.write_all(&id.to_le_bytes())?;
+        out.flush()?;
+        Ok(Self { out, id, len: HEAD })
+    }
+
+    /// The file at `path`, if it is the one with id `id` and holds at least `len` bytes; what
+    /// follows `len` (appended after the snapshot that names it) is cut.
+    pub fn reopen(path: &Path, id: u64, len: u64) -> io::Result<Self> {
+        let file = OpenOptions::new().read(true).write(true).open(path)?;
+        let mut head = [0u8; HEAD as usize];
+        file.read_exact_at(&mut head, 0)?;
+        let found = u64::from_le_bytes(head[8..].try_into().expect("8 bytes"));
+        if &head[..8] != MAGIC || found != id || file.metadata()?.len() < len || len < HEAD {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{} is not the chunk file the snapshot was saved with", path.display()),
+            ));
+        }
+        file.set_len(len)?;
+        let mut out = BufWriter::with_capacity(1 << 20, file);
+        std::io::Seek::seek(&mut out, io::SeekFrom::Start(len))?;
+        Ok(Self { out, id, len })
+    }
+
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Bytes written (flushed or not).
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Append a chunk's record; returns where it starts.
+    pub fn append(&mut self, chunk_id: &str, vector: &[f32], text: &str) -> io::Result<u64> {
+        let at = self.len;
+        let mut head = [0u8; RECORD_HEAD];
+        head[..8].copy_from_slice(&id_hash(chunk_id).to_le_bytes());
+        head[8..12].copy_from_slice(&(vector.len() as u32).to_le_bytes());
+        head[12..].copy_from_slice(&(text.len() as u32).to_le_bytes());
+        self.out.write_all(&head)?;
+        for x in vector {
+            self.out.write_all(&x.to_le_bytes())?;
+        }
+        self.out.write_all(text.as_bytes())?;
+        self.len += (RECORD_HEAD + vector.len() * 4 + text.len()) as u64;
+        Ok(at)
+    }
+
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+
+    /// Put what was flushed on disk (before a snapshot that names this length is written).
+    pub fn sync(&self) -> io::Result<()> {
+        self.out.get_ref().sync_data()
+    }
+
+    /// The text and vector of chunk `chunk_id` from its record at `at`; `None` when the record
+    /// there is not that chunk's (or cannot be read).
+    pub fn read(&self, at: u64, chunk_id: &str) -> Option<(String, Vec<f32>)> {
+        let file = self.out.get_ref();
+        let mut head = [0u8; RECORD_HEAD];
+        file.read_exact_at(&mut head, at).ok()?;
+        if u64::from_le_bytes(head[..8].try_into().ok()?) != id_hash(chunk_id) {
+            return None;
+        }
+        let dim = u32::from_le_bytes(head[8..12].try_into().ok()?) as u64;
+        let text_len = u32::from_le_bytes(head[12..].try_into().ok()?) as u64;
+        let body = dim * 4 + text_len;
+        if at + RECORD_HEAD as u64 + body > self.len {
+            return None;
+        }
+        let mut buf = vec![0u8; body as usize];
+        file.read_exact_at(&mut buf, at + RECORD_HEAD as u64).ok()?;
+        let (v, text) = buf.split_at(dim as usize * 4);
+        let vector = v.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes"))).collect();
+        Some((String::from_utf8(text.to_vec()).ok()?, vector))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_read_back_by_place_and_a_reopen_keeps_only_what_its_snapshot_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.chunks");
+        let mut f = ChunkFile::create(&path).unwrap();
+        let a = f.append("a#0", &[0.6, 0.8], "alpha text").unwrap();
+        let b = f.append("b#0", &[1.0, 0.0], "βeta").unwrap();
+        f.flush().unwrap();
+        f.sync().unwrap();
+        assert_eq!(f.read(a, "a#0"), Some(("alpha text".to_string(), vec![0.6, 0.8])));
+        assert_eq!(f.read(b, "b#0"), Some(("βeta".to_string(), vec![1.0, 0.0])));
+        // Another chunk's place, or no record's place, reads as nothing.
+        assert_eq!(f.read(a, "b#0"), None);
+        assert_eq!(f.read(a + 3, "a#0"), None);
+        assert_eq!(f.read(f.len(), "a#0"), None);
+
+        let (id, saved) = (f.id(), f.len());
+        let c = f.append("c#0", &[0.0, 1.0], "after the snapshot").unwrap();
+        f.flush().unwrap();
+        drop(f);
+        assert!(ChunkFile::reopen(&path, id ^ 2, saved).is_err(), "another file's id");
+        assert!(ChunkFile::reopen(&path, id, saved + 10_000).is_err(), "shorter than named");
+        let mut f = ChunkFile::reopen(&path, id, saved).unwrap();
+        assert_eq!(f.read(b, "b#0").map(|(t, _)| t), Some("βeta".to_string()));
+        assert_eq!(f.read(c, "c#0"), None, "what followed the snapshot is cut");
+        let d = f.append("d#0", &[0.5, 0.5], "").unwrap();
+        f.flush().unwrap();
+        assert_eq!(d, c);
+        assert_eq!(f.read(d, "d#0"), Some((String::new(), vec![0.5, 0.5])));
+        assert!(ChunkFile::reopen(&dir.path().join("missing.chunks"), id, saved).is_err());
+    }
+}
