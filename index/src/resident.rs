@@ -15,12 +15,14 @@
 
 mod chunk_file;
 mod keys;
+mod postings;
 pub mod snapshot;
 
 pub use snapshot::Stamp;
 
 use chunk_file::{ChunkFile, NOWHERE};
 use keys::{Key, SlotsBy};
+use postings::Postings;
 
 use crate::store::{ChunkHit, Json, Loaded, PageRecord, PageState, StoredChunk, WriteBatch};
 use crate::vectors::{Vectors, dot, unit};
@@ -109,14 +111,6 @@ pub fn names_text(title: &str, aliases: &[String]) -> String {
     std::iter::once(title).chain(aliases.iter().map(String::as_str)).collect::<Vec<_>>().join("\n")
 }
 
-/// One term's postings: the documents holding it and how often, side by side (6 bytes a posting,
-/// where `(u32, u32)` pairs took 8).
-#[derive(Debug, Default)]
-struct Postings {
-    docs: Vec<u32>,
-    tfs: Vec<u16>,
-}
-
 /// BM25 over documents identified by small integers (slots owned by the caller).
 ///
 /// A removed document is only marked (its length set to 0) and skipped when scoring: its postings
@@ -156,9 +150,7 @@ impl Bm25 {
             *tf.entry(id).or_default() += 1;
         }
         for (t, n) in tf {
-            let list = &mut self.postings[t as usize];
-            list.docs.push(doc);
-            list.tfs.push(n.min(u16::MAX as u32) as u16);
+            self.postings[t as usize].push(doc, n);
         }
         // A document without terms has no postings to skip, so its length can stay 0.
         self.doc_len[d] = terms.len() as u32;
@@ -190,31 +182,21 @@ impl Bm25 {
             gone[d as usize] = true;
         }
         for list in &mut self.postings {
-            let mut keep = 0;
-            for i in 0..list.docs.len() {
-                if !gone[list.docs[i] as usize] {
-                    list.docs[keep] = list.docs[i];
-                    list.tfs[keep] = list.tfs[i];
-                    keep += 1;
-                }
+            if list.iter().any(|(d, _)| gone[d as usize]) {
+                list.retain(|d| !gone[d as usize]);
             }
-            list.docs.truncate(keep);
-            list.tfs.truncate(keep);
         }
         std::mem::take(&mut self.removed)
     }
 
     /// Give back the room lists grew into (after a load, when they stop growing for a while).
     fn shrink(&mut self) {
-        for list in &mut self.postings {
-            list.docs.shrink_to_fit();
-            list.tfs.shrink_to_fit();
-        }
+        self.postings.iter_mut().for_each(Postings::shrink);
     }
 
     /// Bytes held (an estimate: lists and term names, not the hash table's own slack).
     fn bytes(&self) -> usize {
-        let lists: usize = self.postings.iter().map(|l| l.docs.capacity() * 4 + l.tfs.capacity() * 2).sum();
+        let lists: usize = self.postings.iter().map(Postings::capacity).sum();
         let names: usize = self.term_ids.keys().map(|t| t.len() + 16 + 4 + 8).sum();
         lists
             + names
@@ -242,8 +224,7 @@ impl Bm25 {
         let mut acc: Vec<f32> = Vec::new();
         let mut touched: Vec<u32> = Vec::new();
         for list in lists {
-            let live = |d: &u32| self.doc_len[*d as usize] != 0;
-            let df = list.docs.iter().filter(|d| live(d)).count() as f32;
+            let df = list.iter().filter(|(d, _)| self.doc_len[*d as usize] != 0).count() as f32;
             if df == 0.0 {
                 continue;
             }
@@ -251,7 +232,7 @@ impl Bm25 {
                 acc = vec![0.0; self.doc_len.len()];
             }
             let idf = ((n - df + 0.5) / (df + 0.5) + 1.0).ln();
-            for (&doc, &tf) in list.docs.iter().zip(&list.tfs) {
+            for (doc, tf) in list.iter() {
                 let len = self.doc_len[doc as usize];
                 if len == 0 {
                     continue;
@@ -1434,7 +1415,7 @@ mod tests {
         assert_ne!(b.scores(&t("tide")), before);
         assert!(!b.purge_due(), "one removal of three does not pay for a pass over every list");
         assert_eq!(b.purge(), vec![1]);
-        assert_eq!(b.postings.iter().map(|l| l.docs.len()).sum::<usize>(), 3, "its posting went");
+        assert_eq!(b.postings.iter().map(Postings::len).sum::<usize>(), 3, "its posting went");
         b.insert(1, &t("moon"));
         let moon: HashMap<u32, f32> = b.scores(&t("moon")).into_iter().collect();
         assert_eq!(moon.len(), 2, "the slot holds the new document alone");

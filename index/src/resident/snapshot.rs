@@ -249,9 +249,11 @@ impl Bm25 {
             o.str(t)?;
         }
         for p in &self.postings {
-            o.u32s(&p.docs)?;
-            o.len(p.tfs.len())?;
-            p.tfs.iter().try_for_each(|tf| o.bytes(&tf.to_le_bytes()))?;
+            let (bytes, last, len) = p.raw();
+            o.u32(last)?;
+            o.u32(len)?;
+            o.len(bytes.len())?;
+            o.bytes(bytes)?;
         }
         o.u32s(&self.doc_len)?;
         o.u32s(&self.removed)?;
@@ -265,20 +267,22 @@ impl Bm25 {
         for id in 0..n {
             term_ids.insert(i.string()?.into_boxed_str(), id as u32);
         }
-        let mut postings = Vec::with_capacity(n);
+        let mut packed = Vec::with_capacity(n);
         for _ in 0..n {
-            let docs = i.u32s()?;
-            let len = i.len(1 << 34)?;
-            let tfs: Vec<u16> = i.values(len, u16::from_le_bytes)?;
-            if tfs.len() != docs.len() {
-                return Err(bad("postings out of step"));
-            }
-            postings.push(Postings { docs, tfs });
+            let (last, len) = (i.u32()?, i.u32()?);
+            let bytes = i.len(1 << 40)?;
+            packed.push((i.raw(bytes)?, last, len));
         }
         let (doc_len, removed) = (i.u32s()?, i.u32s()?);
         let (docs, total_len) = (i.len(1 << 34)?, i.u64()?);
-        if postings.iter().flat_map(|p| &p.docs).chain(&removed).any(|d| *d as usize >= doc_len.len()) {
-            return Err(bad("a posting of a document that is not there"));
+        // Checked whole: a posting of a document that is not there would be a panic later.
+        let postings = packed
+            .into_iter()
+            .map(|(bytes, last, len)| Postings::from_raw(bytes, last, len, doc_len.len()))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| bad("postings that are cut short or name a document that is not there"))?;
+        if removed.iter().any(|d| *d as usize >= doc_len.len()) {
+            return Err(bad("a removed document that is not there"));
         }
         Ok(Self { term_ids, postings, doc_len, removed, docs, total_len })
     }
