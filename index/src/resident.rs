@@ -479,16 +479,12 @@ impl ResidentIndex {
             // emptied now, so a scan of the codes passes it by.
             self.chunk_text.remove(c);
             self.put_vector(c, &[]);
-            if self.chunks[c as usize].is_some() {
-                // Out of the maps while the slot still answers for its keys.
-                self.by_id.remove(c, id_of(&self.chunks));
-                self.by_text_hash.remove(c, text_hash_of(&self.chunks));
-            }
-            if let Some(slot) = self.chunks[c as usize].take() {
-                if !slot.embedded {
-                    self.unembedded -= 1;
-                }
-            }
+            let Some(embedded) = self.chunks[c as usize].as_ref().map(|s| s.embedded) else { continue };
+            // Out of the maps while the slot still answers for its keys.
+            self.by_id.remove(c, id_of(&self.chunks));
+            self.by_text_hash.remove(c, text_hash_of(&self.chunks));
+            self.chunks[c as usize] = None;
+            self.unembedded -= usize::from(!embedded);
         }
         self.page_names.remove(page.doc);
         self.page_slots[page.doc as usize] = None;
