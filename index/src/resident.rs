@@ -957,38 +957,36 @@ impl Resident {
     }
 
     /// [`Resident::load`], keeping a chunk file beside the snapshot at `snapshot` when given.
+    /// The pages are applied on a blocking thread as the store's read hands them over (see
+    /// [`crate::SourceStore::load_into`]), a batch at a time, each page's rows dropped once
+    /// applied.
     async fn load_beside(
         store: &crate::SourceStore,
         exact_vectors_up_to: usize,
         snapshot: Option<&std::path::Path>,
     ) -> crate::Result<(Self, Loaded)> {
-        let loaded = store.load().await?;
+        // Past its limit a source is coded from its first vector, so its f32 vectors are never
+        // all held at once.
+        let held = store.counts().await?.1.saturating_sub(store.unembedded().await?);
         let snapshot = snapshot.map(std::path::Path::to_path_buf);
-        let (id, store) = (store.id().to_string(), store.clone());
-        tokio::task::spawn_blocking(move || {
-            let mut loaded = loaded;
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<crate::store::LoadedPage>>(2);
+        let apply = tokio::task::spawn_blocking(move || {
             let mut index = ResidentIndex::with_exact_vectors_up_to(exact_vectors_up_to);
             if let Some(snapshot) = &snapshot {
                 index.keep_chunks_beside(snapshot);
             }
-            let held = loaded.pages.iter().flat_map(|(_, c)| c).filter(|c| c.vector.is_some()).count();
             index.vectors.expect(held);
-            // A batch of pages at a time, each page's rows dropped once applied: the terms of
-            // every chunk at once would take several times the memory of the index they build.
-            let mut pages = std::mem::take(&mut loaded.pages).into_iter();
-            loop {
-                let batch: Vec<PreparedPage> =
-                    pages.by_ref().take(LOAD_BATCH).map(|(r, c)| PreparedPage::stored(r, c)).collect();
-                if batch.is_empty() {
-                    break;
-                }
-                index.apply(Prepared::pages(batch));
+            while let Some(batch) = rx.blocking_recv() {
+                index.apply(Prepared::pages(
+                    batch.into_iter().map(|(r, c)| PreparedPage::stored(r, c)).collect(),
+                ));
             }
             index.shrink();
-            (Self { store: Some(store), ..Self::new(&id, index) }, loaded)
-        })
-        .await
-        .map_err(|e| crate::Error::Io(std::io::Error::other(e)))
+            index
+        });
+        let loaded = store.load_into(LOAD_BATCH, tx).await;
+        let index = apply.await.map_err(|e| crate::Error::Io(std::io::Error::other(e)))?;
+        Ok((Self { store: Some(store.clone()), ..Self::new(store.id(), index) }, loaded?))
     }
 
     /// [`Resident::load`], from the snapshot at `snapshot` when it stands for the tables as they

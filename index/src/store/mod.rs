@@ -13,7 +13,7 @@ mod read;
 mod records;
 mod write;
 
-pub use read::VectorKey;
+pub use read::{LoadedPage, VectorKey};
 pub use records::{
     ChunkHit, Json, Loaded, PageNames, PageRecord, PageState, PageWrite, StoredChunk, WriteBatch,
 };
