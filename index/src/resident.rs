@@ -428,8 +428,20 @@ pub struct ResidentIndex {
     bodies: HashMap<u64, u32>,
     /// Where the chunk file goes, once there is something to put in it (past the limit), and
     /// the file (see [`chunk_file`]). Without one, what memory lacks is read from the tables.
-    chunk_path: Option<std::path::PathBuf>,
+    chunk_home: ChunkHome,
     file: Option<ChunkFile>,
+}
+
+/// Where a resident index makes its chunk file when it needs one.
+#[derive(Debug, Default)]
+enum ChunkHome {
+    /// Nowhere: what memory lacks is read from the tables.
+    #[default]
+    Nowhere,
+    /// Beside the source's snapshot, which names it.
+    Beside(std::path::PathBuf),
+    /// A temporary file with no name (a process that keeps no snapshot).
+    Unnamed,
 }
 
 /// A held chunk slot's id, for [`SlotsBy`].
@@ -740,19 +752,31 @@ impl ResidentIndex {
         self.vectors.put(slot as usize, v, self.chunks.len());
     }
 
-    /// Keep the chunk file beside the snapshot at `snapshot` (made when first needed).
-    pub fn keep_chunks_beside(&mut self, snapshot: &std::path::Path) {
-        self.chunk_path = Some(chunk_file::path_beside(snapshot));
+    /// Keep the chunk file beside the snapshot at `snapshot`, or in a temporary file with no
+    /// name when `None` (made when first needed).
+    pub fn keep_chunks_beside(&mut self, snapshot: Option<&std::path::Path>) {
+        self.chunk_home = match snapshot {
+            Some(s) => ChunkHome::Beside(chunk_file::path_beside(s)),
+            None => ChunkHome::Unnamed,
+        };
     }
 
     /// Put a chunk's exact vector and text, which memory is about to lose, in the chunk file
     /// (when the index keeps one).
     fn keep_stored(&mut self, slot: u32, v: &[f32], text: &str) {
         if self.file.is_none() {
-            let Some(path) = self.chunk_path.take() else { return };
-            match ChunkFile::create(&path) {
+            let path = match std::mem::take(&mut self.chunk_home) {
+                ChunkHome::Nowhere => return,
+                ChunkHome::Beside(path) => Some(path),
+                ChunkHome::Unnamed => None,
+            };
+            match ChunkFile::create(path.as_deref()) {
                 Ok(f) => self.file = Some(f),
-                Err(e) => return tracing::warn!("the chunk file {} cannot be made ({e})", path.display()),
+                Err(e) => {
+                    return tracing::warn!(
+                        "the chunk file cannot be made ({e}); chunks are read from the tables"
+                    );
+                }
             }
         }
         let (Some(file), Some(s)) = (self.file.as_mut(), self.chunks[slot as usize].as_mut()) else { return };
@@ -947,8 +971,9 @@ impl Resident {
     }
 
     /// Load a source's tables into memory, its vectors exact up to `exact_vectors_up_to` chunks
-    /// and int8 codes past that; the rest of what the load found (page states, rows that
-    /// disagree) is returned beside it, for the writer.
+    /// and int8 codes past that (their chunk text and exact vectors then in a temporary chunk
+    /// file); the rest of what the load found (page states, rows that disagree) is returned
+    /// beside it, for the writer.
     pub async fn load(
         store: &crate::SourceStore,
         exact_vectors_up_to: usize,
@@ -956,7 +981,8 @@ impl Resident {
         Self::load_beside(store, exact_vectors_up_to, None).await
     }
 
-    /// [`Resident::load`], keeping a chunk file beside the snapshot at `snapshot` when given.
+    /// [`Resident::load`], keeping the chunk file beside the snapshot at `snapshot` when given
+    /// (else in a temporary file).
     /// The pages are applied on a blocking thread as the store's read hands them over (see
     /// [`crate::SourceStore::load_into`]), a batch at a time, each page's rows dropped once
     /// applied.
@@ -972,9 +998,7 @@ impl Resident {
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<crate::store::LoadedPage>>(2);
         let apply = tokio::task::spawn_blocking(move || {
             let mut index = ResidentIndex::with_exact_vectors_up_to(exact_vectors_up_to);
-            if let Some(snapshot) = &snapshot {
-                index.keep_chunks_beside(snapshot);
-            }
+            index.keep_chunks_beside(snapshot.as_deref());
             index.vectors.expect(held);
             while let Some(batch) = rx.blocking_recv() {
                 index.apply(Prepared::pages(
@@ -1287,7 +1311,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.snapshot");
         let mut i = ResidentIndex::with_exact_vectors_up_to(2);
-        i.keep_chunks_beside(&path);
+        i.keep_chunks_beside(Some(&path));
         i.apply(Prepared::pages(vec![page("a", "A", &[], &[("tides", vec![0.6, 0.8]), ("moon", vec![])])]));
         assert!(i.holds_text() && i.stored(&["a#0"]).is_empty(), "below the limit memory holds it all");
         assert!(!chunk_file::path_beside(&path).exists(), "and no file is made");

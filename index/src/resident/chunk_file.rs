@@ -51,12 +51,18 @@ pub(crate) struct ChunkFile {
 }
 
 impl ChunkFile {
-    /// A new, empty file at `path` (replacing what was there), with a fresh id.
-    pub fn create(path: &Path) -> io::Result<Self> {
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
-        let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(path)?;
+    /// A new, empty file at `path` (replacing what was there), with a fresh id; `None`: a
+    /// temporary file with no name, gone with the process (for a process with no snapshot).
+    pub fn create(path: Option<&Path>) -> io::Result<Self> {
+        let file = match path {
+            Some(path) => {
+                if let Some(dir) = path.parent() {
+                    std::fs::create_dir_all(dir)?;
+                }
+                OpenOptions::new().read(true).write(true).create(true).truncate(true).open(path)?
+            }
+            None => tempfile::tempfile()?,
+        };
         let since_epoch =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         // Never 0: a snapshot names "no chunk file" by 0.
@@ -152,7 +158,7 @@ mod tests {
     fn records_read_back_by_place_and_a_reopen_keeps_only_what_its_snapshot_named() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.chunks");
-        let mut f = ChunkFile::create(&path).unwrap();
+        let mut f = ChunkFile::create(Some(&path)).unwrap();
         let a = f.append("a#0", &[0.6, 0.8], "alpha text").unwrap();
         let b = f.append("b#0", &[1.0, 0.0], "βeta").unwrap();
         f.flush().unwrap();
@@ -178,5 +184,9 @@ mod tests {
         assert_eq!(d, c);
         assert_eq!(f.read(d, "d#0"), Some((String::new(), vec![0.5, 0.5])));
         assert!(ChunkFile::reopen(&dir.path().join("missing.chunks"), id, saved).is_err());
+        let mut unnamed = ChunkFile::create(None).unwrap();
+        let at = unnamed.append("e#0", &[1.0], "nameless").unwrap();
+        unnamed.flush().unwrap();
+        assert_eq!(unnamed.read(at, "e#0"), Some(("nameless".to_string(), vec![1.0])));
     }
 }

@@ -427,7 +427,7 @@ impl ResidentIndex {
         index.unembedded = chunks.unembedded;
         let beside = chunk_file::path_beside(path);
         match file_id {
-            0 => index.chunk_path = Some(beside),
+            0 => index.chunk_home = super::ChunkHome::Beside(beside),
             id => index.file = Some(ChunkFile::reopen(&beside, id, file_len)?),
         }
         Ok(Some(index))
