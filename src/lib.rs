@@ -489,22 +489,30 @@ pub fn scan_source(id: &str, root: &Path, opts: &ParseOptions) -> Result<ScanSum
     Ok(ScanSummary { source: id.to_string(), root: root.display().to_string(), pages, failures })
 }
 
-/// Ctrl-C or SIGTERM.
-pub async fn stop_signal() {
+/// Ctrl-C or SIGTERM. The handlers are installed when this is called (not when the future is
+/// first polled), so a signal that arrives while the process is busy with something else (a
+/// long catch-up) is still seen: call it before that work starts.
+pub fn stop_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-                return;
+        use tokio::signal::unix::{SignalKind, signal};
+        let (term, int) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()));
+        async move {
+            match (term, int) {
+                (Ok(mut term), Ok(mut int)) => {
+                    tokio::select! {
+                        _ = term.recv() => {}
+                        _ = int.recv() => {}
+                    }
+                }
+                _ => {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
             }
-        };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
         }
     }
     #[cfg(not(unix))]
-    let _ = tokio::signal::ctrl_c().await;
+    async {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }

@@ -941,6 +941,10 @@ async fn watch(config: cairn::Config, json: bool, once: bool) -> Result<ExitCode
     let ids: Vec<String> = config.sources.iter().map(|s| format!("{}={}", s.id, s.root.display())).collect();
     let db = config.db.clone();
     let opts = cairn::OpenOptions { purpose: "watch".into(), standby: !once, register_sources: true };
+    // Listening from the start: Ctrl-C or SIGTERM during the catch-up (which can be long on a
+    // large vault) stops the watch as cleanly as later, instead of killing it mid-way.
+    let stop = cairn::stop_signal();
+    tokio::pin!(stop);
     let cairn = Cairn::open_with(config, opts).await?;
     if cairn.role() == Role::Client {
         let status = cairn.status().await?;
@@ -959,7 +963,7 @@ async fn watch(config: cairn::Config, json: bool, once: bool) -> Result<ExitCode
         eprintln!("cairn: standing by to take over if it stops; Ctrl-C to quit");
         let mut roles = cairn.roles();
         tokio::select! {
-            _ = cairn::stop_signal() => {
+            _ = &mut stop => {
                 cairn.shutdown().await?;
                 return Ok(ExitCode::SUCCESS);
             }
@@ -1014,7 +1018,6 @@ async fn watch(config: cairn::Config, json: bool, once: bool) -> Result<ExitCode
             }
         }
     });
-    let pages = cairn.flush_pages().await;
     let summary = |s: &cairn::Status| {
         s.sources
             .iter()
@@ -1024,28 +1027,41 @@ async fn watch(config: cairn::Config, json: bool, once: bool) -> Result<ExitCode
             .collect::<Vec<_>>()
             .join("; ")
     };
-    match &pages {
-        Ok(()) => eprintln!(
-            "cairn: every page is searchable by name and keyword ({})",
-            summary(&cairn.status().await?)
-        ),
-        Err(e) => eprintln!("cairn: catching up failed: {e}"),
-    }
-    let caught_up = cairn.flush().await;
-    match &caught_up {
-        Ok(()) => eprintln!("cairn: up to date ({})", summary(&cairn.status().await?)),
-        Err(e) => eprintln!("cairn: catching up failed: {e}"),
-    }
-    if !once {
-        eprintln!("cairn: watching for changes; Ctrl-C to stop");
-        cairn::stop_signal().await;
+    // `None`: stopped by a signal before the catch-up ended (what is pending is committed at
+    // the shutdown below; the chunks still waiting for vectors are embedded at the next start).
+    let caught_up = async {
+        match cairn.flush_pages().await {
+            Ok(()) => eprintln!(
+                "cairn: every page is searchable by name and keyword ({})",
+                summary(&cairn.status().await?)
+            ),
+            Err(e) => eprintln!("cairn: catching up failed: {e}"),
+        }
+        let caught_up = cairn.flush().await;
+        match &caught_up {
+            Ok(()) => eprintln!("cairn: up to date ({})", summary(&cairn.status().await?)),
+            Err(e) => eprintln!("cairn: catching up failed: {e}"),
+        }
+        Ok::<_, anyhow::Error>(caught_up.is_ok())
+    };
+    let caught_up = tokio::select! {
+        r = caught_up => Some(r?),
+        _ = &mut stop => None,
+    };
+    if caught_up.is_none() || !once {
+        if caught_up.is_some() {
+            eprintln!("cairn: watching for changes; Ctrl-C to stop");
+            (&mut stop).await;
+        }
         eprintln!("cairn: stopping (committing what is pending)");
     }
     let failed =
         cairn.status().await.map(|s| s.sources.iter().any(|s| s.state == "retrying")).unwrap_or(false);
     cairn.shutdown().await?;
     printer.abort();
-    Ok(if caught_up.is_ok() && !failed { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    // A stop before the catch-up ended is how a watch ends; for `--once` it left work undone.
+    let done = caught_up.unwrap_or(!once);
+    Ok(if done && !failed { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
 fn print_stats(s: &cairn_actors::stats::Stats) {

@@ -1,8 +1,9 @@
 //! A new vault answers by name and keyword while its vectors fill in: right after the page
 //! commits, exact names are `exists` at rank 1 and keywords find their pages while chunks still
 //! wait for the model; a subject that is not there is `unknown`; once the vectors are in, the
-//! answers are those of an index built from scratch. A kill -9 during the backfill resumes it on
-//! restart without embedding any chunk twice.
+//! answers are those of an index built from scratch. A SIGTERM during the backfill stops the
+//! watch cleanly, and a kill -9 during it: either way the restart resumes it without embedding
+//! any chunk twice.
 
 use crate::support::{EventReader, cairn_bin, copy_dir, write};
 use cairn_actors::{Cairn, Config, SearchRequest, SourceConfig};
@@ -108,25 +109,41 @@ async fn names_and_keywords_answer_while_vectors_fill_in_then_answers_equal_a_fu
 }
 
 #[test]
-fn a_kill_during_the_backfill_resumes_it_and_embeds_no_chunk_twice() {
+fn a_stop_or_a_kill_during_the_backfill_resumes_it_and_embeds_no_chunk_twice() {
     let tmp = tempfile::tempdir().unwrap();
     let (root, db) = (tmp.path().join("coast"), tmp.path().join("db"));
     vault(&root);
-    let mut child = Command::new(cairn_bin())
-        .args(["watch", "--json", "--db", db.to_str().unwrap(), "--source"])
-        .arg(format!("coast={}", root.display()))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut events = EventReader::new(child.stdout.take().unwrap());
-    // The first vectors are committed and more are waiting: the backfill is under way.
-    events.wait_for("the first vector commit", |e| {
-        e["event"] == "committed"
-            && e["pages"] == 0
-            && e["chunks_embedded"].as_u64() > Some(0)
-            && e["chunks_pending"].as_u64() > Some(0)
-    });
+    // One embedding request (and one vector commit) per 32 chunks: the first vector commit
+    // leaves chunks waiting however the pages' commits fall (with the default 512, the 201
+    // one-chunk pages committed at once are one request, and its commit leaves none).
+    let toml = tmp.path().join("cairn.toml");
+    std::fs::write(&toml, format!("db = {:?}\ncommit_chunks = 32\n", db.display().to_string())).unwrap();
+    // Until the first vectors are committed with more waiting: the backfill is under way.
+    let start_and_wait = || {
+        let mut child = Command::new(cairn_bin())
+            .args(["watch", "--json", "--config", toml.to_str().unwrap(), "--source"])
+            .arg(format!("coast={}", root.display()))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut events = EventReader::new(child.stdout.take().unwrap());
+        events.wait_for("the first vector commit", |e| {
+            let vectors =
+                e["event"] == "committed" && e["pages"] == 0 && e["chunks_embedded"].as_u64() > Some(0);
+            assert!(!(vectors && e["chunks_pending"] == 0), "the backfill ended in one commit: {e}");
+            vectors
+        });
+        child
+    };
+    // SIGTERM in the middle of the catch-up is a clean stop, not a death by the signal.
+    let child = start_and_wait();
+    Command::new("kill").arg(child.id().to_string()).status().unwrap();
+    let out = child.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && said.contains("stopping"), "{}: {said}", out.status);
+    // A kill -9 later in the backfill.
+    let mut child = start_and_wait();
     child.kill().unwrap();
     child.wait().unwrap();
     let out = Command::new(cairn_bin())
