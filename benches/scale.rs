@@ -258,6 +258,8 @@ async fn measure(db: &str) {
         "rss_total_mib": status_mib("VmRSS:"),
         "hwm_mib": status_mib("VmHWM:"),
         "modes": modes,
+        "commit_ms": commit_ms.iter().map(|m| m.round()).collect::<Vec<_>>(),
+        "tables_ms": tables_ms.iter().map(|m| m.round()).collect::<Vec<_>>(),
         "commit_p50_ms": pct(&mut commit_ms.clone(), 0.5),
         "commit_max_ms": pct(&mut commit_ms, 1.0),
         "tables_p50_ms": pct(&mut tables_ms, 0.5),
@@ -400,5 +402,9 @@ fn report(n: usize, place: &str, db: &str, write_s: f64, stored_mib: f64, env: &
         );
         // Where the source's memory goes (estimated by the index itself), below the table.
         eprintln!("  {n} ({place}, limit {limit}): MiB by part {}", m["parts_mib"]);
+        eprintln!(
+            "  {n} ({place}, limit {limit}): commits {} ms, of which the tables {} ms",
+            m["commit_ms"], m["tables_ms"]
+        );
     }
 }

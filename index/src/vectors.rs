@@ -17,6 +17,14 @@ use std::borrow::Cow;
 /// both smaller and faster.
 pub const EXACT_VECTORS_UP_TO: usize = 400_000;
 
+/// Slots to make room for when `n` are needed and the codes must grow: an eighth more, not a
+/// doubling (a large source's codes are most of what it holds, and a doubling would leave up to
+/// half of them unused). A restore makes this room at once: growing later moves every code, a
+/// second or more at a million chunks, and room not yet used is address space, not memory.
+pub(crate) fn room(n: usize) -> usize {
+    n + n / 8
+}
+
 /// Largest code magnitude.
 const CODE_MAX: f32 = 127.0;
 
@@ -281,11 +289,13 @@ impl Vectors {
             }
             Data::Int8 { codes, scales } => {
                 if scales.len() < len {
-                    // Grown by an eighth, not doubled: a large source's codes are most of what
-                    // the slots hold, and a doubling would leave up to half of them unused.
-                    let extra = (len - scales.len()).max(len / 8);
-                    scales.reserve_exact(extra);
-                    codes.reserve_exact(extra * dim);
+                    // Room made only when it is used up (`reserve_exact` counts from the length:
+                    // asked at every step, it would move the codes at every step).
+                    if scales.capacity() < len || codes.capacity() < len * dim {
+                        let extra = room(len) - scales.len();
+                        scales.reserve_exact(extra);
+                        codes.reserve_exact(extra * dim);
+                    }
                     scales.resize(len, 0.0);
                     codes.resize(len * dim, 0);
                 }
@@ -430,32 +440,39 @@ impl Vectors {
         }
     }
 
-    /// Vectors written by [`Vectors::save`], read through `take` (which gives the next `n` bytes).
+    /// Vectors written by [`Vectors::save`], read through `take` (which gives the next `n` bytes,
+    /// in a buffer with room for the second number of them).
     pub(crate) fn restore(
         exact_up_to: usize,
-        take: &mut dyn FnMut(usize) -> std::io::Result<Vec<u8>>,
+        take: &mut dyn FnMut(usize, usize) -> std::io::Result<Vec<u8>>,
     ) -> std::io::Result<Self> {
+        type Take<'a> = &'a mut dyn FnMut(usize, usize) -> std::io::Result<Vec<u8>>;
         let bad = || std::io::Error::new(std::io::ErrorKind::InvalidData, "vectors out of step");
-        let u64_of = |take: &mut dyn FnMut(usize) -> std::io::Result<Vec<u8>>| -> std::io::Result<usize> {
-            let b = take(8)?;
+        let u64_of = |take: Take<'_>| -> std::io::Result<usize> {
+            let b = take(8, 8)?;
             Ok(u64::from_le_bytes(b.try_into().map_err(|_| bad())?) as usize)
         };
-        let floats = |take: &mut dyn FnMut(usize) -> std::io::Result<Vec<u8>>, n: usize| {
-            take(n.checked_mul(4).ok_or_else(bad)?).map(|b| {
-                b.chunks_exact(4).map(|x| f32::from_le_bytes([x[0], x[1], x[2], x[3]])).collect::<Vec<f32>>()
+        // `n` floats, with room for `room` of them.
+        let floats = |take: Take<'_>, n: usize, room: usize| {
+            take(n.checked_mul(4).ok_or_else(bad)?, 0).map(|b| {
+                let mut v = Vec::with_capacity(room.max(n));
+                v.extend(b.chunks_exact(4).map(|x| f32::from_le_bytes([x[0], x[1], x[2], x[3]])));
+                v
             })
         };
         let dim = u64_of(take)?;
-        let data = match take(1)?[..] {
+        let data = match take(1, 1)?[..] {
             [0] => {
                 let n = u64_of(take)?;
-                Data::Exact(floats(take, n)?)
+                Data::Exact(floats(take, n, n)?)
             }
             [1] => {
                 let n = u64_of(take)?;
-                let codes: Vec<i8> = take(n)?.into_iter().map(|b| b as i8).collect();
+                let slots = n.checked_div(dim).unwrap_or(0);
+                // Read into its final place, room included (mapping u8 to i8 reuses the buffer).
+                let codes: Vec<i8> = take(n, room(slots) * dim)?.into_iter().map(|b| b as i8).collect();
                 let m = u64_of(take)?;
-                let scales = floats(take, m)?;
+                let scales = floats(take, m, room(m))?;
                 if codes.len() != scales.len() * dim {
                     return Err(bad());
                 }
@@ -593,6 +610,39 @@ mod tests {
         if std::is_x86_feature_detected!("avx2") {
             assert!(avx2::dot_i8(&[1; 64], &[2; 64]) == Some(128), "the AVX2 path is the one taken here");
         }
+    }
+
+    #[test]
+    fn restored_codes_read_back_and_grow_by_their_room_without_moving() {
+        let vs = vectors(800, 16, 7);
+        let v = filled(100, &vs);
+        let mut bytes = Vec::new();
+        v.save(&mut |b| {
+            bytes.extend_from_slice(b);
+            Ok(())
+        })
+        .unwrap();
+        let mut at = 0;
+        let mut back = Vectors::restore(100, &mut |n, room| {
+            let mut b = Vec::with_capacity(room.max(n));
+            b.extend_from_slice(&bytes[at..at + n]);
+            at += n;
+            Ok(b)
+        })
+        .unwrap();
+        assert_eq!(at, bytes.len());
+        let p = v.probe(&vs[3]);
+        assert_eq!(back.top(&p, 5, |_| true, |_| true), v.top(&p, 5, |_| true, |_| true));
+        let codes_at = |v: &Vectors| match &v.data {
+            Data::Int8 { codes, .. } => codes.as_ptr(),
+            Data::Exact(_) => panic!("past its limit the codes are restored"),
+        };
+        let before = codes_at(&back);
+        for slot in 800..room(800) {
+            back.put(slot, &vs[slot % 800], slot + 1);
+        }
+        assert_eq!(codes_at(&back), before, "slots up to the room are added in place");
+        assert_eq!(back.top(&back.probe(&vs[5]), 1, |_| true, |s| s >= 800)[0].1, 805);
     }
 
     #[test]

@@ -154,10 +154,15 @@ impl<R: Read> In<R> {
     }
     /// The next `n` bytes, in a buffer of exactly that size.
     fn raw(&mut self, n: usize) -> io::Result<Vec<u8>> {
+        self.raw_with_room(n, n)
+    }
+    /// `n` bytes, in a buffer with room for `room`.
+    fn raw_with_room(&mut self, n: usize, room: usize) -> io::Result<Vec<u8>> {
         if n as u64 > self.1 {
             return Err(bad("the file ends early"));
         }
-        let mut b = vec![0u8; n];
+        let mut b = Vec::with_capacity(room.max(n));
+        b.resize(n, 0u8);
         self.0.read_exact(&mut b)?;
         self.1 -= n as u64;
         Ok(b)
@@ -436,7 +441,9 @@ impl ResidentIndex {
     /// The first part: the chunk slots, with the maps to them, to where the second starts.
     fn read_chunks<R: Read>(i: &mut In<R>) -> io::Result<ChunkPart> {
         let n = i.count()?;
-        let mut part = ChunkPart { slots: Vec::with_capacity(n), ..ChunkPart::default() };
+        // With room to grow, as the codes have (see `vectors::room`).
+        let mut part =
+            ChunkPart { slots: Vec::with_capacity(crate::vectors::room(n)), ..ChunkPart::default() };
         for _ in 0..n {
             let [flags] = i.array::<1>()?;
             if flags == 0 {
@@ -505,7 +512,7 @@ impl ResidentIndex {
             index.pages.insert(record.slug.clone(), Page { record, doc, chunks, names, body });
         }
         index.free_pages = i.u32s()?;
-        index.vectors = Vectors::restore(exact_up_to, &mut |n| i.raw(n))?;
+        index.vectors = Vectors::restore(exact_up_to, &mut |n, room| i.raw_with_room(n, room))?;
         index.chunk_text = Bm25::load(i)?;
         index.page_names = Bm25::load(i)?;
         let mut rest = [0u8; 1];
