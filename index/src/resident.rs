@@ -992,14 +992,19 @@ impl Resident {
         snapshot: Option<&std::path::Path>,
     ) -> crate::Result<(Self, Loaded)> {
         // Past its limit a source is coded from its first vector, so its f32 vectors are never
-        // all held at once.
-        let held = store.counts().await?.1.saturating_sub(store.unembedded().await?);
+        // all held at once; its chunk slots and codes have their room from the start (moved as
+        // they grow, the last moves held two copies of nearly all of them).
+        let chunks = store.counts().await?.1;
+        let held = chunks.saturating_sub(store.unembedded().await?);
         let snapshot = snapshot.map(std::path::Path::to_path_buf);
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<crate::store::LoadedPage>>(2);
         let apply = tokio::task::spawn_blocking(move || {
             let mut index = ResidentIndex::with_exact_vectors_up_to(exact_vectors_up_to);
             index.keep_chunks_beside(snapshot.as_deref());
-            index.vectors.expect(held);
+            index.vectors.expect(held, chunks);
+            if held > exact_vectors_up_to {
+                index.chunks.reserve_exact(crate::vectors::room(chunks));
+            }
             while let Some(batch) = rx.blocking_recv() {
                 index.apply(Prepared::pages(
                     batch.into_iter().map(|(r, c)| PreparedPage::stored(r, c)).collect(),

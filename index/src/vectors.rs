@@ -228,6 +228,8 @@ pub struct Vectors {
     data: Data,
     /// Slots holding a vector; past `exact_up_to` of them, the vectors are coded to int8.
     exact_up_to: usize,
+    /// Slots a load about to run will fill ([`Vectors::expect`]): the codes' first room.
+    expected_slots: usize,
 }
 
 impl Default for Vectors {
@@ -238,7 +240,7 @@ impl Default for Vectors {
 
 impl Vectors {
     pub fn new(exact_up_to: usize) -> Self {
-        Self { dim: 0, data: Data::default(), exact_up_to }
+        Self { dim: 0, data: Data::default(), exact_up_to, expected_slots: 0 }
     }
 
     pub fn dim(&self) -> usize {
@@ -292,7 +294,7 @@ impl Vectors {
                     // Room made only when it is used up (`reserve_exact` counts from the length:
                     // asked at every step, it would move the codes at every step).
                     if scales.capacity() < len || codes.capacity() < len * dim {
-                        let extra = room(len) - scales.len();
+                        let extra = room(len.max(self.expected_slots)) - scales.len();
                         scales.reserve_exact(extra);
                         codes.reserve_exact(extra * dim);
                     }
@@ -307,10 +309,14 @@ impl Vectors {
     }
 
     /// Start coded when a source about to be loaded holds more than the limit (`held` vectors),
-    /// so that its f32 vectors are never all held at once.
-    pub fn expect(&mut self, held: usize) {
+    /// so that its f32 vectors are never all held at once; with room for its `slots` slots from
+    /// the first code on: grown an eighth at a time, the codes
+    /// would be moved some twenty times over the load, the last moves holding two copies of
+    /// nearly all of them at once (the peak of a load).
+    pub fn expect(&mut self, held: usize, slots: usize) {
         if held > self.exact_up_to && matches!(&self.data, Data::Exact(v) if v.is_empty()) {
             self.data = Data::Int8 { codes: Vec::new(), scales: Vec::new() };
+            self.expected_slots = slots;
         }
     }
 
@@ -480,7 +486,7 @@ impl Vectors {
             }
             _ => return Err(bad()),
         };
-        Ok(Self { dim, data, exact_up_to })
+        Ok(Self { dim, data, exact_up_to, expected_slots: 0 })
     }
 
     /// The vector of `slot`: exact, or decoded from its int8 codes.
@@ -544,10 +550,15 @@ mod tests {
             assert!(dot(v, &d) > 0.999, "slot {i}: {}", dot(v, &d));
         }
         let mut early = Vectors::new(9);
-        early.expect(10);
+        early.expect(10, 40);
         assert!(!early.exact(), "a load past the limit is coded from its first vector");
         early.put(0, &vs[0], 1);
         assert!(dot(&vs[0], &early.get(0)) > 0.999);
+        let Data::Int8 { codes, scales } = &early.data else { panic!("coded") };
+        assert!(
+            codes.capacity() >= room(40) * 384 && scales.capacity() >= room(40),
+            "room for the load's slots from the first code on"
+        );
         let mut more = coded;
         more.put(10, &vs[0], 11);
         assert!(dot(&vs[0], &more.get(10)) > 0.999);
