@@ -310,9 +310,9 @@ impl Vectors {
 
     /// Start coded when a source about to be loaded holds more than the limit (`held` vectors),
     /// so that its f32 vectors are never all held at once; with room for its `slots` slots from
-    /// the first code on: grown an eighth at a time, the codes
-    /// would be moved some twenty times over the load, the last moves holding two copies of
-    /// nearly all of them at once (the peak of a load).
+    /// the first code on: grown an eighth at a time, the codes would be moved some twenty times
+    /// over the load, the last moves holding two copies of nearly all of them at once (the peak
+    /// of a load).
     pub fn expect(&mut self, held: usize, slots: usize) {
         if held > self.exact_up_to && matches!(&self.data, Data::Exact(v) if v.is_empty()) {
             self.data = Data::Int8 { codes: Vec::new(), scales: Vec::new() };
