@@ -161,8 +161,9 @@ impl<R: Read> In<R> {
         if n as u64 > self.1 {
             return Err(bad("the file ends early"));
         }
-        let mut b = Vec::with_capacity(room.max(n));
-        b.resize(n, 0u8);
+        // Zeroed by allocation (fresh pages, not written), then cut to `n`, the room kept.
+        let mut b = vec![0u8; room.max(n)];
+        b.truncate(n);
         self.0.read_exact(&mut b)?;
         self.1 -= n as u64;
         Ok(b)
