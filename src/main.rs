@@ -1048,12 +1048,14 @@ async fn watch(config: cairn::Config, json: bool, once: bool) -> Result<ExitCode
         r = caught_up => Some(r?),
         _ = &mut stop => None,
     };
-    if caught_up.is_none() || !once {
-        if caught_up.is_some() {
+    match caught_up {
+        Some(_) if once => {}
+        Some(_) => {
             eprintln!("cairn: watching for changes; Ctrl-C to stop");
             (&mut stop).await;
+            eprintln!("cairn: stopping (committing what is pending)");
         }
-        eprintln!("cairn: stopping (committing what is pending)");
+        None => eprintln!("cairn: stopping (committing what is pending)"),
     }
     let failed =
         cairn.status().await.map(|s| s.sources.iter().any(|s| s.state == "retrying")).unwrap_or(false);
