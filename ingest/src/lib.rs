@@ -3,7 +3,8 @@
 //!
 //! It owns: paths → slugs ([`slugify_path`]), the one name normalisation ([`normalize_name`]),
 //! frontmatter → title/aliases/tags/type, markdown → heading-aware chunks with line ranges,
-//! wikilinks, content hashes, scanning a source root, and the fs-event debounce state machine
+//! wikilinks, content hashes, scanning a source root, knowing a source's folder again and the
+//! guard that keeps a vanished folder from emptying the index, and the fs-event debounce state machine
 //! (time injected). It does not own threads, async runtimes, storage or models: no actix,
 //! tokio, LanceDB or ort here. Bad files are values ([`Error`]), never panics.
 
@@ -11,6 +12,7 @@ mod budget;
 pub mod chunk;
 pub mod debounce;
 mod error;
+pub mod folder;
 pub mod frontmatter;
 mod hash;
 pub mod markdown;
@@ -22,6 +24,7 @@ pub use budget::{Budget, OverBudget};
 pub use chunk::{CHUNKER_VERSION, Chunk, ChunkOptions, MAX_NAME_CHARS, estimate_tokens};
 pub use debounce::{Debouncer, RawEvent, Settled};
 pub use error::{Error, Result};
+pub use folder::{Consent, FolderIdentity, Glance, HeldRemovals, Reading, Unavailable, Verdict, judge};
 pub use hash::hex_digest;
 pub use markdown::Link;
 pub use page::{ParseOptions, ParsedPage, TitleSource, content_hash_of, parse_page, read_page, rel_string};

@@ -1,0 +1,414 @@
+//! A source's folder as cairn knows it, and the guard that stands between what a scan of it finds
+//! and the index.
+//!
+//! An empty folder is what an unmounted drive, a share that is down, a cloud folder before its
+//! first sync or a checkout of another branch look like. Read naively, each says "every note was
+//! deleted", and the index would drop every page (and, on an object store, for every machine).
+//! So a folder is known by its identity on this machine ([`FolderIdentity`]: the root's device and
+//! inode, and the markers a vault keeps at its root), and [`judge`] decides what a scan may do:
+//!
+//! - a folder that is missing, empty while the index holds pages, or another folder than the one
+//!   indexed (and a scan of it would remove pages) makes its source **unavailable**: nothing is
+//!   removed, the index answers as last seen and says so;
+//! - a removal of more than half of a source's pages (and at least [`MASS_REMOVAL_MIN`]) is
+//!   **held** until someone says yes;
+//! - anything else applies at once.
+//!
+//! cairn writes nothing into the folder to know it again: a notes folder may be read-only, synced
+//! to other devices or under git, where a file of ours would show up in every status. A folder
+//! whose identity changed but which still holds every indexed page (a drive remounted under
+//! another device number, a restore) is the same notes: its new identity is recorded.
+
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// Entries a vault keeps at its root that say "this is the folder": Obsidian's settings, a git
+/// checkout, Syncthing's folder marker. Those present when the folder was recorded must stay.
+pub const MARKERS: [&str; 3] = [".obsidian", ".git", ".stfolder"];
+
+/// Removals below this count are never held, whatever share of a small source they are.
+pub const MASS_REMOVAL_MIN: usize = 20;
+
+/// Whether removing `removing` of `indexed` pages is a mass removal: more than half of them, and
+/// at least [`MASS_REMOVAL_MIN`].
+pub fn is_mass_removal(removing: usize, indexed: usize) -> bool {
+    removing >= MASS_REMOVAL_MIN && removing * 2 > indexed
+}
+
+/// What identifies a source's folder on this machine.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FolderIdentity {
+    pub dev: u64,
+    pub ino: u64,
+    /// The [`MARKERS`] present at the root.
+    #[serde(default)]
+    pub markers: Vec<String>,
+}
+
+impl FolderIdentity {
+    /// The identity of `root` now, or why there is no folder to speak of.
+    pub fn read(root: &Path) -> Result<Self, Unavailable> {
+        let meta = match std::fs::metadata(root) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(Unavailable::Missing),
+            Err(e) => return Err(Unavailable::Unreadable { message: e.to_string() }),
+        };
+        if !meta.is_dir() {
+            return Err(Unavailable::NotAFolder);
+        }
+        let (dev, ino) = dev_ino(&meta);
+        let markers = MARKERS
+            .iter()
+            .filter(|m| root.join(m).symlink_metadata().is_ok())
+            .map(|m| m.to_string())
+            .collect();
+        Ok(Self { dev, ino, markers })
+    }
+
+    /// How the folder found `now` differs from this recorded one, in words (`None`: the same).
+    pub fn change_to(&self, now: &FolderIdentity) -> Option<String> {
+        let mut changes = Vec::new();
+        if self.dev != now.dev {
+            changes.push(format!("on device {} where it was on {}", now.dev, self.dev));
+        }
+        if self.ino != now.ino {
+            changes.push(format!("inode {} where it was {}", now.ino, self.ino));
+        }
+        for m in self.markers.iter().filter(|m| !now.markers.contains(m)) {
+            changes.push(format!("its `{m}` is gone"));
+        }
+        (!changes.is_empty()).then(|| changes.join(", "))
+    }
+}
+
+#[cfg(unix)]
+fn dev_ino(meta: &std::fs::Metadata) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    (meta.dev(), meta.ino())
+}
+
+#[cfg(not(unix))]
+fn dev_ino(_: &std::fs::Metadata) -> (u64, u64) {
+    (0, 0)
+}
+
+/// Why a source cannot be read from its folder now. Its index is kept and answers as last seen.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "reason", rename_all = "snake_case")]
+pub enum Unavailable {
+    /// No folder at the root.
+    Missing,
+    /// Something other than a folder stands at the root.
+    NotAFolder,
+    /// The folder cannot be read.
+    Unreadable { message: String },
+    /// The folder holds no notes while the index holds `pages`.
+    Empty { pages: usize },
+    /// The folder is not the one indexed (`change` says how), and a scan of it would remove
+    /// `removing` pages.
+    OtherFolder { change: String, removing: usize },
+    /// This machine was not given the folder: the source is served as stored, never scanned here.
+    NotHere,
+}
+
+impl Unavailable {
+    /// The name used in answers and events (`missing`, `empty`, …).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Unavailable::Missing => "missing",
+            Unavailable::NotAFolder => "not_a_folder",
+            Unavailable::Unreadable { .. } => "unreadable",
+            Unavailable::Empty { .. } => "empty",
+            Unavailable::OtherFolder { .. } => "other_folder",
+            Unavailable::NotHere => "not_here",
+        }
+    }
+
+    /// What is wrong with source `id`'s folder `root`, and what to do about it.
+    pub fn describe(&self, id: &str, root: &str) -> String {
+        let kept = "nothing is removed from the index, which answers as last seen";
+        let allow = format!("cairn reconcile {id} --allow-removals");
+        match self {
+            Unavailable::Missing => format!(
+                "source `{id}`: its folder {root} is not there (a drive not mounted, a share that is down, a folder \
+                 moved or deleted); {kept}. When it is back cairn resumes by itself; if the notes moved, watch them \
+                 as `--source {id}=NEW_DIR`; to drop the source, `cairn forget {id}`"
+            ),
+            Unavailable::NotAFolder => format!(
+                "source `{id}`: {root} is not a folder; {kept}. Put the notes folder back there, or watch it as \
+                 `--source {id}=DIR`"
+            ),
+            Unavailable::Unreadable { message } => format!(
+                "source `{id}`: its folder {root} cannot be read ({message}); {kept}. Check that this user may read \
+                 it; cairn tries again by itself"
+            ),
+            Unavailable::Empty { pages } => format!(
+                "source `{id}`: its folder {root} holds no notes while the index holds {pages} pages (a drive not \
+                 mounted, a sync that has not run yet, a checkout of another branch?); {kept}. When the notes are \
+                 back cairn resumes by itself; if they were deleted on purpose, run `{allow}`"
+            ),
+            Unavailable::OtherFolder { change, removing } => format!(
+                "source `{id}`: {root} is not the folder that was indexed ({change}), and a scan of it would remove \
+                 {removing} pages; {kept}. Put the indexed folder back; if this folder is the source now, run \
+                 `{allow}`"
+            ),
+            Unavailable::NotHere => format!(
+                "source `{id}`: this machine was not given its folder, so its pages are served as last indexed and \
+                 nothing here scans or changes them; to index it from this machine, watch it as `--source {id}=DIR`"
+            ),
+        }
+    }
+}
+
+/// Removals held until someone says yes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldRemovals {
+    /// Pages a scan would remove.
+    pub removing: usize,
+    /// Pages the index holds.
+    pub indexed: usize,
+    /// A few of the paths, sorted.
+    pub sample: Vec<String>,
+}
+
+/// Paths of held removals reported by name.
+pub const HELD_SAMPLE: usize = 10;
+
+impl HeldRemovals {
+    pub fn describe(&self, id: &str, root: &str) -> String {
+        format!(
+            "source `{id}`: a scan of {root} would remove {} of its {} pages ({}{}); the removals are held, the \
+             pages stay searchable. If they are meant, run `cairn reconcile {id} --allow-removals`",
+            self.removing,
+            self.indexed,
+            self.sample.join(", "),
+            if self.removing > self.sample.len() { ", …" } else { "" }
+        )
+    }
+}
+
+/// What a comparison of the folder with the index found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reading {
+    /// Pages the index holds.
+    pub indexed: usize,
+    /// Notes the scan found.
+    pub found: usize,
+    /// Indexed pages the scan did not find (moves already taken out: they are not losses).
+    pub removing: usize,
+    /// How the folder differs from the one recorded (`None`: the same, or none recorded).
+    pub change: Option<String>,
+}
+
+/// What the user agreed to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Consent {
+    /// An explicit yes for this reconcile (`cairn reconcile ID --allow-removals`): removals apply
+    /// whatever they are, from whatever folder is there.
+    pub removals: bool,
+    /// A standing yes to mass removals (`[limits] hold_mass_removals = false`, for unattended
+    /// setups). An empty or other folder still needs the explicit yes.
+    pub mass_removals: bool,
+}
+
+/// What a scan may do to the index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Apply everything it found.
+    Apply,
+    /// Apply what changed and arrived; hold the removals.
+    Hold { removing: usize, indexed: usize },
+    /// Apply nothing: the source is unavailable.
+    Unavailable(Unavailable),
+}
+
+/// The guard: what a scan that found `r` may do, given `consent`.
+pub fn judge(r: &Reading, consent: Consent) -> Verdict {
+    if consent.removals {
+        return Verdict::Apply;
+    }
+    if r.found == 0 && r.indexed > 0 {
+        return Verdict::Unavailable(Unavailable::Empty { pages: r.indexed });
+    }
+    if let Some(change) = &r.change
+        && r.removing > 0
+    {
+        return Verdict::Unavailable(Unavailable::OtherFolder {
+            change: change.clone(),
+            removing: r.removing,
+        });
+    }
+    if is_mass_removal(r.removing, r.indexed) && !consent.mass_removals {
+        return Verdict::Hold { removing: r.removing, indexed: r.indexed };
+    }
+    Verdict::Apply
+}
+
+/// Which of the `removed` files (size, modification time in ms) reappear among the `arrived`
+/// ones: a move keeps both, so such a pair is a rename, not a loss. Each arrival matches at most
+/// one removal; an unknown time (0) matches nothing.
+pub fn moved(removed: &[(u64, i64)], arrived: &[(u64, i64)]) -> Vec<bool> {
+    let mut pool: std::collections::HashMap<(u64, i64), usize> = std::collections::HashMap::new();
+    for a in arrived.iter().filter(|a| a.1 != 0) {
+        *pool.entry(*a).or_default() += 1;
+    }
+    removed
+        .iter()
+        .map(|r| match pool.get_mut(r) {
+            Some(n) if *n > 0 && r.1 != 0 => {
+                *n -= 1;
+                true
+            }
+            _ => false,
+        })
+        .collect()
+}
+
+/// A cheap look at a folder, to notice that it may have come back (or changed) without scanning
+/// it: its identity, its modification time and whether it shows any entry that is not hidden.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Glance {
+    pub identity: Result<FolderIdentity, Unavailable>,
+    pub mtime_ms: i64,
+    pub has_entries: bool,
+}
+
+impl Glance {
+    pub fn of(root: &Path) -> Self {
+        let identity = FolderIdentity::read(root);
+        let mtime_ms = std::fs::metadata(root).and_then(|m| m.modified()).map_or(0, crate::scan::mtime_ms);
+        let has_entries = identity.is_ok()
+            && std::fs::read_dir(root).is_ok_and(|mut d| {
+                d.any(|e| e.is_ok_and(|e| !crate::scan::is_ignored_name(&e.file_name().to_string_lossy())))
+            });
+        Self { identity, mtime_ms, has_entries }
+    }
+
+    /// What a reader that does not scan can tell: the folder is missing, not a folder, unreadable,
+    /// another folder than `recorded`, or shows nothing at all.
+    pub fn unavailable(&self, recorded: Option<&FolderIdentity>, pages: usize) -> Option<Unavailable> {
+        let now = match &self.identity {
+            Ok(i) => i,
+            Err(why) => return Some(why.clone()),
+        };
+        if let Some(change) = recorded.and_then(|r| r.change_to(now)) {
+            return Some(Unavailable::OtherFolder { change, removing: 0 });
+        }
+        (!self.has_entries && pages > 0).then_some(Unavailable::Empty { pages })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reading(indexed: usize, found: usize, removing: usize, change: Option<&str>) -> Reading {
+        Reading { indexed, found, removing, change: change.map(str::to_string) }
+    }
+
+    #[test]
+    fn an_empty_folder_while_the_index_holds_pages_is_unavailable_not_emptied() {
+        let v = judge(&reading(3, 0, 3, None), Consent::default());
+        assert_eq!(v, Verdict::Unavailable(Unavailable::Empty { pages: 3 }));
+        // A standing yes to mass removals does not empty a source.
+        let v = judge(&reading(3, 0, 3, None), Consent { mass_removals: true, ..Consent::default() });
+        assert_eq!(v, Verdict::Unavailable(Unavailable::Empty { pages: 3 }));
+        // A new source with an empty folder is fine.
+        assert_eq!(judge(&reading(0, 0, 0, None), Consent::default()), Verdict::Apply);
+    }
+
+    #[test]
+    fn another_folder_is_unavailable_only_when_it_would_remove_pages() {
+        let v = judge(&reading(10, 9, 1, Some("inode 2 where it was 1")), Consent::default());
+        assert!(matches!(v, Verdict::Unavailable(Unavailable::OtherFolder { removing: 1, .. })), "{v:?}");
+        // Remounted under another device number with every page there: the same notes.
+        assert_eq!(
+            judge(&reading(10, 12, 0, Some("on device 7 where it was 5")), Consent::default()),
+            Verdict::Apply
+        );
+    }
+
+    #[test]
+    fn more_than_half_and_at_least_twenty_is_held() {
+        assert_eq!(
+            judge(&reading(40, 16, 24, None), Consent::default()),
+            Verdict::Hold { removing: 24, indexed: 40 }
+        );
+        // Half exactly, or under the floor, or a tenth: applied at once.
+        assert_eq!(judge(&reading(40, 20, 20, None), Consent::default()), Verdict::Apply);
+        assert_eq!(judge(&reading(30, 11, 19, None), Consent::default()), Verdict::Apply);
+        assert_eq!(judge(&reading(40, 36, 4, None), Consent::default()), Verdict::Apply);
+        // A standing yes to mass removals applies them.
+        let standing = Consent { mass_removals: true, ..Consent::default() };
+        assert_eq!(judge(&reading(40, 16, 24, None), standing), Verdict::Apply);
+    }
+
+    #[test]
+    fn an_explicit_yes_applies_whatever_was_found() {
+        let yes = Consent { removals: true, ..Consent::default() };
+        assert_eq!(judge(&reading(3, 0, 3, None), yes), Verdict::Apply);
+        assert_eq!(judge(&reading(40, 1, 39, Some("inode 2 where it was 1")), yes), Verdict::Apply);
+    }
+
+    #[test]
+    fn moves_keep_size_and_time_and_each_arrival_matches_once() {
+        let removed = [(10, 100), (10, 100), (20, 200), (30, 0)];
+        let arrived = [(10, 100), (20, 200), (30, 0), (40, 400)];
+        assert_eq!(moved(&removed, &arrived), [true, false, true, false]);
+    }
+
+    #[test]
+    fn identity_names_what_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("vault");
+        assert_eq!(FolderIdentity::read(&root), Err(Unavailable::Missing));
+        std::fs::write(&root, "x").unwrap();
+        assert_eq!(FolderIdentity::read(&root), Err(Unavailable::NotAFolder));
+        std::fs::remove_file(&root).unwrap();
+        std::fs::create_dir_all(root.join(".obsidian")).unwrap();
+        let first = FolderIdentity::read(&root).unwrap();
+        assert_eq!(first.markers, [".obsidian"]);
+        assert_eq!(first.change_to(&FolderIdentity::read(&root).unwrap()), None);
+
+        // Deleted and made again: the vault's marker is gone (the inode may or may not be reused).
+        std::fs::remove_dir_all(&root).unwrap();
+        std::fs::create_dir(&root).unwrap();
+        let again = FolderIdentity::read(&root).unwrap();
+        let change = first.change_to(&again).expect("another folder");
+        assert!(change.contains("`.obsidian` is gone"), "{change}");
+    }
+
+    #[test]
+    fn a_glance_tells_a_reader_what_it_can_without_scanning() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("vault");
+        assert_eq!(Glance::of(&root).unavailable(None, 3), Some(Unavailable::Missing));
+        std::fs::create_dir_all(root.join(".trash")).unwrap();
+        // Only hidden entries: empty while the index holds pages, fine for a new source.
+        assert_eq!(Glance::of(&root).unavailable(None, 3), Some(Unavailable::Empty { pages: 3 }));
+        assert_eq!(Glance::of(&root).unavailable(None, 0), None);
+        std::fs::write(root.join("a.md"), "# A").unwrap();
+        let g = Glance::of(&root);
+        assert_eq!(g.unavailable(None, 3), None);
+        let recorded = FolderIdentity { ino: 1, ..g.identity.clone().unwrap() };
+        assert!(matches!(g.unavailable(Some(&recorded), 3), Some(Unavailable::OtherFolder { .. })));
+    }
+
+    #[test]
+    fn every_reason_says_what_to_do() {
+        for why in [
+            Unavailable::Missing,
+            Unavailable::NotAFolder,
+            Unavailable::Unreadable { message: "permission denied".into() },
+            Unavailable::Empty { pages: 3 },
+            Unavailable::OtherFolder { change: "inode 2 where it was 1".into(), removing: 3 },
+            Unavailable::NotHere,
+        ] {
+            let text = why.describe("nt", "/mnt/vault");
+            assert!(text.contains("source `nt`") && text.contains("nothing"), "{text}");
+            assert!(text.contains("cairn") || text.contains("--source nt="), "no remedy: {text}");
+        }
+        let held = HeldRemovals { removing: 24, indexed: 40, sample: vec!["a.md".into()] };
+        assert!(held.describe("nt", "/v").contains("cairn reconcile nt --allow-removals"));
+    }
+}
