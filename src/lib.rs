@@ -13,7 +13,7 @@ use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-pub use cairn_actors::{Cairn, Config, OpenOptions, Role, SourceConfig, Status};
+pub use cairn_actors::{Cairn, Config, OpenOptions, ReconcileReport, Role, SourceConfig, Status};
 
 pub mod eval;
 pub mod mcp;
@@ -181,8 +181,12 @@ pub struct IndexSummary {
     #[serde(flatten)]
     pub counts: Counts,
     pub seconds: f64,
-    /// Sources that could not be indexed at all (unreadable root, damaged tables), with why.
+    /// Sources that could not be indexed at all (a folder missing, empty or another one; damaged
+    /// tables), with why.
     pub sources_failed: Vec<Failure>,
+    /// Removals found and held for a yes (`cairn reconcile ID --allow-removals`), per source:
+    /// what and how many.
+    pub removals_held: Vec<String>,
     pub sources: Vec<SourceReport>,
     /// The process that did the work: this one (`owner`) or the database's owner (`client`).
     pub role: Option<Role>,
@@ -396,13 +400,16 @@ pub async fn index(config: Config, reindex: bool, progress: bool) -> Result<Inde
         status.sources.iter().filter(|s| ids.is_empty() || ids.contains(&s.source)).cloned().collect();
     let mut summary = summarize(&run, &named);
     for s in &named {
-        if let Some(error) = s.error.as_ref().filter(|_| s.state == "retrying") {
+        if let Some(error) = s.error.as_ref().filter(|_| s.state == "retrying" || s.unavailable.is_some()) {
             sources_failed.push(Failure {
                 source: s.source.clone(),
                 path: s.root.clone(),
-                kind: "source".into(),
+                kind: if s.unavailable.is_some() { "source_unavailable" } else { "source" }.into(),
                 reason: error.clone(),
             });
+        }
+        if let Some(held) = &s.held_removals {
+            summary.removals_held.push(held.describe(&s.source, &s.root));
         }
     }
     summary.sources_failed = sources_failed;

@@ -182,6 +182,19 @@ enum Command {
     },
     /// Remove a source from the database: its tables and state (the notes are not touched).
     Forget { id: String },
+    /// Compare a source's folder with its index now and say what was applied, held or refused.
+    /// A scan that would remove most of a source, or a folder that is empty or another one than
+    /// was indexed, changes nothing until `--allow-removals` says yes.
+    Reconcile {
+        /// The source id.
+        id: String,
+        /// Apply the removals the scan finds, whatever they are (the pages whose files are gone
+        /// leave the index).
+        #[arg(long)]
+        allow_removals: bool,
+        #[arg(long)]
+        json: bool,
+    },
     /// Search the index: results with evidence and create_safety.
     Search {
         query: String,
@@ -462,6 +475,23 @@ async fn run(command: Command, common: Common) -> Result<ExitCode> {
             r?;
             eprintln!("cairn: forgot source `{id}` (its tables and state in {db}; the notes are untouched)");
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Reconcile { id, allow_removals, json } => {
+            cairn::validate_source_id(&id).map_err(|e| Usage(e.to_string()))?;
+            let c = config(&common, &SourcesArg::default())?;
+            let opts =
+                cairn::OpenOptions { purpose: "reconcile".into(), standby: false, register_sources: false };
+            let cairn = Cairn::open_with(cairn::Config { watch: false, ..c }, opts).await?;
+            let r = cairn.reconcile(&id, allow_removals).await;
+            let root = cairn.status().await.ok().and_then(|s| s.sources.into_iter().find(|s| s.source == id));
+            cairn.shutdown().await?;
+            let r = r?;
+            if json {
+                out!("{}", serde_json::to_string(&r)?);
+            } else {
+                print_reconcile(&r, &root.map(|s| s.root).unwrap_or_default());
+            }
+            Ok(if r.unavailable.is_some() { ExitCode::from(1) } else { ExitCode::SUCCESS })
         }
         Command::Search { query, search, json, explain } => {
             let req = search.request(query, explain)?;
@@ -760,6 +790,9 @@ async fn index(config: cairn::Config, json: bool, reindex: bool) -> Result<ExitC
         for w in &summary.counts.warnings {
             eprintln!("warning: {}", w.reason);
         }
+        for held in &summary.removals_held {
+            eprintln!("held: {held}");
+        }
         let by = match summary.role {
             Some(Role::Client) => " by the database's owner",
             _ => "",
@@ -891,9 +924,26 @@ fn print_status(s: &cairn::Status) {
             src.embed_rate,
             src.pending
         );
+        if let Some(why) = src.error.as_ref().filter(|_| src.unavailable.is_some()) {
+            out!("  {why}");
+        }
+        if let Some(held) = &src.held_removals {
+            out!("  {}", held.describe(&src.source, &src.root));
+        }
         for f in &src.failures {
             out!("  failing {}: {}", f.path, f.reason);
         }
+    }
+}
+
+fn print_reconcile(r: &cairn::ReconcileReport, root: &str) {
+    if let Some(why) = &r.unavailable {
+        eprintln!("cairn: {}", why.describe(&r.source, root));
+        return;
+    }
+    out!("{}: {} files, {} new or changed, {} removed", r.source, r.files, r.changed, r.removed);
+    if let Some(held) = &r.held {
+        eprintln!("cairn: {}", held.describe(&r.source, root));
     }
 }
 
@@ -991,7 +1041,7 @@ async fn watch(config: cairn::Config, json: bool, once: bool) -> Result<ExitCode
                 continue;
             }
             match &e.kind {
-                K::Reconciled { changed: 0, removed: 0, .. } => {}
+                K::Reconciled { changed: 0, removed: 0, held: 0, .. } => {}
                 K::Committed { pages: 0, removed: 0, chunks_embedded, chunks_pending, .. } => {
                     let (done, since) =
                         embedding.entry(e.source.clone()).or_insert((0, std::time::Instant::now()));
@@ -1008,6 +1058,9 @@ async fn watch(config: cairn::Config, json: bool, once: bool) -> Result<ExitCode
                     );
                 }
                 K::Reconciled { .. }
+                | K::SourceUnavailable { .. }
+                | K::SourceAvailable
+                | K::RemovalsHeld { .. }
                 | K::Committed { .. }
                 | K::PageFailed { .. }
                 | K::PageWarning { .. }
@@ -1057,8 +1110,16 @@ async fn watch(config: cairn::Config, json: bool, once: bool) -> Result<ExitCode
         }
         None => eprintln!("cairn: stopping (committing what is pending)"),
     }
-    let failed =
-        cairn.status().await.map(|s| s.sources.iter().any(|s| s.state == "retrying")).unwrap_or(false);
+    let failed = cairn
+        .status()
+        .await
+        .map(|s| {
+            s.sources.iter().any(|s| {
+                s.state == "retrying"
+                    || s.unavailable.as_ref().is_some_and(|u| *u != cairn_ingest::Unavailable::NotHere)
+            })
+        })
+        .unwrap_or(false);
     cairn.shutdown().await?;
     printer.abort();
     // A stop before the catch-up ended is how a watch ends; for `--once` it left work undone.

@@ -14,8 +14,11 @@ const INSTRUCTIONS: &str = "cairn indexes folders of markdown notes. Before writ
 `search` for its subject by name: a result with create_safety = \"exists\" was found by one of its \
 own names (title, file name, alias), so the page is there (update it instead of writing a new one); \
 \"probable\" is a page close in meaning or words: read it first; \"unknown\" is only weak \
-similarity. An answer while a source has pending changes (pending_changes > 0) is not proof that a \
-page is absent: wait and search again before creating one.";
+similarity. An answer while a source has pending changes (pending_changes > 0), or without a \
+pending_changes count, is not proof that a page is absent: wait and search again before creating \
+one. `source_unavailable:ID` in `degraded` means that source's folder cannot be read now (an \
+unmounted drive, an empty folder…): its pages are answered as last indexed (`stale`), and the \
+notes say what to do; do not create pages for its subjects until it is back.";
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[schemars(crate = "rmcp::schemars")]

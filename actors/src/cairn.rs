@@ -207,8 +207,10 @@ impl Cairn {
                 } else {
                     None
                 };
+                let folders = crate::folders::FolderBook::read(&paths.state());
                 let host = QueryHost::open_read_only(
                     &db,
+                    &folders,
                     embedder,
                     config.event_log_dir(),
                     config.exact_vectors_up_to,
@@ -309,9 +311,9 @@ impl Cairn {
             State::Owner(o) => o.pipeline.search(req).await,
             State::Client(c) => c.call(Request::Search { request: req }).await.map_err(remote),
             State::Reader(h) => {
-                let mut resp = h.search(&req).await?;
+                let mut resp = h.search(&req, &h.unavailable_ids()).await?;
                 resp.served_by = Some(cairn_query::ServedBy { pid: std::process::id(), role: Role::Reader });
-                crate::query::apply_freshness(&mut resp, |_| None);
+                crate::query::apply_freshness(&mut resp, |id| h.freshness(id));
                 resp.notes.push(format!(
                     "no cairn process owns {}: answered read-only by this process (pid {}) from the tables",
                     self.inner.config.db,
@@ -482,6 +484,18 @@ impl Cairn {
             State::Owner(o) => o.pipeline.remove_source(id, forget).await,
             State::Client(c) => c.call(Request::RemoveSource { id: id.into(), forget }).await.map_err(remote),
             State::Reader(_) => Err(self.needs_owner("remove a source")),
+        }
+    }
+
+    /// Compare a source's folder with its index now; with `allow_removals`, apply the removals
+    /// the guard holds (and those of an empty or other folder).
+    pub async fn reconcile(&self, id: &str, allow_removals: bool) -> Result<crate::ReconcileReport> {
+        match self.state() {
+            State::Owner(o) => o.pipeline.reconcile(id, allow_removals).await,
+            State::Client(c) => {
+                c.call(Request::Reconcile { id: id.into(), allow_removals }).await.map_err(remote)
+            }
+            State::Reader(_) => Err(self.needs_owner("reconcile a source")),
         }
     }
 

@@ -60,6 +60,10 @@ pub struct Limits {
     pub parse_timeout_ms: u64,
     /// Chunks of one page that are indexed (the first ones).
     pub max_page_chunks: usize,
+    /// A scan that would remove more than half of a source's pages (and at least 20) waits for
+    /// `cairn reconcile ID --allow-removals`. `false` applies such removals at once (unattended
+    /// setups); a folder that is missing, empty or another one still never empties its source.
+    pub hold_mass_removals: bool,
 }
 
 impl Default for Limits {
@@ -71,6 +75,7 @@ impl Default for Limits {
             max_frontmatter_depth: p.frontmatter.max_depth,
             parse_timeout_ms: p.parse_timeout_ms,
             max_page_chunks: p.max_page_chunks,
+            hold_mass_removals: true,
         }
     }
 }

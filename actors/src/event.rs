@@ -7,6 +7,10 @@
 
 use serde::{Deserialize, Serialize};
 
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
 /// Wall-clock milliseconds since the Unix epoch.
 pub fn unix_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
@@ -56,6 +60,24 @@ pub enum EventKind {
         files: usize,
         changed: usize,
         removed: usize,
+        /// Removals found and held (a `removals_held` says why).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        held: usize,
+    },
+    /// The source's folder cannot be read: missing, empty while the index holds pages, another
+    /// folder than the one indexed… Nothing is removed; the index answers as last seen, and
+    /// `message` says what to do.
+    SourceUnavailable {
+        unavailable: cairn_ingest::Unavailable,
+        message: String,
+    },
+    /// The folder can be read again (its catch-up came with it).
+    SourceAvailable,
+    /// A scan would remove most of the source's pages: the removals wait for a yes
+    /// (`cairn reconcile ID --allow-removals`); the pages stay searchable.
+    RemovalsHeld {
+        held: cairn_ingest::HeldRemovals,
+        message: String,
     },
     FileChanged {
         path: String,
@@ -199,6 +221,9 @@ impl EventKind {
             EventKind::SystemStarted { .. } => "system_started",
             EventKind::SourceStarted { .. } => "source_started",
             EventKind::Reconciled { .. } => "reconciled",
+            EventKind::SourceUnavailable { .. } => "source_unavailable",
+            EventKind::SourceAvailable => "source_available",
+            EventKind::RemovalsHeld { .. } => "removals_held",
             EventKind::FileChanged { .. } => "file_changed",
             EventKind::FileRemoved { .. } => "file_removed",
             EventKind::FileRenamed { .. } => "file_renamed",
@@ -229,9 +254,17 @@ impl std::fmt::Display for Event {
             EventKind::PageFailed { path, reason, .. } => write!(f, "{s}: FAILED {path}: {reason}"),
             EventKind::PageWarning { path, reason, .. } => write!(f, "{s}: warning {path}: {reason}"),
             EventKind::FileRenamed { from, to, .. } => write!(f, "{s}: renamed {from} -> {to}"),
-            EventKind::Reconciled { reason, files, changed, removed } => {
+            EventKind::Reconciled { reason, files, changed, removed, held: 0 } => {
                 write!(f, "{s}: {reason} scan: {files} files, {changed} to index, {removed} to remove")
             }
+            EventKind::Reconciled { reason, files, changed, removed, held } => write!(
+                f,
+                "{s}: {reason} scan: {files} files, {changed} to index, {removed} to remove, {held} removals held"
+            ),
+            EventKind::SourceUnavailable { message, .. } | EventKind::RemovalsHeld { message, .. } => {
+                write!(f, "{message}")
+            }
+            EventKind::SourceAvailable => write!(f, "{s}: its folder is back; caught up"),
             EventKind::StageFailed { stage, reason, retry_ms } => {
                 write!(f, "{s}: {stage} failed ({reason}); retrying in {retry_ms} ms")
             }

@@ -39,6 +39,9 @@ pub struct QueryHost {
     log_dir: Option<PathBuf>,
     /// Sources whose tables could not be opened, with why (reported as degraded in answers).
     broken: Vec<(String, String)>,
+    /// A process that only reads: sources whose folder it cannot read now, with why and what to
+    /// do (an owner's watchers keep this on its status board instead).
+    unavailable: BTreeMap<String, (cairn_ingest::Unavailable, String)>,
     /// The bounds pages were parsed with (to re-hash a file whose stat changed).
     parse: cairn_ingest::ParseOptions,
 }
@@ -50,13 +53,18 @@ impl QueryHost {
     }
 
     /// Every source of a database, read from its tables into memory (a process with no owner).
+    /// A source's folder is the one given on this machine (`folders`; a local database's stored
+    /// root counts as given here), glanced at to tell whether it can be read now.
     pub async fn open_read_only(
         db: &Database,
+        folders: &crate::folders::FolderBook,
         embedder: Option<Arc<dyn Embedder>>,
         log_dir: Option<PathBuf>,
         exact_vectors_up_to: usize,
     ) -> cairn_index::Result<Self> {
+        use cairn_ingest::{Glance, Unavailable};
         let mut host = Self::new(embedder, log_dir);
+        let local = cairn_index::store::is_local(db.uri());
         for info in db.sources().await? {
             let opened = match db.open_existing(&info.id).await {
                 Ok(store) => {
@@ -64,14 +72,47 @@ impl QueryHost {
                 }
                 Err(e) => Err(e),
             };
-            match opened {
-                Ok((store, resident)) => {
-                    host.add(LiveSource { store, resident, root: info.root.map(PathBuf::from) });
+            let (store, resident) = match opened {
+                Ok(o) => o,
+                Err(e) => {
+                    host.broken.push((info.id, e.to_string()));
+                    continue;
                 }
-                Err(e) => host.broken.push((info.id, e.to_string())),
+            };
+            let record = folders.get(&info.id);
+            let root = match (&record, info.root) {
+                (Some(r), _) => Some(r.root.clone()),
+                (None, Some(root)) if local => Some(PathBuf::from(root)),
+                _ => None,
+            };
+            let why = match &root {
+                Some(r) => Glance::of(r)
+                    .unavailable(record.and_then(|r| r.identity).as_ref(), resident.read().page_count()),
+                None => Some(Unavailable::NotHere),
+            };
+            if let Some(why) = why {
+                let shown = root.as_ref().map(|r| r.display().to_string()).unwrap_or_default();
+                let message = why.describe(&info.id, &shown);
+                host.unavailable.insert(info.id.clone(), (why, message));
             }
+            // An unavailable folder is not read for bodies or staleness: it is not the notes.
+            let root = root.filter(|_| !host.unavailable.contains_key(&info.id));
+            host.add(LiveSource { store, resident, root });
         }
         Ok(host)
+    }
+
+    /// How current each source of an answer is, for a process that only reads.
+    pub fn freshness(&self, id: &str) -> crate::query::Freshness {
+        match self.unavailable.get(id) {
+            Some((_, message)) => crate::query::Freshness::Unavailable(message.clone()),
+            None => crate::query::Freshness::Unwatched,
+        }
+    }
+
+    /// The sources this reader cannot read the folder of.
+    pub fn unavailable_ids(&self) -> std::collections::BTreeSet<String> {
+        self.unavailable.keys().cloned().collect()
     }
 
     /// Parse with these bounds when checking whether a result's file changed.
@@ -103,13 +144,16 @@ impl QueryHost {
             .values()
             .map(|s| {
                 let index = s.resident.read();
+                let away = self.unavailable.get(s.store.id());
                 crate::status::SourceStatus {
                     source: s.store.id().to_string(),
                     root: s.root.as_ref().map(|r| r.display().to_string()).unwrap_or_default(),
-                    state: "not_watched".into(),
+                    state: if away.is_some() { "unavailable" } else { "not_watched" }.into(),
                     pages: index.page_count(),
                     chunks: index.chunk_count(),
                     vectors_pending: index.unembedded_count(),
+                    error: away.map(|(_, m)| m.clone()),
+                    unavailable: away.map(|(u, _)| u.clone()),
                     ..Default::default()
                 }
             })
@@ -122,8 +166,13 @@ impl QueryHost {
             .collect()
     }
 
-    /// Answer a query over every source held.
-    pub async fn search(&self, req: &SearchRequest) -> Result<SearchResponse, QueryError> {
+    /// Answer a query over every source held; the folders of the sources in `away` cannot be
+    /// read now (their results are marked stale as such, without looking at their files).
+    pub async fn search(
+        &self,
+        req: &SearchRequest,
+        away: &std::collections::BTreeSet<String>,
+    ) -> Result<SearchResponse, QueryError> {
         let refs: Vec<&Resident> = self.sources.values().map(|s| &s.resident).collect();
         let mut resp = cairn_query::search(&refs, self.embedder.as_deref(), req).await?;
         for (id, why) in &self.broken {
@@ -140,17 +189,20 @@ impl QueryHost {
         cairn_query::note_vectors_pending(&mut resp, |id| {
             pending.iter().find(|(s, _)| s == id).map(|(_, n)| *n)
         });
-        self.mark_stale(&mut resp).await;
+        self.mark_stale(&mut resp, away).await;
         Ok(resp)
     }
 
     /// Look at each result's file: gone, or holding other content than was indexed (a stat that
     /// differs is confirmed by hashing the content, so a file only touched is not stale).
-    async fn mark_stale(&self, resp: &mut SearchResponse) {
+    async fn mark_stale(&self, resp: &mut SearchResponse, away: &std::collections::BTreeSet<String>) {
         let files: Vec<Option<(PathBuf, PageRecord)>> = resp
             .results
             .iter()
             .map(|r| {
+                if away.contains(&r.source) {
+                    return None;
+                }
                 let src = self.sources.get(&r.source)?;
                 let root = src.root.as_ref()?;
                 let page = src.resident.read().pages(&[r.slug.as_str()]).into_iter().next()?;
@@ -169,6 +221,9 @@ impl QueryHost {
         let by_key: Vec<(String, String, Option<cairn_query::Stale>)> =
             resp.results.iter().zip(looked).map(|(r, s)| (r.source.clone(), r.slug.clone(), s)).collect();
         cairn_query::mark_stale(resp, |r| {
+            if away.contains(&r.source) {
+                return Some(cairn_query::Stale::SourceUnavailable);
+            }
             by_key.iter().find(|(s, g, _)| *s == r.source && *g == r.slug).and_then(|(_, _, st)| *st)
         });
     }

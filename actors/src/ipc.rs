@@ -82,6 +82,12 @@ pub enum Request {
     Reindex {
         id: String,
     },
+    /// Compare a source's folder with its index now; `allow_removals` says yes to the removals
+    /// the guard would hold.
+    Reconcile {
+        id: String,
+        allow_removals: bool,
+    },
     /// A page's links both ways.
     Links {
         source: String,
@@ -107,6 +113,7 @@ impl Request {
             Request::AddSource { .. } => "add_source",
             Request::RemoveSource { .. } => "remove_source",
             Request::Reindex { .. } => "reindex",
+            Request::Reconcile { .. } => "reconcile",
             Request::Links { .. } => "links",
             Request::Duplicates { .. } => "duplicates",
         }
@@ -124,7 +131,10 @@ impl Request {
                 Duration::from_secs(300)
             }
             // A first index of a large vault, or its backfill, takes as long as it takes.
-            Request::Flush { .. } | Request::Reindex { .. } | Request::Subscribe => Duration::MAX,
+            Request::Flush { .. }
+            | Request::Reindex { .. }
+            | Request::Reconcile { .. }
+            | Request::Subscribe => Duration::MAX,
         }
     }
 }

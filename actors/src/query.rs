@@ -100,9 +100,11 @@ impl Handler<Search> for QueryActor {
         Box::pin(async move {
             // On the runtime's worker threads: the query is embedded and scored in memory, and
             // concurrent searches do not queue behind each other.
-            let task = tokio::spawn(async move { host.search(&req).await });
+            let unavailable = status.unavailable();
+            let away: std::collections::BTreeSet<String> = unavailable.keys().cloned().collect();
+            let task = tokio::spawn(async move { host.search(&req, &away).await });
             let mut resp = task.await.map_err(|e| cairn_query::QueryError::Internal(e.to_string()))??;
-            add_freshness(&mut resp, &status);
+            add_freshness(&mut resp, &status, &unavailable);
             resp.served_by = Some(ServedBy { pid: std::process::id(), role: Role::Owner });
             emit.emit(QUERY_STREAM, vec![EventKind::QueryAnswered(Box::new(telemetry(&resp)))]).await;
             Ok(resp)
@@ -111,34 +113,61 @@ impl Handler<Search> for QueryActor {
 }
 
 /// Each source's pending changes and lag, and the warning an agent must not miss.
-pub fn add_freshness(resp: &mut SearchResponse, status: &StatusBoard) {
-    apply_freshness(resp, |s| status.get(s).map(|st| (st.pending, st.lag_ms)));
+pub fn add_freshness(
+    resp: &mut SearchResponse,
+    status: &StatusBoard,
+    unavailable: &std::collections::BTreeMap<String, String>,
+) {
+    apply_freshness(resp, |s| match (unavailable.get(s), status.get(s)) {
+        (Some(why), _) => Freshness::Unavailable(why.clone()),
+        (None, Some(st)) => Freshness::Watched { pending: st.pending, lag_ms: st.lag_ms },
+        (None, None) => Freshness::Unwatched,
+    });
 }
 
-/// Each source's pending changes and lag from `lookup` (`None`: nothing watches that source),
-/// and the warnings: pending changes while no result certainly exists, and unwatched sources.
-pub fn apply_freshness(resp: &mut SearchResponse, lookup: impl Fn(&str) -> Option<(u64, u64)>) {
-    let (mut pending_total, mut unwatched) = (0, Vec::new());
+/// How current a source's part of an answer is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Freshness {
+    /// A watcher in this process keeps it current: changes not yet searchable, and the age of
+    /// the oldest.
+    Watched { pending: u64, lag_ms: u64 },
+    /// Nothing here watches it: edits since it was last indexed are not searchable.
+    Unwatched,
+    /// Its folder cannot be read (what is wrong and what to do): answered as last indexed.
+    Unavailable(String),
+}
+
+/// Each source's freshness from `lookup`, and the warnings: pending changes while no result
+/// certainly exists, unwatched sources, unavailable ones (`source_unavailable:ID` in `degraded`).
+/// An answer over a source that is not watched or not available has no pending count: whether a
+/// page is missing from it cannot be told.
+pub fn apply_freshness(resp: &mut SearchResponse, lookup: impl Fn(&str) -> Freshness) {
+    let (mut pending_total, mut unwatched, mut away) = (0, Vec::new(), Vec::new());
     for s in &mut resp.sources {
         match lookup(&s.source) {
-            Some((pending, lag)) => {
+            Freshness::Watched { pending, lag_ms } => {
                 s.pending = Some(pending);
-                s.lag_ms = Some(lag);
+                s.lag_ms = Some(lag_ms);
                 pending_total += pending;
             }
-            None => unwatched.push(s.source.as_str()),
+            Freshness::Unwatched => unwatched.push(s.source.clone()),
+            Freshness::Unavailable(why) => away.push((s.source.clone(), why)),
         }
     }
     let exists = resp.results.iter().any(|r| r.create_safety == cairn_query::CreateSafety::Exists);
+    let not_proof = if exists { "" } else { ", so this answer is not proof that no such page exists" };
     if !unwatched.is_empty() {
         resp.notes.push(format!(
             "no running `cairn watch` keeps source(s) {} current: edits to their folders since they were last \
-             indexed are not searchable{}",
+             indexed are not searchable{not_proof}",
             unwatched.join(", "),
-            if exists { "" } else { ", so this answer is not proof that no such page exists" }
         ));
     }
-    resp.pending_changes = unwatched.is_empty().then_some(pending_total);
+    for (id, why) in &away {
+        resp.degraded.push(format!("source_unavailable:{id}"));
+        resp.notes.push(format!("{why}; its pages are answered as last indexed{not_proof}"));
+    }
+    resp.pending_changes = (unwatched.is_empty() && away.is_empty()).then_some(pending_total);
     if pending_total > 0 && !exists {
         resp.notes.push(format!(
             "{pending_total} change(s) are not searchable yet: this answer is not proof that no such page exists; \

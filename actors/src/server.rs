@@ -295,6 +295,7 @@ async fn handle(ctx: &Ctx, request: Request) -> Reply {
         Request::AddSource { source } => ok(p.add_source(source).await),
         Request::RemoveSource { id, forget } => ok(p.remove_source(&id, forget).await),
         Request::Reindex { id } => ok(p.reindex(&id).await),
+        Request::Reconcile { id, allow_removals } => ok(p.reconcile(&id, allow_removals).await),
         Request::Links { source, slug } => ok(p.links(&source, &slug).await),
         Request::Duplicates { threshold } => ok(p.duplicates(threshold).await),
         Request::Subscribe => error(ErrorCode::BadRequest, "`subscribe` is handled by the connection"),

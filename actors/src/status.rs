@@ -12,7 +12,7 @@ use tokio::time::Instant;
 pub struct SourceStatus {
     pub source: String,
     pub root: String,
-    /// `starting`, `scanning`, `watching`, `retrying` or `stopped`.
+    /// `starting`, `scanning`, `watching`, `retrying`, `unavailable` or `stopped`.
     pub state: String,
     /// Pages stored (searchable by name and keyword).
     pub pages: usize,
@@ -39,8 +39,15 @@ pub struct SourceStatus {
     pub last_event_ts: Option<u64>,
     /// Files that could not be indexed, with why (latest per path).
     pub failures: Vec<FileFailure>,
-    /// The last infrastructure failure, while retrying.
+    /// The last infrastructure failure, while retrying; what is wrong and what to do, while
+    /// unavailable.
     pub error: Option<String>,
+    /// Why the folder cannot be read now: nothing is removed, the index answers as last seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unavailable: Option<cairn_ingest::Unavailable>,
+    /// Removals a scan found and holds until `cairn reconcile ID --allow-removals`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_removals: Option<cairn_ingest::HeldRemovals>,
 }
 
 /// A file that could not be indexed.
@@ -58,6 +65,8 @@ struct Entry {
     in_flight: u64,
     pending_since: Option<Instant>,
     failures: BTreeMap<String, FileFailure>,
+    /// Set while the folder cannot be read; it outranks whatever state the stages report.
+    unavailable: Option<cairn_ingest::Unavailable>,
 }
 
 impl Entry {
@@ -169,6 +178,26 @@ impl StatusBoard {
         });
     }
 
+    /// The folder cannot be read (`Some`), or can again (`None`).
+    pub fn set_unavailable(&self, source: &str, why: Option<cairn_ingest::Unavailable>) {
+        self.with(source, |e| e.unavailable = why);
+    }
+
+    /// Removals held (`Some`), or none any more.
+    pub fn set_held(&self, source: &str, held: Option<cairn_ingest::HeldRemovals>) {
+        self.with(source, |e| e.status.held_removals = held);
+    }
+
+    /// Why each unavailable source is, with what to do about it.
+    pub fn unavailable(&self) -> BTreeMap<String, String> {
+        let map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        map.iter()
+            .filter_map(|(id, e)| {
+                e.unavailable.as_ref().map(|u| (id.clone(), u.describe(id, &e.status.root)))
+            })
+            .collect()
+    }
+
     pub fn get(&self, source: &str) -> Option<SourceStatus> {
         let map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         map.get(source).map(snapshot)
@@ -184,6 +213,11 @@ fn snapshot(e: &Entry) -> SourceStatus {
     let mut s = e.status.clone();
     s.lag_ms = e.pending_since.map_or(0, |t| t.elapsed().as_millis() as u64);
     s.failures = e.failures.values().cloned().collect();
+    if let Some(why) = &e.unavailable {
+        s.state = "unavailable".into();
+        s.error = Some(why.describe(&s.source, &s.root));
+        s.unavailable = Some(why.clone());
+    }
     s
 }
 

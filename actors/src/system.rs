@@ -10,12 +10,13 @@
 use crate::config::{Config, SourceConfig};
 use crate::embedding::EmbedScheduler;
 use crate::event::{Event, EventKind, SYSTEM_STREAM};
+use crate::folders::FolderBook;
 use crate::host::PageWithBody;
 use crate::log::{Emitter, EventLog, SyncLog};
 use crate::poison::PoisonBook;
 use crate::query::{AddSource, Get, QueryActor, RemoveSource, Search};
 use crate::status::{SourceStatus, StatusBoard};
-use crate::watcher::{Flush, Inject, StopWatching, Watcher, WatcherOptions};
+use crate::watcher::{Flush, Inject, Reconcile, ReconcileReport, StopWatching, Watcher, WatcherOptions};
 use crate::workers::Parser;
 use crate::writer::{AwaitVectors, Ready, SourceWriter, WriterOptions, WriterParts};
 use actix::prelude::*;
@@ -121,6 +122,7 @@ struct Shared {
     parts: WriterParts,
     parser: Addr<Parser>,
     book: Arc<PoisonBook>,
+    folders: Arc<FolderBook>,
     wopts: WatcherOptions,
     arbiter: actix::ArbiterHandle,
 }
@@ -257,20 +259,14 @@ impl Pipeline {
 
         let db = config.database().await?;
         let stored = db.sources().await?;
-        let mut sources = config.sources.clone();
-        for info in &stored {
-            if sources.iter().any(|s| s.id == info.id) {
-                continue;
-            }
-            if let Some(root) = info.root.as_ref().filter(|r| Path::new(r).is_dir()) {
-                sources.push(SourceConfig {
-                    id: info.id.clone(),
-                    root: root.into(),
-                    include: info.include.clone(),
-                    exclude: info.exclude.clone(),
-                });
-            }
-        }
+        let folders = Arc::new(FolderBook::open(&config.paths().state()).unwrap_or_else(|e| {
+            tracing::warn!(
+                "{}: {e}; the folders given here are remembered until restart only",
+                config.paths().state().display()
+            );
+            FolderBook::in_memory()
+        }));
+        let sources = watched_here(&config, &stored, &folders);
         let ids: Vec<String> = sources.iter().map(|s| s.id.clone()).collect();
         emit.emit(SYSTEM_STREAM, vec![EventKind::SystemStarted { unix_ms, sources: ids }]).await;
 
@@ -321,8 +317,9 @@ impl Pipeline {
             quiet_ms: config.debounce_ms,
             reconcile_every: (config.reconcile_secs > 0).then(|| Duration::from_secs(config.reconcile_secs)),
             notify: config.watch,
+            mass_removals: !config.limits.hold_mass_removals,
         };
-        let shared = Shared { parts, parser, book, wopts, arbiter: actix::Arbiter::current() };
+        let shared = Shared { parts, parser, book, folders, wopts, arbiter: actix::Arbiter::current() };
         let cairn = Pipeline {
             inner: Arc::new(Inner {
                 query: query.clone(),
@@ -343,7 +340,8 @@ impl Pipeline {
                 start_source(&cairn.inner.shared, &cairn.inner.status, &cairn.inner.emit, s).await?;
             cairn.inner.sources.lock().unwrap_or_else(|p| p.into_inner()).insert(running.0, running.1);
         }
-        // Sources the database holds whose folder is not here: served as stored.
+        // Sources the database holds whose folder was not given on this machine: served as
+        // stored, never scanned here (and said so in every answer that searches them).
         for info in stored {
             if cairn.source_ids().contains(&info.id) {
                 continue;
@@ -352,11 +350,18 @@ impl Pipeline {
                 Ok(store) => {
                     let (resident, _) =
                         cairn_index::Resident::load(&store, config.exact_vectors_up_to).await?;
+                    let status = &cairn.inner.status;
+                    status.register(&info.id, info.root.as_deref().unwrap_or_default());
+                    status.set_pages(&info.id, resident.read().page_count());
+                    status.set_unavailable(&info.id, Some(cairn_ingest::Unavailable::NotHere));
                     query
                         .send(AddSource { store, resident, root: None })
                         .await
                         .map_err(|_| Error::Stopped)?;
-                    tracing::info!("source `{}`: its folder is not here; served as stored", info.id);
+                    tracing::info!(
+                        "source `{}`: its folder was not given on this machine; served as stored",
+                        info.id
+                    );
                 }
                 Err(e) => tracing::warn!("source `{}` cannot be opened: {e}", info.id),
             }
@@ -435,8 +440,23 @@ impl Pipeline {
                 cairn_index::ResidentIndex::forget_snapshot(&crate::writer::snapshot_path(dir, id));
             }
             self.inner.shared.book.forget_source(id);
+            self.inner.shared.folders.forget(id);
         }
         Ok(())
+    }
+
+    /// Compare a source's folder with its index now; with `allow_removals`, apply the removals
+    /// the guard holds, and those of an empty or other folder (`cairn reconcile`).
+    pub async fn reconcile(&self, id: &str, allow_removals: bool) -> Result<ReconcileReport> {
+        let watcher = self.running().into_iter().find(|(s, _)| s == id).map(|(_, r)| r.watcher);
+        let Some(watcher) = watcher else {
+            let why = match self.inner.status.get(id) {
+                Some(st) => st.error.unwrap_or_else(|| format!("`{id}` is not watched here")),
+                None => format!("unknown source `{id}`; sources: {}", self.source_ids().join(", ")),
+            };
+            return Err(Error::Config(why));
+        };
+        watcher.send(Reconcile { allow_removals }).await.map_err(|_| Error::Stopped)?.map_err(Error::Pipeline)
     }
 
     /// Drop a source's tables and index its folder again from scratch.
@@ -630,6 +650,8 @@ async fn start_source(
     s: SourceConfig,
 ) -> Result<(String, Running)> {
     status.register(&s.id, &s.root.display().to_string());
+    // Given here: from now on this machine scans it (and knows it again at the next start).
+    shared.folders.told(&s.id, &s.root);
     let info = SourceInfo {
         id: s.id.clone(),
         root: Some(s.root.canonicalize().unwrap_or_else(|_| s.root.clone()).display().to_string()),
@@ -651,9 +673,40 @@ async fn start_source(
         emit.clone(),
         status.clone(),
         shared.parts.embedder.clone(),
+        shared.folders.clone(),
     )
     .map_err(|e| Error::Config(format!("source `{}`: {e}", s.id)))?;
     Ok((s.id.clone(), Running { config: s, watcher: w.start(), writer }))
+}
+
+/// The sources this process scans: the configuration's (given now), and those the database holds
+/// that were given on this machine before (the folder book). A stored root is not a command: a
+/// source recorded by another machine is served as stored. A local database's folder is on this
+/// machine, so its stored roots are adopted into the book the first time (databases made before
+/// the book existed).
+fn watched_here(config: &Config, stored: &[SourceInfo], folders: &FolderBook) -> Vec<SourceConfig> {
+    let mut sources = config.sources.clone();
+    for info in stored {
+        if sources.iter().any(|s| s.id == info.id) {
+            continue;
+        }
+        let root = match (folders.get(&info.id), &info.root) {
+            (Some(record), _) => record.root,
+            (None, Some(root)) if cairn_index::store::is_local(&config.db) => {
+                folders.told(&info.id, Path::new(root));
+                root.into()
+            }
+            _ => continue,
+        };
+        // Watched even when the folder is not there now: the source is unavailable until it is.
+        sources.push(SourceConfig {
+            id: info.id.clone(),
+            root,
+            include: info.include.clone(),
+            exclude: info.exclude.clone(),
+        });
+    }
+    sources
 }
 
 /// `fut`, or `None` once `limit` of wall-clock time has passed. Not tokio's timer: under paused

@@ -6,6 +6,13 @@
 //! cairn was not running), when notify reports lost events, when a folder appears or moves (its
 //! files have no events of their own), periodically as a safety net, and on `Flush`.
 //!
+//! Removals pass the guard of [`cairn_ingest::folder`] first. A folder that is missing, empty
+//! while the index holds pages, or another folder than the one indexed makes the source
+//! unavailable (nothing is removed; the index answers as last seen) until a glance at the folder
+//! every [`RECHECK_EVERY`] sees it back; a removal of most of the source is held for a yes
+//! (`cairn reconcile ID --allow-removals`). Live delete events pass the same guard: ordinary ones
+//! apply at once, any other is looked at by a reconcile.
+//!
 //! Backpressure: notify's callback pushes into a bounded channel ([`NOTIFY_QUEUE`]); this actor
 //! handles one batch of settled changes at a time (`ctx.wait`) and awaits the writer, whose
 //! mailbox is bounded. A slow writer therefore stops this actor reading the channel, the channel
@@ -14,11 +21,15 @@
 
 use crate::embedding::EmbedScheduler;
 use crate::event::EventKind;
+use crate::folders::FolderBook;
 use crate::log::Emitter;
 use crate::status::StatusBoard;
 use crate::workers::{PARSE_GROUP, Parse, Parsed, Parser, Scan};
-use crate::writer::{Commit, Ingest, Origin, SourceWriter, States};
+use crate::writer::{Commit, Covers, Ingest, Origin, SourceWriter, States};
 use actix::prelude::*;
+use cairn_ingest::folder::{
+    self, Consent, FolderIdentity, Glance, HeldRemovals, Reading, Unavailable, Verdict,
+};
 use cairn_ingest::{Debouncer, PathFilter, RawEvent, ScanOptions, Settled, rel_string};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -31,6 +42,12 @@ use std::time::Duration;
 pub const NOTIFY_QUEUE: usize = 4096;
 /// Mailbox bound: control messages (flush, stop, injected replay events) are few.
 const MAILBOX: usize = 64;
+/// How often an unavailable source's folder is glanced at (a few stats, no scan) to notice it is
+/// back.
+pub const RECHECK_EVERY: Duration = Duration::from_secs(2);
+/// An unavailable folder that is there but unchanged to a glance is scanned again this often (a
+/// copy into its subfolders does not change what a glance sees).
+const REJUDGE_EVERY: Duration = Duration::from_secs(60);
 
 /// Watcher knobs.
 #[derive(Debug, Clone)]
@@ -40,6 +57,8 @@ pub struct WatcherOptions {
     pub reconcile_every: Option<Duration>,
     /// Watch with notify (off for replays, which inject the events themselves).
     pub notify: bool,
+    /// Mass removals apply without asking (`[limits] hold_mass_removals = false`).
+    pub mass_removals: bool,
 }
 
 impl Default for WatcherOptions {
@@ -48,6 +67,7 @@ impl Default for WatcherOptions {
             quiet_ms: Debouncer::DEFAULT_QUIET_MS,
             reconcile_every: Some(Duration::from_secs(600)),
             notify: true,
+            mass_removals: false,
         }
     }
 }
@@ -64,6 +84,18 @@ struct Handles {
     status: StatusBoard,
     /// Held while a scan's pages are committed (see [`crate::embedding`]).
     embedder: EmbedScheduler,
+    /// The folders given on this machine, with their identities.
+    folders: Arc<FolderBook>,
+    /// `[limits] hold_mass_removals = false`: mass removals apply without asking.
+    mass_removals: bool,
+}
+
+/// Why the source is unavailable, and how its folder looked when that was decided.
+#[derive(Debug)]
+struct Away {
+    why: Unavailable,
+    glance: Glance,
+    judged: std::time::Instant,
 }
 
 /// One source's watcher.
@@ -81,6 +113,9 @@ pub struct Watcher {
     reported: HashSet<(String, String)>,
     failures: u32,
     stopped: bool,
+    away: Option<Away>,
+    held: Option<HeldRemovals>,
+    recheck: Option<SpawnHandle>,
 }
 
 impl std::fmt::Debug for Watcher {
@@ -104,10 +139,22 @@ impl Watcher {
         emit: Emitter,
         status: StatusBoard,
         embedder: EmbedScheduler,
+        folders: Arc<FolderBook>,
     ) -> Result<Self, cairn_ingest::Error> {
         let filter = Arc::new(PathFilter::new(&scan)?);
         Ok(Self {
-            h: Handles { id: id.into(), root: Arc::new(root), scan, parser, writer, emit, status, embedder },
+            h: Handles {
+                id: id.into(),
+                root: Arc::new(root),
+                scan,
+                parser,
+                writer,
+                emit,
+                status,
+                embedder,
+                folders,
+                mass_removals: opts.mass_removals,
+            },
             filter,
             debouncer: Debouncer::new(opts.quiet_ms),
             opts,
@@ -117,6 +164,9 @@ impl Watcher {
             reported: HashSet::new(),
             failures: 0,
             stopped: false,
+            away: None,
+            held: None,
+            recheck: None,
         })
     }
 
@@ -187,12 +237,15 @@ impl Watcher {
         (!settled.is_empty()).then(|| self.classify(settled))
     }
 
-    fn after(&mut self, res: Result<(), String>, ctx: &mut Context<Self>) {
+    fn after(&mut self, res: Result<Option<ReconcileReport>, String>, ctx: &mut Context<Self>) {
         match res {
-            Ok(()) => {
+            Ok(report) => {
                 self.failures = 0;
+                if let Some(r) = &report {
+                    self.note(r, ctx);
+                }
                 // A source whose folder was missing at start is watched once it is there.
-                if self.opts.notify && self.notify.is_none() && !self.stopped {
+                if self.opts.notify && self.notify.is_none() && self.away.is_none() && !self.stopped {
                     let _ = self.start_notify(ctx);
                 }
             }
@@ -219,13 +272,138 @@ impl Watcher {
         }
     }
 
+    /// What a reconcile found about the folder: the source is unavailable, has removals held, or
+    /// is fine again. Each change is told once (an event, the status, the log).
+    fn note(&mut self, r: &ReconcileReport, ctx: &mut Context<Self>) {
+        let root = self.h.root.display().to_string();
+        let mut events = Vec::new();
+        match &r.unavailable {
+            Some(why) => {
+                if self.away.as_ref().map(|a| &a.why) != Some(why) {
+                    let message = why.describe(&self.h.id, &root);
+                    tracing::warn!("{message}");
+                    events.push(EventKind::SourceUnavailable { unavailable: why.clone(), message });
+                    self.h.status.set_unavailable(&self.h.id, Some(why.clone()));
+                }
+                let glance = Glance::of(&self.h.root);
+                self.away = Some(Away { why: why.clone(), glance, judged: std::time::Instant::now() });
+                self.watch_for_return(ctx);
+            }
+            None if self.away.take().is_some() => {
+                tracing::info!("source `{}`: its folder {root} is back", self.h.id);
+                self.h.status.set_unavailable(&self.h.id, None);
+                events.push(EventKind::SourceAvailable);
+                if let Some(h) = self.recheck.take() {
+                    ctx.cancel_future(h);
+                }
+                // The folder may be another inode than the one notify was watching.
+                self.notify = None;
+                self.queue = None;
+                if self.opts.notify && !self.stopped {
+                    let _ = self.start_notify(ctx);
+                }
+            }
+            None => {}
+        }
+        if r.unavailable.is_none() && r.held != self.held {
+            if let Some(held) = &r.held {
+                let message = held.describe(&self.h.id, &root);
+                tracing::warn!("{message}");
+                events.push(EventKind::RemovalsHeld { held: held.clone(), message });
+            }
+            self.held = r.held.clone();
+            self.h.status.set_held(&self.h.id, r.held.clone());
+        }
+        if !events.is_empty() {
+            let (emit, id) = (self.h.emit.clone(), self.h.id.clone());
+            actix::spawn(async move { emit.emit(&id, events).await });
+        }
+    }
+
+    /// While unavailable: glance at the folder every [`RECHECK_EVERY`], and reconcile when it
+    /// looks different (or every [`REJUDGE_EVERY`]).
+    fn watch_for_return(&mut self, ctx: &mut Context<Self>) {
+        if self.recheck.is_some() {
+            return;
+        }
+        self.recheck = Some(ctx.run_interval(RECHECK_EVERY, |act, ctx| {
+            let Some(away) = &act.away else { return };
+            if act.stopped {
+                return;
+            }
+            if Glance::of(&act.h.root) != away.glance || away.judged.elapsed() >= REJUDGE_EVERY {
+                act.reconcile(ctx, "recheck");
+            }
+        }));
+    }
+
     fn reconcile(&mut self, ctx: &mut Context<Self>, reason: &'static str) {
         let reported = std::mem::take(&mut self.reported);
-        let fut = reconcile(self.h.clone(), reason, reported);
+        let fut = reconcile(self.h.clone(), reason, reported, Consent::default());
         ctx.wait(actix::fut::wrap_future::<_, Self>(fut).map(|(res, reported), act, ctx| {
             act.reported = reported;
-            act.after(res, ctx)
+            act.after(res.map(Some), ctx)
         }));
+    }
+
+    /// Settle everything seen so far, compare the folder with the index when `rescan` says with
+    /// what consent, and commit: the table version, and what the comparison found.
+    fn drain(
+        &mut self,
+        rescan: Option<Consent>,
+        ctx: &mut Context<Self>,
+    ) -> actix::fut::LocalBoxActorFuture<Self, Result<(u64, Option<ReconcileReport>), String>> {
+        if let Some((_, handle)) = self.tick.take() {
+            ctx.cancel_future(handle);
+        }
+        // Events notify has already queued count as seen.
+        let queued: Vec<RawEvent> = match &self.queue {
+            Some(q) => {
+                let mut q = q.lock().unwrap_or_else(|p| p.into_inner());
+                std::iter::from_fn(|| q.try_recv().ok()).collect()
+            }
+            None => Vec::new(),
+        };
+        let now = self.h.emit.now();
+        for raw in queued {
+            self.debouncer.push(raw, now);
+        }
+        // One future, so the steps run in this order (actix runs the latest `ctx.wait` first).
+        let changes = self.settle(true, ctx);
+        let reported = std::mem::take(&mut self.reported);
+        let h = self.h.clone();
+        let fut = async move {
+            let mut res = match changes {
+                Some(c) => process(h.clone(), c).await,
+                None => Ok(None),
+            };
+            let reported = match rescan {
+                Some(consent) if res.is_ok() => {
+                    let (r, reported) = reconcile(h.clone(), "flush", reported, consent).await;
+                    res = r.map(Some);
+                    reported
+                }
+                _ => reported,
+            };
+            let done = match res {
+                Ok(report) => h
+                    .writer
+                    .send(Commit)
+                    .await
+                    .map_err(|e| format!("pipeline stopped: {e}"))
+                    .and_then(|r| r)
+                    .map(|version| (version, report)),
+                Err(e) => Err(e),
+            };
+            (done, reported)
+        };
+        Box::pin(actix::fut::wrap_future::<_, Self>(fut).map(|(done, reported), act, ctx| {
+            act.reported.extend(reported);
+            if let Ok((_, Some(report))) = &done {
+                act.note(report, ctx);
+            }
+            done
+        }))
     }
 
     /// Settled changes → what to parse and remove, and the file events to log.
@@ -308,8 +486,12 @@ struct Changes {
 }
 
 /// Log the file events, parse in groups, hand everything to the writer in order; then rescan if
-/// a folder appeared or events were lost.
-async fn process(h: Handles, mut c: Changes) -> Result<(), String> {
+/// a folder appeared, events were lost, or removals were not ordinary (the rescan's reconcile
+/// judges them with the whole folder in view).
+async fn process(h: Handles, mut c: Changes) -> Result<Option<ReconcileReport>, String> {
+    if !c.rescan && !c.removed.is_empty() && !removals_are_ordinary(&h, &c).await? {
+        c.rescan = true;
+    }
     let rescan = c.rescan;
     if rescan {
         // The rescan removes whatever left the folder, in one batch with whatever it finds: a file
@@ -321,9 +503,29 @@ async fn process(h: Handles, mut c: Changes) -> Result<(), String> {
     }
     let found_dir = apply(&h, c).await?;
     if rescan || found_dir {
-        reconcile(h, "rescan", HashSet::new()).await.0?;
+        return reconcile(h, "rescan", HashSet::new(), Consent::default()).await.0.map(Some);
     }
-    Ok(())
+    Ok(None)
+}
+
+/// Whether a tick's removals may apply at once: the folder is still the one indexed, and they
+/// take neither most of the source nor all of it (a folder emptied under a running watch).
+async fn removals_are_ordinary(h: &Handles, c: &Changes) -> Result<bool, String> {
+    let recorded = h.folders.get(&h.id).and_then(|r| r.identity);
+    match FolderIdentity::read(&h.root) {
+        Err(_) => return Ok(false),
+        Ok(now) if recorded.is_some_and(|r| r.change_to(&now).is_some()) => return Ok(false),
+        Ok(_) => {}
+    }
+    let renamed: HashSet<&str> = c.renamed.iter().map(|(from, _)| from.as_str()).collect();
+    let lost: Vec<(PathBuf, bool)> =
+        c.removed.iter().filter(|(p, _)| !renamed.contains(rel_string(p).as_str())).cloned().collect();
+    if lost.is_empty() {
+        return Ok(true);
+    }
+    let (covered, indexed) =
+        h.writer.send(Covers(lost)).await.map_err(|e| format!("pipeline stopped: {e}"))?;
+    Ok(covered == 0 || covered < indexed && (h.mass_removals || !folder::is_mass_removal(covered, indexed)))
 }
 
 /// Returns whether a directory stood where a file was expected.
@@ -367,22 +569,55 @@ async fn commit(h: &Handles) -> Result<(), String> {
     h.writer.send(Commit).await.map(|_| ()).map_err(|e| format!("pipeline stopped: {e}"))
 }
 
-/// Compare the folder with the index and apply the difference. Files whose path, size and
-/// modification time are those they were indexed with are not read (a stat cache, as git's).
+/// What a comparison of a folder with its index did (the answer to `cairn reconcile`).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ReconcileReport {
+    pub source: String,
+    /// Notes found in the folder.
+    pub files: usize,
+    /// Of them, new or changed since they were indexed.
+    pub changed: usize,
+    /// Pages removed because their file is gone.
+    pub removed: usize,
+    /// Removals found and held for a yes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<HeldRemovals>,
+    /// The folder could not be read as the source's: nothing was applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unavailable: Option<Unavailable>,
+}
+
+/// Compare the folder with the index and apply what the guard lets through (see the module's
+/// doc). Files whose path, size and modification time are those they were indexed with are not
+/// read (a stat cache, as git's).
 async fn reconcile(
     h: Handles,
     reason: &'static str,
     mut reported: HashSet<(String, String)>,
-) -> (Result<(), String>, HashSet<(String, String)>) {
-    let res: Result<(), String> = async {
+    consent: Consent,
+) -> (Result<ReconcileReport, String>, HashSet<(String, String)>) {
+    let res: Result<ReconcileReport, String> = async {
         h.status.set_state(&h.id, "scanning", None);
+        let mut report = ReconcileReport { source: h.id.clone(), ..ReconcileReport::default() };
+        let unavailable = |mut report: ReconcileReport, why: Unavailable| {
+            h.status.set_state(&h.id, "watching", None);
+            report.unavailable = Some(why);
+            Ok(report)
+        };
+        let identity = match FolderIdentity::read(&h.root) {
+            Ok(i) => i,
+            Err(why) => return unavailable(report, why),
+        };
         let stopped = |e: MailboxError| format!("pipeline stopped: {e}");
-        let scan = h
+        let scan = match h
             .parser
             .send(Scan { root: h.root.clone(), opts: h.scan.clone() })
             .await
             .map_err(stopped)?
-            .map_err(|e| format!("cannot scan {}: {e}", h.root.display()))?;
+        {
+            Ok(scan) => scan,
+            Err(e) => return unavailable(report, Unavailable::Unreadable { message: e.to_string() }),
+        };
         let states = h.writer.send(States).await.map_err(stopped)?;
         let mut events = Vec::new();
         for p in &scan.problems {
@@ -392,11 +627,50 @@ async fn reconcile(
             }
         }
         let present: HashSet<&str> = scan.files.iter().map(|f| f.slug.as_str()).collect();
-        let removed: Vec<(PathBuf, bool)> = states
+        let gone: Vec<&str> = states
             .iter()
             .filter(|(s, _)| !present.contains(s.as_str()))
-            .map(|(_, st)| (PathBuf::from(&st.path), false))
+            .map(|(_, st)| st.path.as_str())
             .collect();
+        // A page gone from one path and a new file of its size and time elsewhere: a move.
+        let moved = {
+            let stat = |p: &str| {
+                states.values().find(|st| st.path == p).map_or((0, 0), |st| (st.bytes as u64, st.mtime_ms))
+            };
+            let arrived: Vec<(u64, i64)> = scan
+                .files
+                .iter()
+                .filter(|f| !states.contains_key(&f.slug))
+                .map(|f| (f.size, f.mtime_ms))
+                .collect();
+            folder::moved(&gone.iter().map(|p| stat(p)).collect::<Vec<_>>(), &arrived)
+        };
+        let recorded = h.folders.get(&h.id).and_then(|r| r.identity);
+        let reading = Reading {
+            indexed: states.len(),
+            found: scan.files.len(),
+            removing: moved.iter().filter(|m| !**m).count(),
+            change: recorded.and_then(|r| r.change_to(&identity)),
+        };
+        let consent = Consent { mass_removals: consent.mass_removals || h.mass_removals, ..consent };
+        let removed: Vec<&str> = match folder::judge(&reading, consent) {
+            Verdict::Unavailable(why) => {
+                h.emit.emit(&h.id, events).await;
+                return unavailable(report, why);
+            }
+            Verdict::Hold { removing, indexed } => {
+                let mut sample: Vec<String> =
+                    gone.iter().zip(&moved).filter(|(_, m)| !**m).map(|(p, _)| p.to_string()).collect();
+                sample.sort();
+                sample.truncate(folder::HELD_SAMPLE);
+                report.held = Some(HeldRemovals { removing, indexed, sample });
+                // The moves still apply: they are renames, not losses.
+                gone.iter().zip(&moved).filter(|(_, m)| **m).map(|(p, _)| *p).collect()
+            }
+            Verdict::Apply => gone,
+        };
+        h.folders.set_identity(&h.id, &identity);
+        let removed: Vec<(PathBuf, bool)> = removed.into_iter().map(|p| (PathBuf::from(p), false)).collect();
         let to_parse: Vec<PathBuf> = scan
             .files
             .iter()
@@ -411,18 +685,22 @@ async fn reconcile(
             })
             .map(|f| f.rel.clone())
             .collect();
+        report.files = scan.files.len();
+        report.changed = to_parse.len();
+        report.removed = removed.len();
         events.push(EventKind::Reconciled {
             reason: reason.into(),
-            files: scan.files.len(),
-            changed: to_parse.len(),
-            removed: removed.len(),
+            files: report.files,
+            changed: report.changed,
+            removed: report.removed,
+            held: report.held.as_ref().map_or(0, |h| h.removing),
         });
         h.emit.emit(&h.id, events).await;
         // Names and keywords first: the model waits until these pages are committed.
         let _hold = (!to_parse.is_empty()).then(|| h.embedder.hold_bulk());
         apply(&h, Changes { to_parse, removed, ..Changes::default() }).await?;
         h.status.set_state(&h.id, "watching", None);
-        Ok(())
+        Ok(report)
     }
     .await;
     if let Err(e) = &res {
@@ -481,7 +759,10 @@ impl Actor for Watcher {
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.set_mailbox_capacity(MAILBOX);
         self.h.status.register(&self.h.id, &self.h.root.display().to_string());
+        // A missing folder is the catch-up's to report (the source is unavailable until it is
+        // back, and watched from then on).
         if self.opts.notify
+            && self.h.root.is_dir()
             && let Err(e) = self.start_notify(ctx)
         {
             // Without live events the source is still kept current by the periodic and flush
@@ -494,7 +775,7 @@ impl Actor for Watcher {
                 if act.stopped {
                     return;
                 }
-                if act.opts.notify && act.notify.is_none() {
+                if act.opts.notify && act.notify.is_none() && act.away.is_none() {
                     let _ = act.start_notify(ctx);
                 }
                 act.reconcile(ctx, "periodic");
@@ -537,51 +818,31 @@ impl Handler<Flush> for Watcher {
     type Result = AtomicResponse<Self, Result<u64, String>>;
 
     fn handle(&mut self, msg: Flush, ctx: &mut Context<Self>) -> Self::Result {
-        if let Some((_, handle)) = self.tick.take() {
-            ctx.cancel_future(handle);
-        }
-        // Events notify has already queued count as seen.
-        let queued: Vec<RawEvent> = match &self.queue {
-            Some(q) => {
-                let mut q = q.lock().unwrap_or_else(|p| p.into_inner());
-                std::iter::from_fn(|| q.try_recv().ok()).collect()
-            }
-            None => Vec::new(),
-        };
-        let now = self.h.emit.now();
-        for raw in queued {
-            self.debouncer.push(raw, now);
-        }
-        // One future, so the steps run in this order (actix runs the latest `ctx.wait` first).
-        let changes = self.settle(true, ctx);
-        let reported = std::mem::take(&mut self.reported);
-        let h = self.h.clone();
-        let fut = async move {
-            let mut res = match changes {
-                Some(c) => process(h.clone(), c).await,
-                None => Ok(()),
-            };
-            let reported = if msg.rescan && res.is_ok() {
-                let (r, reported) = reconcile(h.clone(), "flush", reported).await;
-                res = r;
-                reported
-            } else {
-                reported
-            };
-            let version = match res {
-                Ok(()) => {
-                    h.writer.send(Commit).await.map_err(|e| format!("pipeline stopped: {e}")).and_then(|r| r)
-                }
-                Err(e) => Err(e),
-            };
-            (version, reported)
-        };
-        AtomicResponse::new(Box::pin(actix::fut::wrap_future::<_, Self>(fut).map(
-            |(version, reported), act, _| {
-                act.reported.extend(reported);
-                version
-            },
-        )))
+        let drained = self.drain(msg.rescan.then(Consent::default), ctx);
+        let root = self.h.root.display().to_string();
+        AtomicResponse::new(Box::pin(drained.map(move |done, act, _| match done? {
+            // An unavailable folder is not up to date: the flush says why.
+            (_, Some(ReconcileReport { unavailable: Some(why), .. })) => Err(why.describe(&act.h.id, &root)),
+            (version, _) => Ok(version),
+        })))
+    }
+}
+
+/// Compare the folder with the index now (`cairn reconcile`); with `allow_removals`, removals the
+/// guard would hold, and those of an empty or other folder, apply.
+#[derive(Debug, Message)]
+#[rtype(result = "Result<ReconcileReport, String>")]
+pub struct Reconcile {
+    pub allow_removals: bool,
+}
+
+impl Handler<Reconcile> for Watcher {
+    type Result = AtomicResponse<Self, Result<ReconcileReport, String>>;
+
+    fn handle(&mut self, msg: Reconcile, ctx: &mut Context<Self>) -> Self::Result {
+        let consent = Consent { removals: msg.allow_removals, ..Consent::default() };
+        let drained = self.drain(Some(consent), ctx);
+        AtomicResponse::new(Box::pin(drained.map(|done, _, _| done.map(|(_, r)| r.unwrap_or_default()))))
     }
 }
 

@@ -394,24 +394,26 @@ impl SourceWriter {
     /// Mark the page at `rel` (and, with `folder`, every page under it) for removal. False when
     /// nothing stored is there.
     fn remove_path(&mut self, rel: &std::path::Path, folder: bool) -> bool {
-        let path = rel_string(rel);
-        // With `folder` off, a prefix no path can have.
-        let prefix = if folder { format!("{path}/") } else { "\0".into() };
         let mut any = false;
-        let slug = slugify_path(rel).unwrap_or_default();
-        let under: Vec<String> = self
-            .known
-            .iter()
-            .filter(|(s, st)| **s == slug && st.path == path || st.path.starts_with(&prefix))
-            .map(|(s, _)| s.clone())
-            .collect();
-        for s in under {
+        for s in self.stored_at(rel, folder) {
             any |= self.removals.insert(s);
         }
         // A page buffered for that path and not yet committed goes too.
+        let (path, prefix) = path_and_prefix(rel, folder);
         let before = self.buffer.len();
         self.buffer.retain(|(p, _, _)| p.path != path && !p.path.starts_with(&prefix));
         any || before != self.buffer.len()
+    }
+
+    /// Slugs of the stored pages at `rel` (with `folder`, under it too).
+    fn stored_at(&self, rel: &std::path::Path, folder: bool) -> Vec<String> {
+        let (path, prefix) = path_and_prefix(rel, folder);
+        let slug = slugify_path(rel).unwrap_or_default();
+        self.known
+            .iter()
+            .filter(|(s, st)| **s == slug && st.path == path || st.path.starts_with(&prefix))
+            .map(|(s, _)| s.clone())
+            .collect()
     }
 
     /// A removal and a new page with the same content are a rename the path events did not show
@@ -1208,6 +1210,14 @@ impl Handler<AwaitVectors> for SourceWriter {
     }
 }
 
+/// A path as stored, and the prefix of the paths under it when it may be a folder (else one no
+/// path has).
+fn path_and_prefix(rel: &std::path::Path, folder: bool) -> (String, String) {
+    let path = rel_string(rel);
+    let prefix = if folder { format!("{path}/") } else { "\0".into() };
+    (path, prefix)
+}
+
 /// The stored state of every page (for the watcher's catch-up comparison).
 #[derive(Debug, Message)]
 #[rtype(result = "HashMap<String, PageState>")]
@@ -1218,6 +1228,22 @@ impl Handler<States> for SourceWriter {
 
     fn handle(&mut self, _: States, _: &mut Context<Self>) -> Self::Result {
         MessageResult(self.known.clone())
+    }
+}
+
+/// How many stored pages these removed paths (`true`: maybe a folder) would take, and how many
+/// pages are stored: the watcher's check that live removals are ordinary.
+#[derive(Debug, Message)]
+#[rtype(result = "(usize, usize)")]
+pub struct Covers(pub Vec<(PathBuf, bool)>);
+
+impl Handler<Covers> for SourceWriter {
+    type Result = MessageResult<Covers>;
+
+    fn handle(&mut self, msg: Covers, _: &mut Context<Self>) -> Self::Result {
+        let covered: HashSet<String> =
+            msg.0.iter().flat_map(|(rel, folder)| self.stored_at(rel, *folder)).collect();
+        MessageResult((covered.len(), self.known.len()))
     }
 }
 

@@ -182,20 +182,24 @@ pub enum Stale {
     Modified,
     /// The file is gone.
     Deleted,
+    /// The source's folder cannot be read now (unmounted, empty, another folder…): the page is
+    /// as it was last indexed, and cannot be checked.
+    SourceUnavailable,
 }
 
 /// Mark each result whose file changed (`look` says how); a stale result is never `exists`: a
-/// deleted page is `unknown`, a modified one `probable`.
+/// deleted page is `unknown`, a modified one (or one whose folder cannot be read) `probable`.
 pub fn mark_stale(resp: &mut SearchResponse, look: impl Fn(&SearchResult) -> Option<Stale>) {
     let mut any = false;
     for r in &mut resp.results {
         r.stale = look(r);
         let cap = match r.stale {
             Some(Stale::Deleted) => CreateSafety::Unknown,
-            Some(Stale::Modified) => CreateSafety::Probable,
+            Some(Stale::Modified | Stale::SourceUnavailable) => CreateSafety::Probable,
             None => continue,
         };
-        any = true;
+        // An unavailable source's own note says why (see the freshness of the answer).
+        any |= r.stale != Some(Stale::SourceUnavailable);
         if r.create_safety < cap {
             r.create_safety = cap;
         }
