@@ -13,5 +13,6 @@ mod replay;
 mod s3;
 mod scan;
 mod support;
+mod vanished;
 mod watch;
 mod weed;

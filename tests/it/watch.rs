@@ -238,7 +238,7 @@ async fn ten_thousand_changes_at_once_are_all_reflected_after_flush() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_source_that_fails_retries_with_backoff_while_the_others_go_on() {
+async fn a_source_whose_folder_is_missing_is_unavailable_while_the_others_go_on() {
     let tmp = tempfile::tempdir().unwrap();
     let (good, missing, db) = (tmp.path().join("good"), tmp.path().join("later"), tmp.path().join("db"));
     write(&good, "owls.md", "# Owls\n\nBarn owls hunt by sound.\n");
@@ -256,10 +256,10 @@ async fn a_source_that_fails_retries_with_backoff_while_the_others_go_on() {
     let owls = cairn.search(SearchRequest::new("barn owls")).await.unwrap();
     assert_eq!((owls.results[0].source.as_str(), owls.results[0].slug.as_str()), ("good", "owls"));
     let later = sources(&cairn).await.into_iter().find(|s| s.source == "later").unwrap();
-    assert_eq!(later.state, "retrying", "{later:?}");
+    assert_eq!(later.state, "unavailable", "{later:?}");
     assert!(later.error.as_deref().unwrap_or_default().contains("later"), "{later:?}");
 
-    // The folder appears: the next retry picks it up.
+    // The folder appears: the next glance at it picks it up.
     write(&missing, "herons.md", "# Herons\n\nGrey herons wait in the shallows.\n");
     next_matching(&mut events, |e| {
         e.source == "later" && matches!(&e.kind, EventKind::PageIndexed { slug, .. } if slug == "herons")

@@ -1,0 +1,376 @@
+//! An empty or vanished folder never empties the index (real processes; private mount
+//! namespaces, `unshare -m` as root, hide a folder from one process the way an unmounted drive
+//! does). In each case nothing is removed, answers carry `source_unavailable:ID`, and once the
+//! folder is back its catch-up embeds nothing. A scan that would remove most of a source waits
+//! for `cairn reconcile ID --allow-removals`; ordinary removals, and `rm -r` of a subfolder while
+//! watching, apply at once.
+
+use crate::support::{EventReader, cairn_bin, copy_dir, write};
+use crate::weed::{BUCKET, KEY, SECRET, Weed};
+use cairn_index::Database;
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+
+/// A vault of `n` notes, each with a word of its own (`markerN`); `sub` of them in `sub/`.
+fn write_vault(root: &Path, n: usize, sub: usize) {
+    for i in 0..n {
+        let folder = if i < sub { "sub/" } else { "" };
+        write(
+            root,
+            &format!("{folder}note-{i}.md"),
+            &format!("# Note {i}\n\nNote {i} keeps the word marker{i} and a line about tides.\n"),
+        );
+    }
+}
+
+/// `cairn ARGS --db DB` (the test's own environment: one machine).
+fn cairn(db: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(cairn_bin());
+    c.args(args).args(["--db", db.to_str().unwrap()]);
+    c
+}
+
+/// `cmd` in a private mount namespace where `setup` (a shell line, run as root) ran first.
+fn hidden(setup: &str, cmd: &Command) -> Command {
+    let mut c = Command::new("unshare");
+    c.args(["-m", "sh", "-c", &format!("{setup} && exec \"$0\" \"$@\"")])
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => c.env(k, v),
+            None => c.env_remove(k),
+        };
+    }
+    c
+}
+
+fn json_of(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// `cairn index --json`, its summary (whatever its exit code).
+fn index(db: &Path, extra: &[&str]) -> Value {
+    json_of(&cairn(db, &["index", "--json"]).args(extra).output().unwrap())
+}
+
+/// Pages stored for source `id`.
+async fn stored(db: &Database, id: &str) -> usize {
+    db.open_existing(id).await.unwrap().all_pages().await.unwrap().len()
+}
+
+async fn local_pages(db: &Path) -> usize {
+    stored(&Database::open(db.to_str().unwrap()).await.unwrap(), "nt").await
+}
+
+/// A `cairn watch --json` child and its events.
+struct Watch {
+    child: Child,
+    events: EventReader,
+}
+
+impl Watch {
+    fn start(mut cmd: Command) -> Self {
+        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+        let events = EventReader::new(child.stdout.take().unwrap());
+        Self { child, events }
+    }
+
+    /// Events until `what` comes; none of them may remove a page.
+    fn until(&mut self, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+        self.events.wait_for(what, |e| {
+            assert_ne!(e["event"], "page_removed", "a page was removed: {e}");
+            done(e)
+        })
+    }
+
+    fn unavailable(&mut self, reasons: &[&str]) -> Value {
+        let e = self.until("the source made unavailable", |e| e["event"] == "source_unavailable");
+        let reason = e["unavailable"]["reason"].as_str().unwrap_or_default().to_string();
+        assert!(reasons.contains(&reason.as_str()), "{reason} is not one of {reasons:?}: {e}");
+        assert!(e["message"].as_str().unwrap_or_default().contains("nothing is removed"), "{e}");
+        e
+    }
+
+    /// SIGTERM, and its clean exit.
+    fn stop(mut self) {
+        Command::new("kill").arg(self.child.id().to_string()).status().unwrap();
+        let exit = self.child.wait().unwrap();
+        assert!(exit.code().is_some(), "stopped by the signal instead of cleanly: {exit}");
+    }
+}
+
+/// An answer over a source that cannot be read: found, marked, never proof of absence.
+fn assert_answered_as_unavailable(answer: &Value, slug: &str) {
+    let degraded: Vec<&str> =
+        answer["degraded"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert!(degraded.contains(&"source_unavailable:nt"), "{answer}");
+    assert!(answer["pending_changes"].is_null(), "no pending count can be given: {answer}");
+    let top = &answer["results"][0];
+    assert_eq!(top["slug"], slug, "{answer}");
+    assert_eq!(top["stale"], "source_unavailable", "{answer}");
+    assert_ne!(top["create_safety"], "exists", "{answer}");
+}
+
+fn search(db: &Path, query: &str) -> Value {
+    let out = cairn(db, &["search", "--json", query]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    json_of(&out)
+}
+
+/// No chunk was embedded and no page removed by a run (its `index --json` summary).
+fn assert_nothing_redone(summary: &Value, pages: u64) {
+    assert_eq!(summary["chunks_embedded"], 0, "{summary}");
+    assert_eq!(summary["pages_removed"], 0, "{summary}");
+    assert_eq!(summary["pages_unchanged"], pages, "{summary}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tmpfs_over_the_root_removes_nothing_and_the_catch_up_after_it_embeds_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (vault, db) = (tmp.path().join("vault"), tmp.path().join("db"));
+    write_vault(&vault, 5, 0);
+    let first = index(&db, &["--source", &format!("nt={}", vault.display())]);
+    assert_eq!(first["pages_indexed"], 5, "{first}");
+
+    // A watch that sees an empty tmpfs where the vault is (an unmounted drive's mount point).
+    let setup = format!("mount -t tmpfs none {}", vault.display());
+    let mut watch = Watch::start(hidden(&setup, &cairn(&db, &["watch", "--json"])));
+    watch.unavailable(&["empty", "other_folder"]);
+    // Asked from outside the namespace, through the watch (the owner).
+    let answer = search(&db, "Note 3");
+    assert_eq!(answer["served_by"]["role"], "owner", "{answer}");
+    assert_answered_as_unavailable(&answer, "note-3");
+    let status = json_of(&cairn(&db, &["status", "--json"]).output().unwrap());
+    let nt = &status["sources"][0];
+    assert_eq!(nt["state"], "unavailable", "{status}");
+    assert!(nt["error"].as_str().unwrap().contains("holds no notes"), "{status}");
+
+    // The drive comes back while the watch runs: it sees the folder and catches up, embedding
+    // nothing.
+    let pid = watch.child.id().to_string();
+    let umount = Command::new("nsenter").args(["-t", &pid, "-m", "umount"]).arg(&vault).status().unwrap();
+    assert!(umount.success());
+    watch.until("the folder back", |e| e["event"] == "source_available");
+    assert_eq!(search(&db, "marker3")["results"][0]["stale"], Value::Null);
+    watch.stop();
+    assert_eq!(local_pages(&db).await, 5);
+    assert_nothing_redone(&index(&db, &[]), 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_root_and_one_made_again_empty_remove_nothing_until_the_notes_are_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (vault, db, saved) = (tmp.path().join("vault"), tmp.path().join("db"), tmp.path().join("saved"));
+    write_vault(&vault, 5, 0);
+    copy_dir(&vault, &saved);
+    index(&db, &["--source", &format!("nt={}", vault.display())]);
+
+    // Deleted while nothing runs: the next run finds no folder.
+    std::fs::remove_dir_all(&vault).unwrap();
+    let run = index(&db, &[]);
+    assert_eq!(run["sources_failed"][0]["kind"], "source_unavailable", "{run}");
+    assert!(run["sources_failed"][0]["reason"].as_str().unwrap().contains("is not there"), "{run}");
+    assert_eq!(local_pages(&db).await, 5);
+
+    // A watch on it; the folder is made again, empty; then the notes come back.
+    let mut watch = Watch::start(cairn(&db, &["watch", "--json"]));
+    watch.unavailable(&["missing"]);
+    assert_answered_as_unavailable(&search(&db, "Note 2"), "note-2");
+    std::fs::create_dir(&vault).unwrap();
+    watch.unavailable(&["empty"]);
+    // The notes come back whole (a restore into a folder beside it, moved into place), so no
+    // look at the folder sees half of them.
+    let staging = tmp.path().join("staging");
+    copy_dir(&saved, &staging);
+    std::fs::remove_dir(&vault).unwrap();
+    std::fs::rename(&staging, &vault).unwrap();
+    watch.until("the notes back", |e| e["event"] == "source_available");
+
+    // Deleted while the watch runs: its delete events remove nothing either.
+    std::fs::remove_dir_all(&vault).unwrap();
+    watch.unavailable(&["missing", "empty"]);
+    watch.stop();
+    assert_eq!(local_pages(&db).await, 5);
+    copy_dir(&saved, &vault);
+    assert_nothing_redone(&index(&db, &[]), 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_root_replaced_by_a_folder_on_another_device_removes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (vault, db, elsewhere) =
+        (tmp.path().join("vault"), tmp.path().join("db"), tmp.path().join("elsewhere"));
+    write_vault(&vault, 5, 0);
+    index(&db, &["--source", &format!("nt={}", vault.display())]);
+    // The vault's path now leads to a folder on a tmpfs mounted in the run's own namespace.
+    std::fs::create_dir(&elsewhere).unwrap();
+    let original = tmp.path().join("original");
+    std::fs::rename(&vault, &original).unwrap();
+    std::os::unix::fs::symlink(elsewhere.join("vault"), &vault).unwrap();
+    let mount = format!("mount -t tmpfs none {0} && mkdir {0}/vault", elsewhere.display());
+
+    let run = json_of(&hidden(&mount, &cairn(&db, &["index", "--json"])).output().unwrap());
+    assert_eq!(run["sources_failed"][0]["kind"], "source_unavailable", "{run}");
+    assert!(run["sources_failed"][0]["reason"].as_str().unwrap().contains("holds no notes"), "{run}");
+    // With a note of its own in it: another folder, which would remove the five.
+    let one = format!("{mount} && echo '# Stray' > {}/vault/stray.md", elsewhere.display());
+    let run = json_of(&hidden(&one, &cairn(&db, &["index", "--json"])).output().unwrap());
+    let reason = run["sources_failed"][0]["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("not the folder that was indexed") && reason.contains("on device"), "{run}");
+    assert_eq!(run["pages_indexed"], 0, "nothing of the other folder is indexed either: {run}");
+    assert_eq!(local_pages(&db).await, 5);
+
+    std::fs::remove_file(&vault).unwrap();
+    std::fs::rename(&original, &vault).unwrap();
+    assert_nothing_redone(&index(&db, &[]), 5);
+}
+
+/// One "machine": its own home, state and runtime folders, reaching the S3 server.
+fn machine(weed: &Weed, home: &Path, cmd: &mut Command) {
+    for d in ["home", "state", "run"] {
+        std::fs::create_dir_all(home.join(d)).unwrap();
+    }
+    cmd.env("HOME", home.join("home"))
+        .env("XDG_STATE_HOME", home.join("state"))
+        .env("XDG_RUNTIME_DIR", home.join("run"))
+        // The model files this machine already has (no second provisioning).
+        .env("CAIRN_CACHE", cairn_index::provision::cache_dir())
+        .env("AWS_ENDPOINT", weed.endpoint())
+        .env("AWS_ACCESS_KEY_ID", KEY)
+        .env("AWS_SECRET_ACCESS_KEY", SECRET)
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_ALLOW_HTTP", "true");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_machine_serving_an_s3_database_where_the_folder_is_empty_removes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let weed = Weed::start(&tmp.path().join("weed"));
+    let vault = tmp.path().join("vault");
+    write_vault(&vault, 5, 0);
+    let db = format!("s3://{BUCKET}/shared");
+    let on = |m: &str, args: &[&str]| {
+        let mut c = Command::new(cairn_bin());
+        c.args(args).args(["--db", &db]);
+        machine(&weed, &tmp.path().join(m), &mut c);
+        c
+    };
+    let out = on("a", &["index", "--json", "--source", &format!("nt={}", vault.display())]).output().unwrap();
+    assert_eq!(json_of(&out)["pages_indexed"], 5);
+
+    // Machine B, where the vault's path is an empty folder, serves the database over MCP.
+    let mut mcp = on("b", &["mcp"]);
+    mcp.env("RUST_LOG", "info");
+    let mut mcp = hidden(&format!("mount -t tmpfs none {}", vault.display()), &mcp)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Its log, read on a thread (a full pipe would stall it), says when it owns the database.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stderr = std::io::BufReader::new(mcp.stderr.take().unwrap());
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(stderr).map_while(Result::ok) {
+            if line.contains("cairn mcp: Owner") {
+                let _ = tx.send(());
+            }
+        }
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(600)).expect("cairn mcp on B never owned the database");
+    let answer = json_of(&on("b", &["search", "--json", "Note 4"]).output().unwrap());
+    assert_eq!(answer["served_by"]["role"], "owner", "served by B's mcp: {answer}");
+    assert_answered_as_unavailable(&answer, "note-4");
+    let status = json_of(&on("b", &["status", "--json"]).output().unwrap());
+    assert_eq!(status["sources"][0]["unavailable"]["reason"], "not_here", "{status}");
+    // A run through B's owner scans nothing of it (B was not given the folder).
+    let run = json_of(&on("b", &["index", "--json"]).output().unwrap());
+    assert_eq!(run["pages_removed"], 0, "{run}");
+    // (Its MCP session was never opened: B only served the socket's clients.)
+    mcp.kill().unwrap();
+    mcp.wait().unwrap();
+
+    let shared = Database::open_with(&db, &weed.options(), Some(std::time::Duration::ZERO)).await.unwrap();
+    assert_eq!(stored(&shared, "nt").await, 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn most_of_a_source_removed_waits_for_a_yes_while_ordinary_removals_apply_at_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (vault, db) = (tmp.path().join("vault"), tmp.path().join("db"));
+    write_vault(&vault, 40, 0);
+    index(&db, &["--source", &format!("nt={}", vault.display())]);
+    let delete = |range: std::ops::Range<usize>| {
+        for i in range {
+            std::fs::remove_file(vault.join(format!("note-{i}.md"))).unwrap();
+        }
+    };
+
+    // A tenth, with cairn stopped: applied at once.
+    delete(0..4);
+    assert_eq!(index(&db, &[])["pages_removed"], 4);
+
+    // Sixty per cent: held and reported, every page still searchable.
+    delete(4..26);
+    let run = index(&db, &[]);
+    assert_eq!(run["pages_removed"], 0, "{run}");
+    let held = run["removals_held"][0].as_str().unwrap_or_default();
+    assert!(held.contains("22 of its 36 pages") && held.contains("note-10.md"), "{run}");
+    assert!(held.contains("cairn reconcile nt --allow-removals"), "{run}");
+    assert_eq!(local_pages(&db).await, 36);
+    let status = json_of(&cairn(&db, &["reconcile", "nt", "--json"]).output().unwrap());
+    assert_eq!(status["held"]["removing"], 22, "asked again without a yes: {status}");
+
+    // The yes.
+    let out = cairn(&db, &["reconcile", "nt", "--allow-removals", "--json"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let done = json_of(&out);
+    assert_eq!((done["removed"].as_u64(), done["held"].is_null()), (Some(22), true), "{done}");
+    assert_eq!(local_pages(&db).await, 14);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_watching_rm_r_of_a_subfolder_applies_at_once_and_most_of_the_vault_waits() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (vault, db) = (tmp.path().join("vault"), tmp.path().join("db"));
+    write_vault(&vault, 50, 10);
+    let mut watch =
+        Watch::start(cairn(&db, &["watch", "--json", "--source", &format!("nt={}", vault.display())]));
+    watch.events.wait_for("the catch-up", |e| e["event"] == "reconciled");
+    watch.events.wait_for("the first commit", |e| e["event"] == "committed");
+
+    std::fs::remove_dir_all(vault.join("sub")).unwrap();
+    let mut removed = 0;
+    watch.events.wait_for("the subfolder's pages removed", |e| {
+        assert_ne!(e["event"], "removals_held", "{e}");
+        removed += usize::from(e["event"] == "page_removed");
+        removed == 10
+    });
+
+    // Thirty of the forty left, deleted under the watch: held, not applied.
+    for i in 10..40 {
+        std::fs::remove_file(vault.join(format!("note-{i}.md"))).unwrap();
+    }
+    let held = watch.until("the removals held", |e| e["event"] == "removals_held");
+    assert_eq!(
+        (held["held"]["removing"].as_u64(), held["held"]["indexed"].as_u64()),
+        (Some(30), Some(40)),
+        "{held}"
+    );
+    let answer = search(&db, "marker12");
+    assert_eq!(answer["results"][0]["slug"], "note-12", "still searchable: {answer}");
+
+    // The yes, through the watch.
+    let done = json_of(&cairn(&db, &["reconcile", "nt", "--allow-removals", "--json"]).output().unwrap());
+    assert_eq!(done["removed"], 30, "{done}");
+    watch.stop();
+    assert_eq!(local_pages(&db).await, 10);
+}
