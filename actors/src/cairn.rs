@@ -7,14 +7,15 @@
 //! `standby` takes the lock when the owner exits or is killed, runs its catch-up scan and serves
 //! from then on; calls in flight at that moment fail with a retryable error.
 
+use crate::api::{self, OwnerApi, ReaderApi, Verb};
 use crate::client::Client;
 use crate::config::{Config, SourceConfig};
 use crate::event::Event;
 use crate::host::{PageWithBody, QueryHost};
-use crate::ipc::{ErrorCode, Hello, OwnerInfo, RemoteError, Request};
+use crate::ipc::{ErrorCode, Hello, OwnerInfo, RemoteError};
 use crate::owner::OwnerLock;
 use crate::paths::DbPaths;
-use crate::server::{OwnerStatus, Server};
+use crate::server::Server;
 use crate::status::SourceStatus;
 use crate::system::Pipeline;
 use crate::{Error, Result};
@@ -65,17 +66,17 @@ pub struct Status {
 
 #[derive(Clone)]
 struct Owned {
-    pipeline: Pipeline,
+    api: Arc<OwnerApi>,
     server: Arc<Server>,
-    info: OwnerInfo,
 }
 
+/// The role this process has now; a standby's takeover swaps `Client` for `Owner`.
 #[derive(Clone)]
 enum State {
     Owner(Owned),
     Client(Client),
     /// No process owns the database: this one reads its tables, read-only.
-    Reader(Arc<QueryHost>),
+    Reader(Arc<ReaderApi>),
 }
 
 struct Inner {
@@ -129,10 +130,7 @@ impl Cairn {
                 Ok(_) => {
                     if opts.register_sources {
                         for s in &config.sources {
-                            let _: () = client
-                                .call(Request::AddSource { source: s.clone() })
-                                .await
-                                .map_err(remote)?;
+                            client.ask(api::AddSource { source: s.clone() }).await.map_err(remote)?;
                         }
                     }
                     break State::Client(client);
@@ -216,7 +214,8 @@ impl Cairn {
                     config.exact_vectors_up_to,
                 )
                 .await?;
-                State::Reader(Arc::new(host.with_parse_options(config.limits.parse_options())))
+                let host = host.with_parse_options(config.limits.parse_options());
+                State::Reader(Arc::new(ReaderApi::new(host, config.clone())))
             }
         };
         let role = match state {
@@ -281,14 +280,6 @@ impl Cairn {
         }
     }
 
-    /// What a call that needs the owner says when there is none.
-    fn needs_owner(&self, what: &str) -> Error {
-        Error::Config(format!(
-            "no cairn process owns {} now, so nothing can {what}: start `cairn watch` (or `cairn index`) on it",
-            self.inner.config.db
-        ))
-    }
-
     /// Changes of role (a standby that took over says `Owner`).
     pub fn roles(&self) -> tokio::sync::watch::Receiver<Role> {
         self.inner.roles.subscribe()
@@ -297,7 +288,7 @@ impl Cairn {
     /// The owner's pipeline, when this process is the owner.
     pub fn pipeline(&self) -> Option<Pipeline> {
         match self.state() {
-            State::Owner(o) => Some(o.pipeline),
+            State::Owner(o) => Some(o.api.pipeline().clone()),
             _ => None,
         }
     }
@@ -306,52 +297,23 @@ impl Cairn {
         &self.inner.config
     }
 
-    pub async fn search(&self, req: SearchRequest) -> Result<SearchResponse> {
+    /// Any verb of [`crate::api`], answered by whichever role this process has now: the owner's
+    /// pipeline, the owner over its socket, or (no owner) this process's read of the tables.
+    pub async fn ask<V: Verb>(&self, verb: V) -> Result<V::Reply> {
         match self.state() {
-            State::Owner(o) => o.pipeline.search(req).await,
-            State::Client(c) => c.call(Request::Search { request: req }).await.map_err(remote),
-            State::Reader(h) => {
-                let mut resp = h.search(&req, &h.unavailable_ids()).await?;
-                resp.served_by = Some(cairn_query::ServedBy { pid: std::process::id(), role: Role::Reader });
-                crate::query::apply_freshness(&mut resp, |id| h.freshness(id));
-                resp.notes.push(format!(
-                    "no cairn process owns {}: answered read-only by this process (pid {}) from the tables",
-                    self.inner.config.db,
-                    std::process::id()
-                ));
-                // Journaled like the owner's answers (`cairn stats` counts it).
-                if let Some(dir) = self.inner.config.event_log_dir() {
-                    let kind = crate::EventKind::QueryAnswered(Box::new(crate::query::telemetry(&resp)));
-                    if let Err(e) = crate::log::append_from_outside(&dir, crate::event::QUERY_STREAM, kind) {
-                        tracing::warn!("event log {}: {e}; this answer is not journaled", dir.display());
-                    }
-                }
-                Ok(resp)
-            }
+            State::Owner(o) => verb.by_owner(&o.api).await,
+            State::Client(c) => c.ask(verb).await.map_err(remote),
+            State::Reader(r) => verb.by_reader(&r).await,
         }
     }
 
+    pub async fn search(&self, request: SearchRequest) -> Result<SearchResponse> {
+        self.ask(api::Search { request }).await
+    }
+
+    /// One page with its body; `None` when the source has no such slug.
     pub async fn get(&self, source: &str, slug: &str) -> Result<Option<PageWithBody>> {
-        let mut page = self.get_unmarked(source, slug).await?;
-        if let Some(p) = page.as_mut() {
-            p.served_by.get_or_insert(self.served_here());
-        }
-        Ok(page)
-    }
-
-    /// Who answers when this process does (the owner, or a reader).
-    fn served_here(&self) -> cairn_query::ServedBy {
-        cairn_query::ServedBy { pid: std::process::id(), role: self.role() }
-    }
-
-    async fn get_unmarked(&self, source: &str, slug: &str) -> Result<Option<PageWithBody>> {
-        match self.state() {
-            State::Owner(o) => o.pipeline.get(source, slug).await,
-            State::Client(c) => {
-                c.call(Request::Get { source: source.into(), slug: slug.into() }).await.map_err(remote)
-            }
-            State::Reader(h) => h.get(source, slug).await.map_err(Error::Pipeline),
-        }
+        self.ask(api::Get { source: source.into(), slug: slug.into() }).await
     }
 
     pub async fn diagnose(
@@ -360,151 +322,72 @@ impl Cairn {
         source: &str,
         slug: &str,
     ) -> Result<cairn_query::Diagnosis> {
-        match self.state() {
-            State::Owner(o) => o.pipeline.diagnose(request, source, slug).await,
-            State::Client(c) => c
-                .call(Request::Diagnose { request, source: source.into(), slug: slug.into() })
-                .await
-                .map_err(remote),
-            State::Reader(h) => Ok(h.diagnose(&request, source, slug).await?),
-        }
+        self.ask(api::Diagnose { request, source: source.into(), slug: slug.into() }).await
     }
 
     /// A page's links both ways (`None`: no such page).
     pub async fn links(&self, source: &str, slug: &str) -> Result<Option<cairn_query::links::Links>> {
-        match self.state() {
-            State::Owner(o) => o.pipeline.links(source, slug).await,
-            State::Client(c) => {
-                c.call(Request::Links { source: source.into(), slug: slug.into() }).await.map_err(remote)
-            }
-            State::Reader(h) => h.links(source, slug).map_err(Error::Config),
-        }
+        self.ask(api::Links { source: source.into(), slug: slug.into() }).await
     }
 
     /// Groups of pages that look like one subject (shared names, identical content, chunks at
     /// cosine ≥ `threshold`).
     pub async fn duplicates(&self, threshold: f32) -> Result<Vec<cairn_query::duplicates::DuplicateGroup>> {
-        match self.state() {
-            State::Owner(o) => o.pipeline.duplicates(threshold).await,
-            State::Client(c) => c.call(Request::Duplicates { threshold }).await.map_err(remote),
-            State::Reader(h) => {
-                Ok(tokio::task::spawn_blocking(move || h.duplicates(threshold)).await.unwrap_or_default())
-            }
-        }
+        self.ask(api::Duplicates { threshold }).await
     }
 
     /// This process's role, the owner, its clients and every source's state.
     pub async fn status(&self) -> Result<Status> {
-        let pid = std::process::id();
-        let memory = crate::status::Memory::now;
-        match self.state() {
-            State::Owner(o) => Ok(Status {
-                pid,
-                role: Role::Owner,
-                owner: Some(o.info.clone()),
-                memory: memory(),
-                clients: o.server.clients(),
-                sources: o.pipeline.status(),
-            }),
-            State::Client(c) => {
-                let s: OwnerStatus = c.call(Request::Status).await.map_err(remote)?;
-                Ok(Status {
-                    pid,
-                    role: Role::Client,
-                    owner: Some(s.owner),
-                    memory: s.memory,
-                    clients: s.clients,
-                    sources: s.sources,
-                })
-            }
-            State::Reader(h) => Ok(Status {
-                pid,
-                role: Role::Reader,
-                owner: None,
-                memory: memory(),
-                clients: Vec::new(),
-                sources: h.status(),
-            }),
-        }
+        let status = self.ask(api::Status {}).await?;
+        // As this process sees it (an owner's answer says `owner` about itself).
+        Ok(Status { pid: std::process::id(), role: self.role(), ..status })
     }
 
     pub async fn stats(&self, days: Option<u32>) -> Result<crate::stats::Stats> {
-        match self.state() {
-            State::Client(c) => c.call(Request::Stats { days }).await.map_err(remote),
-            _ => {
-                let c = &self.inner.config;
-                crate::stats::collect(c, c.event_log_dir().as_deref(), days).await
-            }
-        }
+        self.ask(api::Stats { days }).await
     }
 
     /// Everything on disk now searchable, by meaning too (see [`Pipeline::flush`]).
     pub async fn flush(&self) -> Result<()> {
-        self.flush_with(true).await
+        self.flush_marked(true, None).await
     }
 
     /// Everything on disk now searchable by name and keyword.
     pub async fn flush_pages(&self) -> Result<()> {
-        self.flush_with(false).await
-    }
-
-    async fn flush_with(&self, vectors: bool) -> Result<()> {
-        self.flush_marked(vectors, None).await
+        self.flush_marked(false, None).await
     }
 
     /// A flush followed by a `flushed` event carrying `token` (in the event stream).
     pub async fn flush_marked(&self, vectors: bool, token: Option<u64>) -> Result<()> {
-        match self.state() {
-            State::Owner(o) => o.pipeline.flush_marked(true, vectors, token).await,
-            State::Client(c) => c.call(Request::Flush { vectors, token }).await.map_err(remote),
-            State::Reader(_) => Err(self.needs_owner("bring it up to date")),
-        }
+        self.ask(api::Flush { vectors, token }).await
     }
 
     /// Every event of the owner from now on (for a client, until the owner goes).
     pub async fn subscribe(&self) -> Result<BoxStream<'static, Arc<Event>>> {
         use futures::StreamExt;
         match self.state() {
-            State::Owner(o) => Ok(o.pipeline.subscribe()),
+            State::Owner(o) => Ok(o.api.pipeline().subscribe()),
             State::Client(c) => Ok(c.subscribe().await.map_err(remote)?.map(Arc::new).boxed()),
-            State::Reader(_) => Err(self.needs_owner("emit events")),
+            State::Reader(r) => Err(r.needs_owner("subscribe")),
         }
     }
 
     pub async fn add_source(&self, source: SourceConfig) -> Result<()> {
-        match self.state() {
-            State::Owner(o) => o.pipeline.add_source(source).await,
-            State::Client(c) => c.call(Request::AddSource { source }).await.map_err(remote),
-            State::Reader(_) => Err(self.needs_owner("watch a source")),
-        }
+        self.ask(api::AddSource { source }).await
     }
 
     pub async fn remove_source(&self, id: &str, forget: bool) -> Result<()> {
-        match self.state() {
-            State::Owner(o) => o.pipeline.remove_source(id, forget).await,
-            State::Client(c) => c.call(Request::RemoveSource { id: id.into(), forget }).await.map_err(remote),
-            State::Reader(_) => Err(self.needs_owner("remove a source")),
-        }
+        self.ask(api::RemoveSource { id: id.into(), forget }).await
     }
 
     /// Compare a source's folder with its index now; with `allow_removals`, apply the removals
     /// the guard holds (and those of an empty or other folder).
     pub async fn reconcile(&self, id: &str, allow_removals: bool) -> Result<crate::ReconcileReport> {
-        match self.state() {
-            State::Owner(o) => o.pipeline.reconcile(id, allow_removals).await,
-            State::Client(c) => {
-                c.call(Request::Reconcile { id: id.into(), allow_removals }).await.map_err(remote)
-            }
-            State::Reader(_) => Err(self.needs_owner("reconcile a source")),
-        }
+        self.ask(api::Reconcile { id: id.into(), allow_removals }).await
     }
 
     pub async fn reindex(&self, id: &str) -> Result<()> {
-        match self.state() {
-            State::Owner(o) => o.pipeline.reindex(id).await,
-            State::Client(c) => c.call(Request::Reindex { id: id.into() }).await.map_err(remote),
-            State::Reader(_) => Err(self.needs_owner("reindex a source")),
-        }
+        self.ask(api::Reindex { id: id.into() }).await
     }
 
     /// As the owner: stop serving, drain the pipeline, release the database. As a client: stop
@@ -514,7 +397,7 @@ impl Cairn {
         if let State::Owner(o) = self.state() {
             o.server.stop();
             // Releases the lock once drained.
-            o.pipeline.shutdown().await?;
+            o.api.pipeline().shutdown().await?;
         }
         Ok(())
     }
@@ -535,6 +418,7 @@ async fn become_owner(config: &Config, paths: &DbPaths, purpose: &str, mut lock:
     let listener = crate::server::bind(&socket)?;
     let pipeline = Pipeline::open(config.clone()).await?;
     pipeline.keep_until_stopped(Box::new(lock));
-    let server = Server::start(listener, socket, pipeline.clone(), config.clone(), info.clone());
-    Ok(Owned { pipeline, server: Arc::new(server), info })
+    let api = Arc::new(OwnerApi::new(pipeline, config.clone(), info));
+    let server = Server::start(listener, socket, api.clone());
+    Ok(Owned { api, server: Arc::new(server) })
 }

@@ -106,6 +106,11 @@ impl Client {
         })
     }
 
+    /// Any verb, asked of the owner.
+    pub async fn ask<V: crate::api::Verb>(&self, verb: V) -> Result<V::Reply, RemoteError> {
+        self.call(verb.into_request()).await
+    }
+
     /// Every event from now on, as the owner emits them; the stream ends when the owner goes.
     pub async fn subscribe(&self) -> Result<BoxStream<'static, Event>, RemoteError> {
         let (mut stream, _) = self.hello().await?;

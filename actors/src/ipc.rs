@@ -6,14 +6,12 @@
 //! connection into a stream of events. Frames are bounded ([`MAX_REQUEST`] from clients,
 //! [`MAX_REPLY`] from the owner); a frame over its bound is refused before it is read.
 
-use crate::config::SourceConfig;
-use cairn_query::SearchRequest;
 use serde::{Deserialize, Serialize};
-use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-/// Bumped when a request or reply changes shape.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// Bumped when a request or reply changes shape (2: `status` answers the owner's whole status,
+/// `reconcile`).
+pub const PROTOCOL_VERSION: u32 = 2;
 /// Largest request frame the owner reads (a query is at most 4 KB).
 pub const MAX_REQUEST: usize = 1 << 20;
 /// Largest reply frame a client reads (a page's body can be 10 MB).
@@ -40,104 +38,7 @@ impl Hello {
     }
 }
 
-/// A request, after `hello`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(tag = "verb", rename_all = "snake_case")]
-pub enum Request {
-    Hello(Hello),
-    Search {
-        request: SearchRequest,
-    },
-    Get {
-        source: String,
-        slug: String,
-    },
-    Diagnose {
-        request: SearchRequest,
-        source: String,
-        slug: String,
-    },
-    Stats {
-        days: Option<u32>,
-    },
-    Status,
-    /// Everything seen so far searchable (`vectors`: by meaning too); with a `token`, a
-    /// `flushed` event carrying it follows the work.
-    Flush {
-        vectors: bool,
-        #[serde(default)]
-        token: Option<u64>,
-    },
-    /// From now on, every event, one frame each.
-    Subscribe,
-    AddSource {
-        source: SourceConfig,
-    },
-    /// Stop watching a source; `forget` also drops its tables and state.
-    RemoveSource {
-        id: String,
-        forget: bool,
-    },
-    /// Drop a source's tables and index its folder again.
-    Reindex {
-        id: String,
-    },
-    /// Compare a source's folder with its index now; `allow_removals` says yes to the removals
-    /// the guard would hold.
-    Reconcile {
-        id: String,
-        allow_removals: bool,
-    },
-    /// A page's links both ways.
-    Links {
-        source: String,
-        slug: String,
-    },
-    /// Groups of pages that look like one subject.
-    Duplicates {
-        threshold: f32,
-    },
-}
-
-impl Request {
-    pub fn verb(&self) -> &'static str {
-        match self {
-            Request::Hello(_) => "hello",
-            Request::Search { .. } => "search",
-            Request::Get { .. } => "get",
-            Request::Diagnose { .. } => "diagnose",
-            Request::Stats { .. } => "stats",
-            Request::Status => "status",
-            Request::Flush { .. } => "flush",
-            Request::Subscribe => "subscribe",
-            Request::AddSource { .. } => "add_source",
-            Request::RemoveSource { .. } => "remove_source",
-            Request::Reindex { .. } => "reindex",
-            Request::Reconcile { .. } => "reconcile",
-            Request::Links { .. } => "links",
-            Request::Duplicates { .. } => "duplicates",
-        }
-    }
-
-    /// How long the owner works on it before answering `timeout`.
-    pub fn time_limit(&self) -> Duration {
-        match self {
-            Request::Hello(_) | Request::Status => Duration::from_secs(10),
-            Request::Search { .. } | Request::Get { .. } | Request::Stats { .. } | Request::Links { .. } => {
-                Duration::from_secs(60)
-            }
-            Request::Duplicates { .. } => Duration::from_secs(600),
-            Request::Diagnose { .. } | Request::AddSource { .. } | Request::RemoveSource { .. } => {
-                Duration::from_secs(300)
-            }
-            // A first index of a large vault, or its backfill, takes as long as it takes.
-            Request::Flush { .. }
-            | Request::Reindex { .. }
-            | Request::Reconcile { .. }
-            | Request::Subscribe => Duration::MAX,
-        }
-    }
-}
+pub use crate::api::Request;
 
 /// Why a request failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -249,7 +150,7 @@ mod tests {
     #[tokio::test]
     async fn frames_round_trip_and_oversize_ones_are_refused_unread() {
         let (mut a, mut b) = tokio::io::duplex(1 << 16);
-        write_frame(&mut a, &Request::Status).await.unwrap();
+        write_frame(&mut a, &Request::Status(crate::api::Status {})).await.unwrap();
         let got: Request = serde_json::from_slice(&read_frame(&mut b, MAX_REQUEST).await.unwrap()).unwrap();
         assert_eq!(got.verb(), "status");
         a.write_all(&(200u32 << 20).to_be_bytes()).await.unwrap();

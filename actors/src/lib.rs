@@ -16,6 +16,7 @@
 //! It owns threads, queues, supervision, shutdown, ownership and replay. It does not own parsing
 //! (`cairn-ingest`), storage or the model (`cairn-index`) or ranking (`cairn-query`).
 
+pub mod api;
 mod cairn;
 pub mod client;
 pub mod config;

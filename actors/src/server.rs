@@ -9,17 +9,14 @@
 //! [`WRITE_WITHIN`] (a client that stops reading is dropped). Each connection is a task of its
 //! own.
 
+use crate::api::OwnerApi;
 use crate::ipc::{
-    ErrorCode, FrameError, Hello, MAX_REQUEST, OwnerInfo, PROTOCOL_VERSION, RemoteError, Reply, Request,
-    read_frame, write_frame,
+    ErrorCode, FrameError, Hello, MAX_REQUEST, PROTOCOL_VERSION, RemoteError, Reply, Request, read_frame,
+    write_frame,
 };
-use crate::status::SourceStatus;
-use crate::system::Pipeline;
-use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::Semaphore;
@@ -29,24 +26,10 @@ pub const HELLO_WITHIN: Duration = Duration::from_secs(5);
 pub const IDLE: Duration = Duration::from_secs(60);
 pub const WRITE_WITHIN: Duration = Duration::from_secs(10);
 
-/// What `status` answers: the owner, its clients and its sources.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct OwnerStatus {
-    pub owner: OwnerInfo,
-    /// The owner's memory.
-    #[serde(default)]
-    pub memory: crate::status::Memory,
-    pub clients: Vec<Hello>,
-    pub sources: Vec<SourceStatus>,
-}
-
 /// Everything a connection needs.
 #[derive(Clone)]
 struct Ctx {
-    pipeline: Pipeline,
-    config: crate::Config,
-    owner: OwnerInfo,
-    clients: Arc<Mutex<BTreeMap<u64, Hello>>>,
+    api: Arc<OwnerApi>,
     slots: Arc<Semaphore>,
 }
 
@@ -55,7 +38,6 @@ struct Ctx {
 pub struct Server {
     path: PathBuf,
     task: tokio::task::JoinHandle<()>,
-    clients: Arc<Mutex<BTreeMap<u64, Hello>>>,
 }
 
 /// Bind the socket at `path`: its folder made private to this user (0700), a socket left by a
@@ -74,22 +56,9 @@ pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
 }
 
 impl Server {
-    /// Serve `pipeline` on `listener` (from [`bind`]) on the current tokio runtime.
-    pub fn start(
-        listener: UnixListener,
-        path: PathBuf,
-        pipeline: Pipeline,
-        config: crate::Config,
-        owner: OwnerInfo,
-    ) -> Self {
-        let clients: Arc<Mutex<BTreeMap<u64, Hello>>> = Arc::default();
-        let ctx = Ctx {
-            pipeline,
-            config,
-            owner,
-            clients: clients.clone(),
-            slots: Arc::new(Semaphore::new(MAX_CONNECTIONS)),
-        };
+    /// Serve the owner's API on `listener` (from [`bind`]) on the current tokio runtime.
+    pub fn start(listener: UnixListener, path: PathBuf, api: Arc<OwnerApi>) -> Self {
+        let ctx = Ctx { api, slots: Arc::new(Semaphore::new(MAX_CONNECTIONS)) };
         let task = tokio::spawn(async move {
             let mut next = 0u64;
             loop {
@@ -105,12 +74,7 @@ impl Server {
                 tokio::spawn(connection(ctx.clone(), stream, next));
             }
         });
-        Self { path, task, clients }
-    }
-
-    /// The clients connected now.
-    pub fn clients(&self) -> Vec<Hello> {
-        self.clients.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect()
+        Self { path, task }
     }
 
     pub fn path(&self) -> &Path {
@@ -192,10 +156,10 @@ async fn connection(ctx: Ctx, mut stream: UnixStream, id: u64) {
         let reply = match (&hello, request) {
             (None, Request::Hello(h)) => {
                 let reply = check_hello(&h)
-                    .unwrap_or_else(|| Reply::Ok(serde_json::to_value(&ctx.owner).unwrap_or_default()));
+                    .unwrap_or_else(|| Reply::Ok(serde_json::to_value(ctx.api.info()).unwrap_or_default()));
                 let ok = matches!(reply, Reply::Ok(_));
                 if ok {
-                    ctx.clients.lock().unwrap_or_else(|p| p.into_inner()).insert(id, h.clone());
+                    ctx.api.clients().lock().unwrap_or_else(|p| p.into_inner()).insert(id, h.clone());
                     hello = Some(h);
                 }
                 if send(&mut stream, &reply).await.is_err() || !ok {
@@ -211,8 +175,9 @@ async fn connection(ctx: Ctx, mut stream: UnixStream, id: u64) {
             (Some(_), request) => {
                 let limit = request.time_limit();
                 let verb = request.verb();
-                match tokio::time::timeout(limit, handle(&ctx, request)).await {
-                    Ok(r) => r,
+                match tokio::time::timeout(limit, crate::api::dispatch(&ctx.api, request)).await {
+                    Ok(Ok(v)) => Reply::Ok(v),
+                    Ok(Err(e)) => failed(e),
                     Err(_) => {
                         error(ErrorCode::Timeout, format!("`{verb}` took longer than {} s", limit.as_secs()))
                     }
@@ -223,7 +188,7 @@ async fn connection(ctx: Ctx, mut stream: UnixStream, id: u64) {
             break;
         }
     }
-    ctx.clients.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+    ctx.api.clients().lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
 }
 
 fn check_hello(h: &Hello) -> Option<Reply> {
@@ -251,61 +216,10 @@ fn failed(e: crate::Error) -> Reply {
     }
 }
 
-fn ok<T: Serialize>(r: crate::Result<T>) -> Reply {
-    match r {
-        Ok(v) => match serde_json::to_value(&v) {
-            Ok(v) => Reply::Ok(v),
-            Err(e) => error(ErrorCode::Failed, e.to_string()),
-        },
-        Err(e) => failed(e),
-    }
-}
-
-/// This process, as the owner that answered.
-fn served_by() -> cairn_query::ServedBy {
-    cairn_query::ServedBy { pid: std::process::id(), role: cairn_query::Role::Owner }
-}
-
-async fn handle(ctx: &Ctx, request: Request) -> Reply {
-    let p = &ctx.pipeline;
-    match request {
-        Request::Hello(_) => error(ErrorCode::BadRequest, "`hello` was already said"),
-        Request::Search { request } => ok(p.search(request).await),
-        Request::Get { source, slug } => ok(p
-            .get(&source, &slug)
-            .await
-            .map(|page| page.map(|page| crate::host::PageWithBody { served_by: Some(served_by()), ..page }))),
-        Request::Diagnose { request, source, slug } => ok(p
-            .diagnose(request, &source, &slug)
-            .await
-            .map(|d| cairn_query::Diagnosis { served_by: Some(served_by()), ..d })),
-        Request::Stats { days } => {
-            ok(crate::stats::collect(&ctx.config, ctx.config.event_log_dir().as_deref(), days).await)
-        }
-        Request::Status => {
-            let clients = ctx.clients.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
-            ok(Ok(OwnerStatus {
-                owner: ctx.owner.clone(),
-                memory: crate::status::Memory::now(),
-                clients,
-                sources: p.status(),
-            }))
-        }
-        Request::Flush { vectors, token } => ok(p.flush_marked(true, vectors, token).await),
-        Request::AddSource { source } => ok(p.add_source(source).await),
-        Request::RemoveSource { id, forget } => ok(p.remove_source(&id, forget).await),
-        Request::Reindex { id } => ok(p.reindex(&id).await),
-        Request::Reconcile { id, allow_removals } => ok(p.reconcile(&id, allow_removals).await),
-        Request::Links { source, slug } => ok(p.links(&source, &slug).await),
-        Request::Duplicates { threshold } => ok(p.duplicates(threshold).await),
-        Request::Subscribe => error(ErrorCode::BadRequest, "`subscribe` is handled by the connection"),
-    }
-}
-
 /// Stream every event to the client until it goes away or stops reading.
 async fn subscribe(ctx: &Ctx, stream: &mut UnixStream) {
     use futures::StreamExt;
-    let mut events = ctx.pipeline.subscribe();
+    let mut events = ctx.api.pipeline().subscribe();
     if send(stream, &Reply::Ok(serde_json::Value::Null)).await.is_err() {
         return;
     }

@@ -388,12 +388,12 @@ mod socket {
         assert!(is_error(&reply(&mut s).await));
         // A request before `hello`, then an unknown verb after it: errors, the connection lives.
         let mut s = UnixStream::connect(&socket).await.unwrap();
-        write_frame(&mut s, &Request::Status).await.unwrap();
+        write_frame(&mut s, &Request::Status(cairn_actors::api::Status {})).await.unwrap();
         assert!(is_error(&reply(&mut s).await));
         let mut s = hello(&socket).await;
         write_frame(&mut s, &json!({"verb": "format_disk"})).await.unwrap();
         assert!(matches!(reply(&mut s).await, Some(Reply::Error(_))));
-        write_frame(&mut s, &Request::Status).await.unwrap();
+        write_frame(&mut s, &Request::Status(cairn_actors::api::Status {})).await.unwrap();
         assert!(
             matches!(reply(&mut s).await, Some(Reply::Ok(_))),
             "the connection goes on after a bad request"
@@ -414,7 +414,8 @@ mod socket {
         write(&root, "big.md", &format!("# Big\n\n{}\n", "All the words of a long page. ".repeat(320_000)));
         owner.flush_pages().await.unwrap();
         let mut stalled = hello(&socket).await;
-        write_frame(&mut stalled, &Request::Get { source: "sea".into(), slug: "big".into() }).await.unwrap();
+        let get = cairn_actors::api::Get { source: "sea".into(), slug: "big".into() };
+        write_frame(&mut stalled, &Request::Get(get)).await.unwrap();
         let _silent = UnixStream::connect(&socket).await.unwrap();
         let crowd: Vec<_> = (0..200)
             .map(|_| {
@@ -441,8 +442,8 @@ mod socket {
         assert!(answered >= 64, "{answered} of 200 got an answer or a refusal");
         // The owner still answers, to a new client and to this process.
         let client = cairn_actors::client::Client::new(&socket, "after");
-        let resp: cairn_query::SearchResponse = client
-            .call(Request::Search { request: cairn_query::SearchRequest::new("tarred twine") })
+        let resp = client
+            .ask(cairn_actors::api::Search { request: cairn_query::SearchRequest::new("tarred twine") })
             .await
             .unwrap();
         assert_eq!(resp.results[0].slug, "nets");

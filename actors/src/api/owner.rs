@@ -1,0 +1,142 @@
+//! The owner's answers: from its pipeline (watchers, writers, the resident indexes), its event
+//! log and its socket's clients.
+
+use super::{
+    AddSource, Diagnose, Duplicates, Flush, Get, Handle, Links, Reconcile, Reindex, RemoveSource, Search,
+    Stats, Status,
+};
+use crate::config::Config;
+use crate::ipc::{Hello, OwnerInfo};
+use crate::system::Pipeline;
+use crate::{ReconcileReport, Result};
+use cairn_query::{Role, ServedBy};
+use futures::future::BoxFuture;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+/// The clients connected to the owner's socket, by connection.
+pub type Clients = Arc<Mutex<BTreeMap<u64, Hello>>>;
+
+/// The process that owns a database, as the API sees it.
+#[derive(Debug)]
+pub struct OwnerApi {
+    pipeline: Pipeline,
+    config: Config,
+    info: OwnerInfo,
+    clients: Clients,
+}
+
+impl OwnerApi {
+    pub fn new(pipeline: Pipeline, config: Config, info: OwnerInfo) -> Self {
+        Self { pipeline, config, info, clients: Clients::default() }
+    }
+
+    pub fn pipeline(&self) -> &Pipeline {
+        &self.pipeline
+    }
+
+    pub fn info(&self) -> &OwnerInfo {
+        &self.info
+    }
+
+    /// Where the socket's connections say who they are.
+    pub fn clients(&self) -> &Clients {
+        &self.clients
+    }
+}
+
+/// This process, as the owner that answered.
+fn served_by() -> ServedBy {
+    ServedBy { pid: std::process::id(), role: Role::Owner }
+}
+
+impl Handle<Search> for OwnerApi {
+    fn handle(&self, v: Search) -> BoxFuture<'_, Result<cairn_query::SearchResponse>> {
+        Box::pin(self.pipeline.search(v.request))
+    }
+}
+
+impl Handle<Get> for OwnerApi {
+    fn handle(&self, v: Get) -> BoxFuture<'_, Result<Option<crate::PageWithBody>>> {
+        Box::pin(async move {
+            let page = self.pipeline.get(&v.source, &v.slug).await?;
+            Ok(page.map(|p| crate::PageWithBody { served_by: Some(served_by()), ..p }))
+        })
+    }
+}
+
+impl Handle<Diagnose> for OwnerApi {
+    fn handle(&self, v: Diagnose) -> BoxFuture<'_, Result<cairn_query::Diagnosis>> {
+        Box::pin(async move {
+            let d = self.pipeline.diagnose(v.request, &v.source, &v.slug).await?;
+            Ok(cairn_query::Diagnosis { served_by: Some(served_by()), ..d })
+        })
+    }
+}
+
+impl Handle<Links> for OwnerApi {
+    fn handle(&self, v: Links) -> BoxFuture<'_, Result<Option<cairn_query::links::Links>>> {
+        Box::pin(async move { self.pipeline.links(&v.source, &v.slug).await })
+    }
+}
+
+impl Handle<Duplicates> for OwnerApi {
+    fn handle(&self, v: Duplicates) -> BoxFuture<'_, Result<Vec<cairn_query::duplicates::DuplicateGroup>>> {
+        Box::pin(self.pipeline.duplicates(v.threshold))
+    }
+}
+
+impl Handle<Status> for OwnerApi {
+    fn handle(&self, _: Status) -> BoxFuture<'_, Result<crate::Status>> {
+        let clients = self.clients.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
+        Box::pin(async move {
+            Ok(crate::Status {
+                pid: std::process::id(),
+                role: Role::Owner,
+                owner: Some(self.info.clone()),
+                memory: crate::status::Memory::now(),
+                clients,
+                sources: self.pipeline.status(),
+            })
+        })
+    }
+}
+
+impl Handle<Stats> for OwnerApi {
+    fn handle(&self, v: Stats) -> BoxFuture<'_, Result<crate::stats::Stats>> {
+        Box::pin(async move {
+            let log = self.config.event_log_dir();
+            crate::stats::collect(&self.config, log.as_deref(), v.days).await
+        })
+    }
+}
+
+impl Handle<Flush> for OwnerApi {
+    fn handle(&self, v: Flush) -> BoxFuture<'_, Result<()>> {
+        Box::pin(self.pipeline.flush_marked(true, v.vectors, v.token))
+    }
+}
+
+impl Handle<AddSource> for OwnerApi {
+    fn handle(&self, v: AddSource) -> BoxFuture<'_, Result<()>> {
+        Box::pin(self.pipeline.add_source(v.source))
+    }
+}
+
+impl Handle<RemoveSource> for OwnerApi {
+    fn handle(&self, v: RemoveSource) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move { self.pipeline.remove_source(&v.id, v.forget).await })
+    }
+}
+
+impl Handle<Reindex> for OwnerApi {
+    fn handle(&self, v: Reindex) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move { self.pipeline.reindex(&v.id).await })
+    }
+}
+
+impl Handle<Reconcile> for OwnerApi {
+    fn handle(&self, v: Reconcile) -> BoxFuture<'_, Result<ReconcileReport>> {
+        Box::pin(async move { self.pipeline.reconcile(&v.id, v.allow_removals).await })
+    }
+}
