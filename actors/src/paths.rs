@@ -25,6 +25,7 @@ impl DbPaths {
         if !db_uri.contains("://") {
             return Self { dir: PathBuf::from(db_uri) };
         }
+        let db_uri = &cairn_index::store::normalize_uri(db_uri);
         let base = dirs::state_dir().or_else(dirs::data_local_dir).unwrap_or_else(std::env::temp_dir);
         let readable: String = db_uri
             .chars()
@@ -77,6 +78,9 @@ mod tests {
         let b = DbPaths::of("s3://bucket/b");
         assert_ne!(a.dir(), b.dir());
         assert!(a.dir().to_string_lossy().contains("s3___bucket_a"), "{}", a.dir().display());
+        // One database however it is spelled: one lock, one socket, one state folder.
+        assert_eq!(DbPaths::of("s3://bucket/a/"), a);
+        assert_eq!(DbPaths::of("S3://bucket//a"), a);
         let deep = DbPaths::of(&format!("/tmp/{}", "d".repeat(150)));
         assert!(deep.socket().as_os_str().len() <= MAX_SOCKET_PATH + 40);
         assert!(deep.socket().starts_with(std::env::temp_dir()));

@@ -374,6 +374,12 @@ impl Prepared {
     pub fn pages(upserts: Vec<PreparedPage>) -> Self {
         Self { upserts, removals: Vec::new() }
     }
+
+    /// Pages read from storage, and slugs gone from it (what a reader applies of a writer's
+    /// commit).
+    pub fn delta(upserts: Vec<PreparedPage>, removals: Vec<String>) -> Self {
+        Self { upserts, removals }
+    }
 }
 
 /// A chunk slot's contents: its hit without page or score (the page is its page slot's), and

@@ -79,6 +79,16 @@ pub fn is_local(uri: &str) -> bool {
     !uri.contains("://")
 }
 
+/// One spelling per database: an object-store URI without trailing or doubled slashes in its
+/// path (`s3://bkt/db/` and `s3://bkt//db` are `s3://bkt/db`), so one database has one lock, one
+/// lease and one local state folder however it is written. A local folder is left as given (the
+/// operating system already knows `db` and `db/` as one folder).
+pub fn normalize_uri(uri: &str) -> String {
+    let Some((scheme, rest)) = uri.split_once("://") else { return uri.to_string() };
+    let parts: Vec<&str> = rest.split('/').filter(|p| !p.is_empty()).collect();
+    format!("{}://{}", scheme.to_ascii_lowercase(), parts.join("/"))
+}
+
 /// Object-store options cairn sets unless the caller or the environment does: a store that is
 /// down, missing or refusing us is an error within seconds, not a retry loop of minutes
 /// (object_store's own default retries for up to 180 s).
@@ -139,6 +149,7 @@ impl Database {
         let err = |message: String| Error::Storage { source_id: "*".into(), uri: uri.into(), message };
         // A local folder is given to LanceDB as an absolute path: a relative one named `db…`
         // would be taken for a LanceDB Cloud URI.
+        let uri = &normalize_uri(uri);
         let local = is_local(uri);
         let target = if local {
             std::fs::create_dir_all(uri)

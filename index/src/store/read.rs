@@ -329,6 +329,37 @@ impl SourceStore {
         page_records(&self.collect(q.execute().await).await?)
     }
 
+    /// Several pages with their chunk rows in order, vectors included (a reader applying what a
+    /// writer committed). A page whose rows disagree with it (a commit half done, or one that a
+    /// later commit is replacing) is read as it stands; the writer's next commit of it follows.
+    pub async fn load_pages(&self, slugs: &[&str]) -> Result<Vec<LoadedPage>> {
+        if slugs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let columns: Vec<&str> = CHUNK_COLUMNS
+            .iter()
+            .copied()
+            .chain(["search_text", "text_hash", "page_hash", "vector"])
+            .collect();
+        let q = self.chunks.query().only_if(in_list("slug", slugs)).select(Select::columns(&columns));
+        let mut rows: HashMap<String, Vec<StoredChunk>> = HashMap::new();
+        for b in self.collect(q.execute().await).await? {
+            for (_, chunk) in stored_chunks(&b)? {
+                rows.entry(chunk.hit.slug.clone()).or_default().push(chunk);
+            }
+        }
+        Ok(self
+            .pages(slugs)
+            .await?
+            .into_iter()
+            .map(|page| {
+                let mut chunks = rows.remove(&page.slug).unwrap_or_default();
+                chunks.sort_by_key(|c| c.hit.ordinal);
+                (page, chunks)
+            })
+            .collect())
+    }
+
     pub async fn page(&self, slug: &str) -> Result<Option<PageRecord>> {
         Ok(self.pages(&[slug]).await?.into_iter().next())
     }
