@@ -303,7 +303,9 @@ async fn open_for_index(config: Config, purpose: &str) -> Result<Cairn> {
             }
             Err(e) => return Err(e.into()),
         };
-        if cairn.role() == Role::Owner {
+        // This process holds the database here: as its writer, or (an object store written from
+        // another process) as its reader, which `index` refuses below.
+        if cairn.role() != Role::Client {
             return Ok(cairn);
         }
         let status = match cairn.status().await {
@@ -345,6 +347,24 @@ pub async fn index(config: Config, reindex: bool, progress: bool) -> Result<Inde
     // A one-shot run: the catch-up scan and the flush's, no file watches.
     let config = Config { watch: false, ..config };
     let cairn = open_for_index(config, if reindex { "reindex" } else { "index" }).await?;
+    // On an object store the writer may be another process than this machine's owner (the
+    // holder of the writer lease, maybe on another machine): one writer at a time.
+    let status = cairn.status().await?;
+    let writes_here = match (&status.writer, &status.owner) {
+        (Some(w), Some(o)) => w.pid == o.pid && w.host == cairn_actors::lease::host_name(),
+        (Some(_), None) => false,
+        (None, _) => cairn.role() == Role::Owner,
+    };
+    if !writes_here {
+        cairn.shutdown().await?;
+        let writer = status.writer.map_or_else(|| "no process now".into(), |w| w.to_string());
+        let here = status.owner.map_or_else(String::new, |o| {
+            format!(" (this machine's pid {}, cairn {}, only reads it)", o.pid, o.purpose)
+        });
+        return Err(anyhow::anyhow!(
+            "the database is written by {writer}{here}; one writer at a time: index from the writer's machine (its `cairn watch` takes these folders as `--source`), or stop it"
+        ));
+    }
     let mut events = cairn.subscribe().await?;
     if cairn.role() == Role::Client {
         for s in sources {

@@ -182,6 +182,14 @@ enum Command {
     },
     /// Remove a source from the database: its tables and state (the notes are not touched).
     Forget { id: String },
+    /// Wait until everything is searchable: through the writer, every change its watchers have
+    /// seen (by meaning too, unless --pages); through a reader of a database another machine
+    /// writes, everything that writer has committed.
+    Flush {
+        /// Only by name and keyword (do not wait for vectors).
+        #[arg(long)]
+        pages: bool,
+    },
     /// Compare a source's folder with its index now and say what was applied, held or refused.
     /// A scan that would remove most of a source, or a folder that is empty or another one than
     /// was indexed, changes nothing until `--allow-removals` says yes.
@@ -474,6 +482,15 @@ async fn run(command: Command, common: Common) -> Result<ExitCode> {
             cairn.shutdown().await?;
             r?;
             eprintln!("cairn: forgot source `{id}` (its tables and state in {db}; the notes are untouched)");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Flush { pages } => {
+            let cairn = attach(&common, "flush", false).await?;
+            if pages {
+                cairn.flush_pages().await?
+            } else {
+                cairn.flush().await?
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Reconcile { id, allow_removals, json } => {
@@ -895,6 +912,9 @@ fn print_diagnosis(d: &cairn_query::Diagnosis, source: &str, slug: &str) {
 }
 
 fn print_status(s: &cairn::Status) {
+    if let Some(w) = &s.writer {
+        out!("writer: {w} since {}", cairn_actors::event::utc(w.since_unix_ms));
+    }
     match (&s.role, &s.owner) {
         (Role::Reader, _) => {
             out!("no cairn process owns this database (this one, pid {}, read its tables)", s.pid)
@@ -1011,6 +1031,20 @@ async fn watch(config: cairn::Config, json: bool, once: bool) -> Result<ExitCode
             return Ok(ExitCode::SUCCESS);
         }
         eprintln!("cairn: standing by to take over if it stops; Ctrl-C to quit");
+    }
+    if cairn.role() == Role::Reader {
+        // An object store written from another process (maybe another machine).
+        let writer = cairn.status().await?.writer.map_or("another process".to_string(), |w| w.to_string());
+        if once {
+            return Err(anyhow::anyhow!(
+                "{db} is written by {writer}; this machine reads it, so `watch --once` cannot index it from here"
+            ));
+        }
+        eprintln!(
+            "cairn: {db} is written by {writer}; this process follows its commits and stands by to take over as the writer; Ctrl-C to quit"
+        );
+    }
+    if cairn.role() != Role::Owner {
         let mut roles = cairn.roles();
         tokio::select! {
             _ = &mut stop => {
@@ -1018,7 +1052,7 @@ async fn watch(config: cairn::Config, json: bool, once: bool) -> Result<ExitCode
                 return Ok(ExitCode::SUCCESS);
             }
             _ = roles.wait_for(|r| *r == Role::Owner) => {
-                eprintln!("cairn: the owner stopped; this process owns {db} now");
+                eprintln!("cairn: the writer stopped; this process writes {db} now");
             }
         }
     }

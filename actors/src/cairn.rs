@@ -1,21 +1,23 @@
 //! [`Cairn`]: the handle to a database, whichever process owns it.
 //!
-//! One process owns a database: the first to open it takes its lock ([`crate::owner`]), runs the
-//! pipeline (watchers, parser, model, writers, resident indexes) and serves the others on its
-//! socket ([`crate::server`]). Every other process that opens the database is a client of that
-//! owner ([`crate::client`]): same calls, no model, no index of its own. A client opened with
-//! `standby` takes the lock when the owner exits or is killed, runs its catch-up scan and serves
-//! from then on; calls in flight at that moment fail with a retryable error.
+//! One process per machine holds a database's lock ([`crate::owner`]) and serves the machine's
+//! others on its socket ([`crate::server`]): as the database's writer (the pipeline: watchers,
+//! parser, model, writers, resident indexes), or, on an object store whose writer lease another
+//! process holds, as a reader following that writer's commits ([`crate::local`]). Every other
+//! process that opens the database is a client of it ([`crate::client`]): same calls, no model,
+//! no index of its own. A client opened with `standby` takes the lock when that process exits
+//! or is killed and serves from then on; calls in flight at that moment fail with a retryable
+//! error.
 
-use crate::api::{self, OwnerApi, ReaderApi, Verb};
+use crate::api::{self, Answerer, ReaderApi, Verb};
 use crate::client::Client;
 use crate::config::{Config, SourceConfig};
 use crate::event::Event;
-use crate::host::{PageWithBody, QueryHost};
+use crate::host::PageWithBody;
 use crate::ipc::{ErrorCode, Hello, OwnerInfo, RemoteError};
+use crate::local::Local;
 use crate::owner::OwnerLock;
 use crate::paths::DbPaths;
-use crate::server::Server;
 use crate::status::SourceStatus;
 use crate::system::Pipeline;
 use crate::{Error, Result};
@@ -54,8 +56,13 @@ pub struct Status {
     /// This process.
     pub pid: u32,
     pub role: Role,
-    /// The owner (absent when this process reads the tables itself).
+    /// The process that holds the database's lock on this machine (absent when this process
+    /// reads the tables itself).
     pub owner: Option<OwnerInfo>,
+    /// Who writes the database: that process here, or on an object store the holder of its
+    /// writer lease, on whichever machine (absent: nobody writes it now).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub writer: Option<cairn_query::Writer>,
     /// The memory of the process that holds the indexes (the owner, or this reader).
     #[serde(default)]
     pub memory: crate::status::Memory,
@@ -64,18 +71,14 @@ pub struct Status {
     pub sources: Vec<SourceStatus>,
 }
 
-#[derive(Clone)]
-struct Owned {
-    api: Arc<OwnerApi>,
-    server: Arc<Server>,
-}
-
-/// The role this process has now; a standby's takeover swaps `Client` for `Owner`.
+/// The role this process has now; a standby's takeover swaps `Client` for `Local`.
 #[derive(Clone)]
 enum State {
-    Owner(Owned),
+    /// This process holds the database's lock on this machine and serves it: as its writer, or
+    /// as a reader of a writer elsewhere.
+    Local(Arc<Local>),
     Client(Client),
-    /// No process owns the database: this one reads its tables, read-only.
+    /// No process owns the database here: this one reads its tables, read-only.
     Reader(Arc<ReaderApi>),
 }
 
@@ -101,10 +104,6 @@ impl std::fmt::Debug for Cairn {
     }
 }
 
-fn unix_ms() -> u64 {
-    crate::event::unix_ms()
-}
-
 fn remote(e: RemoteError) -> Error {
     Error::Remote(e)
 }
@@ -121,9 +120,12 @@ impl Cairn {
         config.validate().map_err(Error::Config)?;
         let paths = config.paths();
         let deadline = Instant::now() + OWNER_STARTUP;
+        let (roles, _) = tokio::sync::watch::channel(Role::Client);
         let state = loop {
             if let Some(lock) = OwnerLock::try_acquire(&paths)? {
-                break State::Owner(become_owner(&config, &paths, &opts.purpose, lock).await?);
+                break State::Local(
+                    Local::take(&config, &paths, &opts.purpose, opts.standby, lock, roles.clone()).await?,
+                );
             }
             let client = Client::new(&paths.socket(), &opts.purpose);
             match client.greet().await {
@@ -156,8 +158,8 @@ impl Cairn {
                 }
             }
         };
-        let role = if matches!(state, State::Owner(_)) { Role::Owner } else { Role::Client };
-        let (roles, _) = tokio::sync::watch::channel(role);
+        let role = role_of(&state);
+        roles.send_replace(role);
         let cairn = Cairn {
             inner: Arc::new(Inner {
                 config,
@@ -187,43 +189,9 @@ impl Cairn {
                 let opts = OpenOptions { purpose: purpose.into(), standby: false, register_sources: false };
                 return Self::open_with(config, opts).await;
             }
-            Err(_) => {
-                let db = config.database().await?;
-                let embedder: Option<Arc<dyn cairn_index::Embedder>> = if with_model {
-                    let dir = config.model.dir.clone();
-                    let e = tokio::task::spawn_blocking(move || {
-                        let files = cairn_index::provision_with(dir.as_deref())?;
-                        let opts = cairn_index::OrtOptions {
-                            intra_threads: 1,
-                            ..cairn_index::OrtOptions::default()
-                        };
-                        cairn_index::OrtEmbedder::from_files(&files, opts)
-                    })
-                    .await
-                    .map_err(|e| Error::Pipeline(format!("loading the model: {e}")))??;
-                    Some(Arc::new(e))
-                } else {
-                    None
-                };
-                let folders = crate::folders::FolderBook::read(&paths.state());
-                let host = QueryHost::open_read_only(
-                    &db,
-                    &folders,
-                    embedder,
-                    config.event_log_dir(),
-                    config.exact_vectors_up_to,
-                )
-                .await?;
-                let host = host.with_parse_options(config.limits.parse_options());
-                State::Reader(Arc::new(ReaderApi::new(host, config.clone())))
-            }
+            Err(_) => State::Reader(crate::local::reader(&config, None, with_model, None).await?),
         };
-        let role = match state {
-            State::Owner(_) => Role::Owner,
-            State::Client(_) => Role::Client,
-            State::Reader(_) => Role::Reader,
-        };
-        let (roles, _) = tokio::sync::watch::channel(role);
+        let (roles, _) = tokio::sync::watch::channel(role_of(&state));
         let opts = OpenOptions { purpose: purpose.into(), standby: false, register_sources: false };
         Ok(Cairn {
             inner: Arc::new(Inner {
@@ -255,10 +223,12 @@ impl Cairn {
                     }
                 };
                 tracing::info!("the owner of {} is gone; taking over", me.inner.config.db);
-                match become_owner(&me.inner.config, &me.inner.paths, &me.inner.opts.purpose, lock).await {
-                    Ok(owned) => {
-                        *me.inner.state.lock().unwrap_or_else(|p| p.into_inner()) = State::Owner(owned);
-                        let _ = me.inner.roles.send(Role::Owner);
+                let i = &me.inner;
+                match Local::take(&i.config, &i.paths, &i.opts.purpose, i.opts.standby, lock, i.roles.clone())
+                    .await
+                {
+                    Ok(local) => {
+                        *me.inner.state.lock().unwrap_or_else(|p| p.into_inner()) = State::Local(local);
                     }
                     Err(e) => tracing::error!("taking over {} failed: {e}", me.inner.config.db),
                 }
@@ -271,13 +241,10 @@ impl Cairn {
         self.inner.state.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// What this process is to the database now.
+    /// What this process is to the database now: its writer (`Owner`), a client of the process
+    /// that serves this machine, or a reader.
     pub fn role(&self) -> Role {
-        match self.state() {
-            State::Owner(_) => Role::Owner,
-            State::Client(_) => Role::Client,
-            State::Reader(_) => Role::Reader,
-        }
+        role_of(&self.state())
     }
 
     /// Changes of role (a standby that took over says `Owner`).
@@ -288,7 +255,10 @@ impl Cairn {
     /// The owner's pipeline, when this process is the owner.
     pub fn pipeline(&self) -> Option<Pipeline> {
         match self.state() {
-            State::Owner(o) => Some(o.api.pipeline().clone()),
+            State::Local(l) => match l.answerer() {
+                Answerer::Owner(o) => Some(o.pipeline().clone()),
+                Answerer::Reader(_) => None,
+            },
             _ => None,
         }
     }
@@ -301,7 +271,7 @@ impl Cairn {
     /// pipeline, the owner over its socket, or (no owner) this process's read of the tables.
     pub async fn ask<V: Verb>(&self, verb: V) -> Result<V::Reply> {
         match self.state() {
-            State::Owner(o) => verb.by_owner(&o.api).await,
+            State::Local(l) => l.answerer().ask(verb).await,
             State::Client(c) => c.ask(verb).await.map_err(remote),
             State::Reader(r) => verb.by_reader(&r).await,
         }
@@ -366,7 +336,10 @@ impl Cairn {
     pub async fn subscribe(&self) -> Result<BoxStream<'static, Arc<Event>>> {
         use futures::StreamExt;
         match self.state() {
-            State::Owner(o) => Ok(o.api.pipeline().subscribe()),
+            State::Local(l) => match l.answerer() {
+                Answerer::Owner(o) => Ok(o.pipeline().subscribe()),
+                Answerer::Reader(r) => Err(r.needs_owner("subscribe")),
+            },
             State::Client(c) => Ok(c.subscribe().await.map_err(remote)?.map(Arc::new).boxed()),
             State::Reader(r) => Err(r.needs_owner("subscribe")),
         }
@@ -394,31 +367,18 @@ impl Cairn {
     /// standing by.
     pub async fn shutdown(&self) -> Result<()> {
         self.inner.closed.store(true, std::sync::atomic::Ordering::SeqCst);
-        if let State::Owner(o) = self.state() {
-            o.server.stop();
-            // Releases the lock once drained.
-            o.api.pipeline().shutdown().await?;
+        if let State::Local(l) = self.state() {
+            // Releases the lock (and the lease) once drained.
+            l.shutdown().await?;
         }
         Ok(())
     }
 }
 
-/// This process takes the database: says so in the lock file, binds the socket (clients queue
-/// on it while the model loads), starts the pipeline and serves.
-async fn become_owner(config: &Config, paths: &DbPaths, purpose: &str, mut lock: OwnerLock) -> Result<Owned> {
-    let socket = paths.socket();
-    let info = OwnerInfo {
-        pid: std::process::id(),
-        purpose: purpose.into(),
-        started_unix_ms: unix_ms(),
-        socket: socket.display().to_string(),
-        version: env!("CARGO_PKG_VERSION").into(),
-    };
-    lock.publish(&info)?;
-    let listener = crate::server::bind(&socket)?;
-    let pipeline = Pipeline::open(config.clone()).await?;
-    pipeline.keep_until_stopped(Box::new(lock));
-    let api = Arc::new(OwnerApi::new(pipeline, config.clone(), info));
-    let server = Server::start(listener, socket, api.clone());
-    Ok(Owned { api, server: Arc::new(server) })
+fn role_of(state: &State) -> Role {
+    match state {
+        State::Local(l) => l.role(),
+        State::Client(_) => Role::Client,
+        State::Reader(_) => Role::Reader,
+    }
 }

@@ -133,6 +133,10 @@ pub struct Config {
     /// Bound on draining at shutdown.
     #[serde(default = "defaults::shutdown_secs")]
     pub shutdown_secs: u64,
+    /// A reader of a database on an object store that is behind its writer by more than this
+    /// (or cannot reach the store for as long) says so in every answer.
+    #[serde(default = "defaults::max_lag_s")]
+    pub max_lag_s: u64,
     /// Watch folders with notify (replays turn it off and inject events themselves).
     #[serde(default = "defaults::yes")]
     pub watch: bool,
@@ -168,6 +172,9 @@ mod defaults {
     pub fn shutdown_secs() -> u64 {
         30
     }
+    pub fn max_lag_s() -> u64 {
+        10
+    }
     pub fn yes() -> bool {
         true
     }
@@ -189,6 +196,7 @@ impl Config {
             event_log: None,
             log_max_mib: defaults::log_max_mib(),
             shutdown_secs: defaults::shutdown_secs(),
+            max_lag_s: defaults::max_lag_s(),
             watch: true,
             storage: cairn_index::StorageOptions::default(),
         }

@@ -11,6 +11,14 @@ fn is_zero(n: &usize) -> bool {
     *n == 0
 }
 
+/// A wall-clock time for people: `2026-12-03T13:45:46Z` (UTC).
+pub fn utc(unix_ms: u64) -> String {
+    jiff::Timestamp::from_millisecond(unix_ms as i64).map_or_else(
+        |_| format!("{unix_ms} ms"),
+        |t| t.round(jiff::Unit::Second).map_or_else(|_| t.to_string(), |t| t.to_string()),
+    )
+}
+
 /// Wall-clock milliseconds since the Unix epoch.
 pub fn unix_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)

@@ -61,6 +61,11 @@ impl FolderBook {
         Self { file: Some(file), entries: Mutex::new(entries) }
     }
 
+    /// No folder was given on this machine.
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+
     pub fn get(&self, id: &str) -> Option<FolderRecord> {
         self.lock().get(id).cloned()
     }

@@ -53,8 +53,6 @@ impl QueryHost {
     }
 
     /// Every source of a database, read from its tables into memory (a process with no owner).
-    /// A source's folder is the one given on this machine (`folders`; a local database's stored
-    /// root counts as given here), glanced at to tell whether it can be read now.
     pub async fn open_read_only(
         db: &Database,
         folders: &crate::folders::FolderBook,
@@ -62,44 +60,69 @@ impl QueryHost {
         log_dir: Option<PathBuf>,
         exact_vectors_up_to: usize,
     ) -> cairn_index::Result<Self> {
-        use cairn_ingest::{Glance, Unavailable};
         let mut host = Self::new(embedder, log_dir);
-        let local = cairn_index::store::is_local(db.uri());
         for info in db.sources().await? {
-            let opened = match db.open_existing(&info.id).await {
-                Ok(store) => {
-                    Resident::load(&store, exact_vectors_up_to).await.map(|(resident, _)| (store, resident))
-                }
-                Err(e) => Err(e),
-            };
-            let (store, resident) = match opened {
-                Ok(o) => o,
-                Err(e) => {
-                    host.broken.push((info.id, e.to_string()));
-                    continue;
-                }
-            };
-            let record = folders.get(&info.id);
-            let root = match (&record, info.root) {
-                (Some(r), _) => Some(r.root.clone()),
-                (None, Some(root)) if local => Some(PathBuf::from(root)),
-                _ => None,
-            };
-            let why = match &root {
-                Some(r) => Glance::of(r)
-                    .unavailable(record.and_then(|r| r.identity).as_ref(), resident.read().page_count()),
-                None => Some(Unavailable::NotHere),
-            };
-            if let Some(why) = why {
-                let shown = root.as_ref().map(|r| r.display().to_string()).unwrap_or_default();
-                let message = why.describe(&info.id, &shown);
-                host.unavailable.insert(info.id.clone(), (why, message));
-            }
-            // An unavailable folder is not read for bodies or staleness: it is not the notes.
-            let root = root.filter(|_| !host.unavailable.contains_key(&info.id));
-            host.add(LiveSource { store, resident, root });
+            host.open_source(db, info, folders, exact_vectors_up_to).await;
         }
         Ok(host)
+    }
+
+    /// One source of a database, read from its tables into memory (replacing the one held). Its
+    /// folder is the one given on this machine (`folders`; a local database's stored root
+    /// counts as given here), glanced at to tell whether it can be read now. A source whose
+    /// tables cannot be opened is held as failed, with why.
+    pub async fn open_source(
+        &mut self,
+        db: &Database,
+        info: cairn_index::SourceInfo,
+        folders: &crate::folders::FolderBook,
+        exact_vectors_up_to: usize,
+    ) {
+        use cairn_ingest::{Glance, Unavailable};
+        let opened = match db.open_existing(&info.id).await {
+            Ok(store) => {
+                Resident::load(&store, exact_vectors_up_to).await.map(|(resident, _)| (store, resident))
+            }
+            Err(e) => Err(e),
+        };
+        let (store, resident) = match opened {
+            Ok(o) => o,
+            Err(e) => {
+                self.remove(&info.id);
+                self.broken.push((info.id, e.to_string()));
+                return;
+            }
+        };
+        let record = folders.get(&info.id);
+        let root = match (&record, info.root) {
+            (Some(r), _) => Some(r.root.clone()),
+            (None, Some(root)) if cairn_index::store::is_local(db.uri()) => Some(PathBuf::from(root)),
+            _ => None,
+        };
+        let why = match &root {
+            Some(r) => Glance::of(r)
+                .unavailable(record.and_then(|r| r.identity).as_ref(), resident.read().page_count()),
+            None => Some(Unavailable::NotHere),
+        };
+        self.unavailable.remove(&info.id);
+        if let Some(why) = why {
+            let shown = root.as_ref().map(|r| r.display().to_string()).unwrap_or_default();
+            let message = why.describe(&info.id, &shown);
+            self.unavailable.insert(info.id.clone(), (why, message));
+        }
+        // An unavailable folder is not read for bodies or staleness: it is not the notes.
+        let root = root.filter(|_| !self.unavailable.contains_key(&info.id));
+        self.add(LiveSource { store, resident, root });
+    }
+
+    /// The source's resident index and tables, when held.
+    pub fn live(&self, id: &str) -> Option<&LiveSource> {
+        self.sources.get(id)
+    }
+
+    /// Why a source's folder cannot be read here, when it cannot.
+    pub fn unavailable(&self, id: &str) -> Option<&(cairn_ingest::Unavailable, String)> {
+        self.unavailable.get(id)
     }
 
     /// How current each source of an answer is, for a process that only reads.
@@ -127,6 +150,8 @@ impl QueryHost {
     }
 
     pub fn remove(&mut self, id: &str) -> bool {
+        self.unavailable.remove(id);
+        self.broken.retain(|(b, _)| b != id);
         self.sources.remove(id).is_some()
     }
 

@@ -32,6 +32,8 @@ pub struct EventLog {
     tx: broadcast::Sender<std::sync::Arc<Event>>,
     status: StatusBoard,
     failed: bool,
+    /// On an object store: every line is shipped to the store too.
+    outbox: Option<crate::shipping::Outbox>,
 }
 
 impl EventLog {
@@ -51,12 +53,18 @@ impl EventLog {
             tx,
             status,
             failed: false,
+            outbox: None,
         };
         if let Some(d) = dir {
             std::fs::create_dir_all(d)?;
             log.open_file()?;
         }
         Ok(log)
+    }
+
+    /// Ship every line to the store through `outbox` too.
+    pub fn shipping(self, outbox: Option<crate::shipping::Outbox>) -> Self {
+        Self { outbox, ..self }
     }
 
     /// The current log file of a log directory.
@@ -88,6 +96,9 @@ impl EventLog {
     }
 
     fn write(&mut self, line: &[u8]) -> std::io::Result<()> {
+        if let Some(o) = &self.outbox {
+            o.push(line);
+        }
         if self.file.is_none() {
             return Ok(());
         }

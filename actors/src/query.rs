@@ -105,7 +105,7 @@ impl Handler<Search> for QueryActor {
             let task = tokio::spawn(async move { host.search(&req, &away).await });
             let mut resp = task.await.map_err(|e| cairn_query::QueryError::Internal(e.to_string()))??;
             add_freshness(&mut resp, &status, &unavailable);
-            resp.served_by = Some(ServedBy { pid: std::process::id(), role: Role::Owner });
+            resp.served_by = Some(ServedBy::here(Role::Owner));
             emit.emit(QUERY_STREAM, vec![EventKind::QueryAnswered(Box::new(telemetry(&resp)))]).await;
             Ok(resp)
         })
@@ -118,10 +118,18 @@ pub fn add_freshness(
     status: &StatusBoard,
     unavailable: &std::collections::BTreeMap<String, String>,
 ) {
-    apply_freshness(resp, |s| match (unavailable.get(s), status.get(s)) {
-        (Some(why), _) => Freshness::Unavailable(why.clone()),
-        (None, Some(st)) => Freshness::Watched { pending: st.pending, lag_ms: st.lag_ms },
-        (None, None) => Freshness::Unwatched,
+    apply_freshness(resp, |s| {
+        let st = status.get(s);
+        let as_of = st
+            .as_ref()
+            .filter(|st| st.committed_unix_ms > 0)
+            .map(|st| cairn_query::AsOf { version: st.version, committed_unix_ms: st.committed_unix_ms });
+        let freshness = match (unavailable.get(s), st) {
+            (Some(why), _) => Freshness::Unavailable(why.clone()),
+            (None, Some(st)) => Freshness::Watched { pending: st.pending, lag_ms: st.lag_ms },
+            (None, None) => Freshness::Unwatched,
+        };
+        (freshness, as_of)
     });
 }
 
@@ -135,23 +143,41 @@ pub enum Freshness {
     Unwatched,
     /// Its folder cannot be read (what is wrong and what to do): answered as last indexed.
     Unavailable(String),
+    /// A reader following a live writer on another machine, caught up with what it committed.
+    Followed,
+    /// A reader behind its writer by more than its bound, or cut off from the store: the
+    /// `degraded` entry and the note that says so.
+    Behind { degraded: String, note: String },
 }
 
 /// Each source's freshness from `lookup`, and the warnings: pending changes while no result
 /// certainly exists, unwatched sources, unavailable ones (`source_unavailable:ID` in `degraded`).
 /// An answer over a source that is not watched or not available has no pending count: whether a
 /// page is missing from it cannot be told.
-pub fn apply_freshness(resp: &mut SearchResponse, lookup: impl Fn(&str) -> Freshness) {
+pub fn apply_freshness(
+    resp: &mut SearchResponse,
+    lookup: impl Fn(&str) -> (Freshness, Option<cairn_query::AsOf>),
+) {
     let (mut pending_total, mut unwatched, mut away) = (0, Vec::new(), Vec::new());
     for s in &mut resp.sources {
-        match lookup(&s.source) {
+        let (freshness, as_of) = lookup(&s.source);
+        s.as_of = as_of;
+        match freshness {
             Freshness::Watched { pending, lag_ms } => {
                 s.pending = Some(pending);
                 s.lag_ms = Some(lag_ms);
                 pending_total += pending;
             }
+            Freshness::Followed => s.pending = Some(0),
             Freshness::Unwatched => unwatched.push(s.source.clone()),
             Freshness::Unavailable(why) => away.push((s.source.clone(), why)),
+            Freshness::Behind { degraded, note } => {
+                if !resp.degraded.contains(&degraded) {
+                    resp.degraded.push(degraded);
+                    resp.notes.push(note);
+                }
+                away.push((s.source.clone(), String::new()));
+            }
         }
     }
     let exists = resp.results.iter().any(|r| r.create_safety == cairn_query::CreateSafety::Exists);
@@ -163,7 +189,7 @@ pub fn apply_freshness(resp: &mut SearchResponse, lookup: impl Fn(&str) -> Fresh
             unwatched.join(", "),
         ));
     }
-    for (id, why) in &away {
+    for (id, why) in away.iter().filter(|(_, why)| !why.is_empty()) {
         resp.degraded.push(format!("source_unavailable:{id}"));
         resp.notes.push(format!("{why}; its pages are answered as last indexed{not_proof}"));
     }

@@ -9,10 +9,11 @@
 //! [`WRITE_WITHIN`] (a client that stops reading is dropped). Each connection is a task of its
 //! own.
 
-use crate::api::OwnerApi;
+use crate::api::Answerer;
+use crate::api::owner::Clients;
 use crate::ipc::{
-    ErrorCode, FrameError, Hello, MAX_REQUEST, PROTOCOL_VERSION, RemoteError, Reply, Request, read_frame,
-    write_frame,
+    ErrorCode, FrameError, Hello, MAX_REQUEST, OwnerInfo, PROTOCOL_VERSION, RemoteError, Reply, Request,
+    read_frame, write_frame,
 };
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -29,8 +30,20 @@ pub const WRITE_WITHIN: Duration = Duration::from_secs(10);
 /// Everything a connection needs.
 #[derive(Clone)]
 struct Ctx {
-    api: Arc<OwnerApi>,
+    answerer: Served,
+    info: OwnerInfo,
+    clients: Clients,
     slots: Arc<Semaphore>,
+}
+
+/// What the socket answers with now: the writer's pipeline, or a reader's following (a
+/// takeover or a lost lease swaps one for the other while the socket stays).
+pub type Served = Arc<std::sync::RwLock<Answerer>>;
+
+impl Ctx {
+    fn answerer(&self) -> Answerer {
+        self.answerer.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
 }
 
 /// A running server; [`Server::stop`] stops accepting and removes the socket.
@@ -56,9 +69,16 @@ pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
 }
 
 impl Server {
-    /// Serve the owner's API on `listener` (from [`bind`]) on the current tokio runtime.
-    pub fn start(listener: UnixListener, path: PathBuf, api: Arc<OwnerApi>) -> Self {
-        let ctx = Ctx { api, slots: Arc::new(Semaphore::new(MAX_CONNECTIONS)) };
+    /// Serve `answerer` on `listener` (from [`bind`]) on the current tokio runtime, as the
+    /// process `info` describes; the connections say who they are in `clients`.
+    pub fn start(
+        listener: UnixListener,
+        path: PathBuf,
+        answerer: Served,
+        info: OwnerInfo,
+        clients: Clients,
+    ) -> Self {
+        let ctx = Ctx { answerer, info, clients, slots: Arc::new(Semaphore::new(MAX_CONNECTIONS)) };
         let task = tokio::spawn(async move {
             let mut next = 0u64;
             loop {
@@ -156,10 +176,10 @@ async fn connection(ctx: Ctx, mut stream: UnixStream, id: u64) {
         let reply = match (&hello, request) {
             (None, Request::Hello(h)) => {
                 let reply = check_hello(&h)
-                    .unwrap_or_else(|| Reply::Ok(serde_json::to_value(ctx.api.info()).unwrap_or_default()));
+                    .unwrap_or_else(|| Reply::Ok(serde_json::to_value(&ctx.info).unwrap_or_default()));
                 let ok = matches!(reply, Reply::Ok(_));
                 if ok {
-                    ctx.api.clients().lock().unwrap_or_else(|p| p.into_inner()).insert(id, h.clone());
+                    ctx.clients.lock().unwrap_or_else(|p| p.into_inner()).insert(id, h.clone());
                     hello = Some(h);
                 }
                 if send(&mut stream, &reply).await.is_err() || !ok {
@@ -175,7 +195,7 @@ async fn connection(ctx: Ctx, mut stream: UnixStream, id: u64) {
             (Some(_), request) => {
                 let limit = request.time_limit();
                 let verb = request.verb();
-                match tokio::time::timeout(limit, crate::api::dispatch(&ctx.api, request)).await {
+                match tokio::time::timeout(limit, crate::api::dispatch(&ctx.answerer(), request)).await {
                     Ok(Ok(v)) => Reply::Ok(v),
                     Ok(Err(e)) => failed(e),
                     Err(_) => {
@@ -188,7 +208,7 @@ async fn connection(ctx: Ctx, mut stream: UnixStream, id: u64) {
             break;
         }
     }
-    ctx.api.clients().lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+    ctx.clients.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
 }
 
 fn check_hello(h: &Hello) -> Option<Reply> {
@@ -219,7 +239,13 @@ fn failed(e: crate::Error) -> Reply {
 /// Stream every event to the client until it goes away or stops reading.
 async fn subscribe(ctx: &Ctx, stream: &mut UnixStream) {
     use futures::StreamExt;
-    let mut events = ctx.api.pipeline().subscribe();
+    let mut events = match ctx.answerer() {
+        Answerer::Owner(o) => o.pipeline().subscribe(),
+        Answerer::Reader(r) => {
+            let _ = send(stream, &error(ErrorCode::Usage, r.needs_owner("subscribe").to_string())).await;
+            return;
+        }
+    };
     if send(stream, &Reply::Ok(serde_json::Value::Null)).await.is_err() {
         return;
     }

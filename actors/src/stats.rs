@@ -271,10 +271,18 @@ pub fn from_events(
 pub async fn collect(config: &crate::Config, log_dir: Option<&Path>, days: Option<u32>) -> Result<Stats> {
     let mut stats = Stats::default();
     let mut events = Vec::new();
-    if let Some(dir) = log_dir {
-        for f in log_files(dir) {
-            events.extend(crate::log::read_log(&f)?);
-            stats.logs.push(f.display().to_string());
+    let remote = crate::remote::Remote::of(&config.db, &config.storage).map_err(crate::Error::Config)?;
+    match (&remote, log_dir) {
+        // Every machine's shipped events (this one's included, at most a shipment behind).
+        (Some(r), None) | (Some(r), Some(_)) if log_dir == config.event_log_dir().as_deref() => {
+            events = crate::shipping::shipped(r).await.map_err(crate::Error::Pipeline)?;
+            stats.logs.push(format!("{}/_cairn/events (every machine)", r.uri));
+        }
+        _ => {
+            for f in log_dir.map(log_files).unwrap_or_default() {
+                events.extend(crate::log::read_log(&f)?);
+                stats.logs.push(f.display().to_string());
+            }
         }
     }
     let (queries, mut failing) = from_events(&events, days);

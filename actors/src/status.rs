@@ -26,9 +26,11 @@ pub struct SourceStatus {
     pub embed_rate: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eta_secs: Option<f64>,
-    /// The chunks table's version after the last commit.
+    /// The chunks table's version after the last commit, and when it was made.
     #[serde(default)]
     pub version: u64,
+    #[serde(default)]
+    pub committed_unix_ms: u64,
     /// Changes seen and not yet searchable: file events waiting out the debounce, plus files
     /// handed to the parser/embedder/writer and not yet committed (or skipped, or failed).
     pub pending: u64,
@@ -142,8 +144,12 @@ impl StatusBoard {
         self.with(source, |e| e.status.pages = pages);
     }
 
+    /// A commit of `source` made `version` (now, on this machine's clock).
     pub fn set_version(&self, source: &str, version: u64) {
-        self.with(source, |e| e.status.version = version);
+        self.with(source, |e| {
+            e.status.version = version;
+            e.status.committed_unix_ms = crate::event::unix_ms();
+        });
     }
 
     /// Chunks stored and waiting for vectors, and the recent embedding rate (chunks/s).

@@ -142,6 +142,9 @@ struct Inner {
     /// Dropped once the pipeline has drained (the owner lock: released only when nothing is
     /// being written any more).
     keep: Mutex<Vec<Box<dyn std::any::Any + Send>>>,
+    /// On an object store: the events shipped to the store, and the task that ships them.
+    outbox: Option<crate::shipping::Outbox>,
+    shipping: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// Held by the handles given out by [`Pipeline::open`]: the signal that stops the system's thread.
@@ -195,6 +198,15 @@ impl Pipeline {
     /// Load the model, start the system on its own thread, and return once every source's tables
     /// are open (the catch-up scan goes on in the background; [`Pipeline::flush`] waits for it).
     pub async fn open(config: Config) -> Result<Self> {
+        Self::open_publishing(config, None).await
+    }
+
+    /// [`Pipeline::open`] for the writer of a database on an object store: every commit is made
+    /// under `publishing`'s lease and told to its journal.
+    pub async fn open_publishing(
+        config: Config,
+        publishing: Option<crate::journal::Publishing>,
+    ) -> Result<Self> {
         config.validate().map_err(Error::Config)?;
         let embedders = Embedders::load(&config).await?;
         let (ready_tx, ready_rx) = oneshot::channel::<Result<Pipeline>>();
@@ -211,7 +223,7 @@ impl Pipeline {
             };
             let system = System::with_tokio_rt(runtime);
             system.block_on(async move {
-                let cairn = match Pipeline::start(config, embedders).await {
+                let cairn = match Pipeline::start_publishing(config, embedders, publishing).await {
                     Ok(c) => c,
                     Err(e) => {
                         let _ = ready_tx.send(Err(e));
@@ -237,6 +249,14 @@ impl Pipeline {
     /// configuration's, plus every source the database already holds (watched when its recorded
     /// folder is here, else served as stored).
     pub async fn start(config: Config, embedders: Embedders) -> Result<Self> {
+        Self::start_publishing(config, embedders, None).await
+    }
+
+    async fn start_publishing(
+        config: Config,
+        embedders: Embedders,
+        publishing: Option<crate::journal::Publishing>,
+    ) -> Result<Self> {
         config.validate().map_err(Error::Config)?;
         let status = StatusBoard::default();
         let (events, first) = broadcast::channel(SUBSCRIBER_BUFFER);
@@ -246,11 +266,18 @@ impl Pipeline {
                 .map_err(|e| Error::Config(format!("event log {}: {e}", d.display())))?;
         }
         let (tx, st, max) = (events.clone(), status.clone(), config.log_max_mib * 1024 * 1024);
+        let outbox = crate::remote::Remote::of(&config.db, &config.storage)
+            .map_err(Error::Config)?
+            .map(|r| crate::shipping::Outbox::new(r, crate::shipping::machine_name(&config.paths().state())));
+        let shipping = outbox.as_ref().map(crate::shipping::Outbox::keep_shipping);
+        let to_ship = outbox.clone();
         let log = SyncArbiter::start(1, move || {
-            EventLog::open(log_dir.as_deref(), max, tx.clone(), st.clone()).unwrap_or_else(|e| {
-                tracing::error!("event log: {e}; events are not journaled");
-                EventLog::open(None, max, tx.clone(), st.clone()).expect("no file")
-            })
+            EventLog::open(log_dir.as_deref(), max, tx.clone(), st.clone())
+                .unwrap_or_else(|e| {
+                    tracing::error!("event log: {e}; events are not journaled");
+                    EventLog::open(None, max, tx.clone(), st.clone()).expect("no file")
+                })
+                .shipping(to_ship.clone())
         });
         let emit = Emitter::new(log, tokio::time::Instant::now());
         let unix_ms = std::time::SystemTime::now()
@@ -311,6 +338,7 @@ impl Pipeline {
                 commit_after: config.commit_after(),
                 exact_vectors_up_to: config.exact_vectors_up_to,
                 snapshots: Some(config.paths().dir().join("snapshots")),
+                publishing,
             },
         };
         let wopts = WatcherOptions {
@@ -332,6 +360,8 @@ impl Pipeline {
                 shutdown: Duration::from_secs(config.shutdown_secs),
                 stopped: Default::default(),
                 keep: Mutex::new(Vec::new()),
+                outbox,
+                shipping,
             }),
             guard: None,
         };
@@ -441,6 +471,9 @@ impl Pipeline {
             }
             self.inner.shared.book.forget_source(id);
             self.inner.shared.folders.forget(id);
+            if let Some(p) = &self.inner.shared.parts.opts.publishing {
+                p.journal.forget(id).await;
+            }
         }
         Ok(())
     }
@@ -632,6 +665,12 @@ impl Pipeline {
         }
         self.inner.emit.emit(SYSTEM_STREAM, vec![EventKind::SystemStopped { clean }]).await;
         let _ = self.inner.emit.log().send(SyncLog).await;
+        if let Some(o) = &self.inner.outbox {
+            o.ship().await;
+        }
+        if let Some(s) = &self.inner.shipping {
+            s.abort();
+        }
         self.inner.keep.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
 

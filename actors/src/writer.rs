@@ -52,6 +52,11 @@ const UPKEEP_DELAY: Duration = Duration::from_secs(2);
 /// rewrites a part-filled fragment), so it is short: at 3 edits/s on FOLDOC, 60 s of them
 /// took 2.2× a fresh index (BENCHMARKS.md, the soak).
 pub const KEEP_VERSIONS: Duration = Duration::from_secs(10);
+/// On an object store, readers on other machines read the tables too, following the journal
+/// as much as `max_lag_s` behind and loading whole sources (minutes at a million chunks):
+/// versions are kept this long there, and files no version references are never removed (they
+/// may be another process's commit in flight).
+pub const KEEP_VERSIONS_SHARED: Duration = Duration::from_secs(600);
 const BACKOFF_START: Duration = Duration::from_millis(250);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// How long a removed page can still be matched, by content, with a new one as a move.
@@ -74,6 +79,9 @@ pub struct WriterOptions {
     /// The folder of the sources' resident-index snapshots (`None`: none are kept; every open
     /// reads the tables).
     pub snapshots: Option<PathBuf>,
+    /// On an object store: the writer lease commits are made under, and the journal readers on
+    /// other machines follow (`None`: a local database, or a pipeline run without a lease).
+    pub publishing: Option<crate::journal::Publishing>,
 }
 
 impl Default for WriterOptions {
@@ -83,6 +91,7 @@ impl Default for WriterOptions {
             commit_after: Duration::from_millis(50),
             exact_vectors_up_to: cairn_index::vectors::EXACT_VECTORS_UP_TO,
             snapshots: None,
+            publishing: None,
         }
     }
 }
@@ -468,6 +477,18 @@ impl SourceWriter {
         }
     }
 
+    /// Why this writer may not commit now: on an object store, it no longer holds the writer
+    /// lease (or has not renewed it in time).
+    fn refused(&self) -> Option<String> {
+        let p = self.opts.publishing.as_ref()?;
+        (!p.lease.valid()).then(|| {
+            format!(
+                "source `{}`: this process no longer holds the writer lease, so it commits nothing more",
+                self.id
+            )
+        })
+    }
+
     /// The vector of a text, if one is known (committed, or embedded moments ago).
     fn known_vector(&self, hash: &str) -> Option<Vec<f32>> {
         self.vectors
@@ -485,6 +506,10 @@ impl SourceWriter {
         let (Some(store), Some(resident)) = (self.store.clone(), self.resident.clone()) else {
             return Some(Box::pin(actix::fut::ready(Err("store not open".to_string()))));
         };
+        if let Some(refused) = self.refused() {
+            return Some(Box::pin(actix::fut::ready(Err(refused))));
+        }
+        let journal = self.opts.publishing.as_ref().map(|p| p.journal.clone());
         // The last version of a page in the buffer wins.
         let mut pages: Vec<(ParsedPage, i64, Origin)> = Vec::new();
         for item in std::mem::take(&mut self.buffer) {
@@ -517,6 +542,16 @@ impl SourceWriter {
             let mut batch = batch;
             let reused = reused + stored_vectors(&resident, &id, &mut batch.upserts).await;
             let version = store.write(&batch).await.map_err(|e| e.to_string())?;
+            if let Some(journal) = &journal {
+                let change = crate::journal::Change {
+                    version,
+                    committed_unix_ms: crate::event::unix_ms(),
+                    upserted: batch.upserts.iter().map(|w| w.page.slug.clone()).collect(),
+                    removed: batch.removals.clone(),
+                    ..Default::default()
+                };
+                journal.record(&id, change).await;
+            }
             // Into the resident index before anyone hears of it, so a `page_indexed` subscriber
             // finds the page.
             let batch = tokio::task::spawn_blocking(move || {
@@ -795,10 +830,24 @@ impl SourceWriter {
         }
         complete.sort();
         let n = ready.len();
+        if let Some(refused) = self.refused() {
+            self.fail(ctx, "writer", refused);
+            return;
+        }
+        let journal = self.opts.publishing.as_ref().map(|p| p.journal.clone());
         self.vectors.committing += 1;
         let fut = async move {
             let started = Instant::now();
             let version = store.attach_vectors(&ready).await.map_err(|e| e.to_string())?;
+            if let Some(journal) = &journal {
+                let change = crate::journal::Change {
+                    version,
+                    committed_unix_ms: crate::event::unix_ms(),
+                    vectors: ready.iter().map(|(chunk, _)| chunk.clone()).collect(),
+                    ..Default::default()
+                };
+                journal.record(&id, change).await;
+            }
             resident.apply_vectors(&ready);
             let pending = resident.read().unembedded_count();
             let mut events = warnings;
@@ -909,12 +958,16 @@ impl SourceWriter {
         }
         let snapshot = self.snapshot().filter(|_| idle).zip(self.resident.clone());
         let exact_up_to = self.opts.exact_vectors_up_to;
+        let shared = self.opts.publishing.is_some();
         let fut = async move {
             let t0 = Instant::now();
             if !vectors_busy {
                 store.optimize().await?;
             }
-            let pruned = store.prune(KEEP_VERSIONS, true).await?;
+            let pruned = match shared {
+                false => store.prune(KEEP_VERSIONS, true).await?,
+                true => store.prune(KEEP_VERSIONS_SHARED, false).await?,
+            };
             if let Some((path, resident)) = snapshot.filter(|(_, r)| !r.holds_text()) {
                 let stamp = store.stamp(exact_up_to).await?;
                 if ResidentIndex::stamp_of(&path) != Some(stamp) {
@@ -1046,20 +1099,39 @@ impl Actor for SourceWriter {
         let exact_vectors_up_to = self.opts.exact_vectors_up_to;
         let snapshot = self.snapshot();
         let (query, root, emit) = (self.query.clone(), self.root.clone(), self.emit.clone());
+        let journal = self.opts.publishing.as_ref().map(|p| p.journal.clone());
         let open = async move {
             tokio::time::sleep(delay).await;
             let id = info.id.clone();
+            // Tables made here (new, or rebuilt) start an incarnation readers load whole.
+            let mut fresh = !db.source_ids().await.map_err(|e| e.to_string())?.contains(&id);
             let store = match db.open_source(&id, &manifest).await {
                 Err(cairn_index::Error::ManifestMismatch { .. }) => {
                     tracing::warn!("source `{id}` was built by another model or version; rebuilding it");
                     if let Some(path) = &snapshot {
                         let _ = std::fs::remove_file(path);
                     }
+                    fresh = true;
                     db.rebuild_source(&id, &manifest, &info).await
                 }
                 other => other,
             }
             .map_err(|e| e.to_string())?;
+            if let Some(journal) = journal.as_ref().filter(|_| fresh) {
+                let version = store.version().await.map_err(|e| e.to_string())?;
+                let committed_unix_ms = crate::event::unix_ms();
+                journal
+                    .record(
+                        &id,
+                        crate::journal::Change {
+                            version,
+                            committed_unix_ms,
+                            reset: true,
+                            ..Default::default()
+                        },
+                    )
+                    .await;
+            }
             store.register(&info).await.map_err(|e| e.to_string())?;
             let started = Instant::now();
             let (resident, loaded, from_snapshot) = match &snapshot {

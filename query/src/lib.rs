@@ -19,8 +19,8 @@ pub use filter::{Allowed, Filter, PageFilter, day_start_ms};
 pub use layers::{CreateSafety, Evidence, ExactKind};
 pub use reader::SourceReader;
 pub use search::{
-    Health, Mode, Role, SearchRequest, SearchResponse, SearchResult, ServedBy, SourceStatus, Stale,
-    mark_stale, note_vectors_pending, search,
+    AsOf, Health, Mode, Role, SearchRequest, SearchResponse, SearchResult, ServedBy, SourceStatus, Stale,
+    Writer, mark_stale, note_vectors_pending, search,
 };
 
 #[cfg(test)]

@@ -172,6 +172,9 @@ pub struct SourceStatus {
     /// Chunks of this source not embedded yet (found by name and keyword, not by meaning).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vectors_pending: Option<usize>,
+    /// The commit this source's part of the answer reflects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub as_of: Option<AsOf>,
 }
 
 /// How a result's file differs from what was indexed.
@@ -216,6 +219,46 @@ pub fn mark_stale(resp: &mut SearchResponse, look: impl Fn(&SearchResult) -> Opt
 pub struct ServedBy {
     pub pid: u32,
     pub role: Role,
+    /// The process that writes the database (on an object store, the holder of its writer lease,
+    /// on whichever machine), when it is known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub writer: Option<Writer>,
+}
+
+impl ServedBy {
+    /// This process, as `role`.
+    pub fn here(role: Role) -> Self {
+        Self { pid: std::process::id(), role, writer: None }
+    }
+}
+
+/// Who writes a database: the process holding its lock or lease.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Writer {
+    pub host: String,
+    pub pid: u32,
+    /// What the process is (`watch`, `mcp`…).
+    pub purpose: String,
+    /// Since when it writes (its own clock).
+    pub since_unix_ms: u64,
+    /// The lock file it holds on its machine (a process that holds that lock now knows this
+    /// writer is gone).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub lock: String,
+}
+
+impl std::fmt::Display for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "pid {} (cairn {}) on {}", self.pid, self.purpose, self.host)
+    }
+}
+
+/// The commit an answer's part reflects: a source's table version and its commit time (the
+/// writer's clock).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct AsOf {
+    pub version: u64,
+    pub committed_unix_ms: u64,
 }
 
 /// What a process is to its database.
@@ -652,6 +695,7 @@ fn merge_sources<R: SourceReader>(
             pending: None,
             lag_ms: None,
             vectors_pending: None,
+            as_of: None,
         };
         match g {
             Ok(g) => {

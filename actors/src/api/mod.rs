@@ -16,7 +16,7 @@
 //! [`Handle`] implementation (plus the reader's, when it is a `read` verb).
 //! [`crate::Cairn::ask`] calls any verb on whichever role this process has now.
 
-mod owner;
+pub mod owner;
 mod reader;
 
 pub use owner::OwnerApi;
@@ -119,14 +119,14 @@ macro_rules! verbs {
             }
         )*
 
-        /// A request (after `hello`; not `subscribe`) answered by the owner, as the JSON of its
-        /// reply.
-        pub async fn dispatch(owner: &OwnerApi, request: Request) -> Result<serde_json::Value> {
+        /// A request (after `hello`; not `subscribe`) answered by this process's role, as the
+        /// JSON of its reply.
+        pub async fn dispatch(answerer: &Answerer, request: Request) -> Result<serde_json::Value> {
             fn json<T: Serialize>(r: Result<T>) -> Result<serde_json::Value> {
                 r.and_then(|v| serde_json::to_value(v).map_err(|e| Error::Pipeline(e.to_string())))
             }
             match request {
-                $(Request::$verb(v) => json(v.by_owner(owner).await),)*
+                $(Request::$verb(v) => json(answerer.ask(v).await),)*
                 Request::Hello(_) | Request::Subscribe => Err(Error::Config(format!(
                     "`{}` is not a verb here: it is said once, when the connection opens",
                     request.verb()
@@ -150,11 +150,29 @@ verbs! {
     read Duplicates => Vec<cairn_query::duplicates::DuplicateGroup>, "duplicates", Limit::Secs(600);
     read Status => crate::Status, "status", Limit::Secs(10);
     read Stats => crate::stats::Stats, "stats", Limit::Secs(60);
-    write Flush => (), "flush", Limit::None;
-    write AddSource => (), "add_source", Limit::Secs(300);
+    read Flush => (), "flush", Limit::None;
+    read AddSource => (), "add_source", Limit::Secs(300);
     write RemoveSource => (), "remove_source", Limit::Secs(300);
     write Reindex => (), "reindex", Limit::None;
     write Reconcile => ReconcileReport, "reconcile", Limit::None;
+}
+
+/// What answers in this process: the owner's pipeline (it writes the database), or a reader of
+/// its tables (another process, maybe on another machine, writes it).
+#[derive(Debug, Clone)]
+pub enum Answerer {
+    Owner(std::sync::Arc<OwnerApi>),
+    Reader(std::sync::Arc<ReaderApi>),
+}
+
+impl Answerer {
+    /// Any verb, answered by this role.
+    pub async fn ask<V: Verb>(&self, verb: V) -> Result<V::Reply> {
+        match self {
+            Answerer::Owner(o) => verb.by_owner(o).await,
+            Answerer::Reader(r) => verb.by_reader(r).await,
+        }
+    }
 }
 
 /// Answer a query.

@@ -17,18 +17,27 @@ use std::sync::{Arc, Mutex};
 /// The clients connected to the owner's socket, by connection.
 pub type Clients = Arc<Mutex<BTreeMap<u64, Hello>>>;
 
-/// The process that owns a database, as the API sees it.
+/// The process that writes a database, as the API sees it.
 #[derive(Debug)]
 pub struct OwnerApi {
     pipeline: Pipeline,
     config: Config,
     info: OwnerInfo,
     clients: Clients,
+    writer: cairn_query::Writer,
 }
 
 impl OwnerApi {
-    pub fn new(pipeline: Pipeline, config: Config, info: OwnerInfo) -> Self {
-        Self { pipeline, config, info, clients: Clients::default() }
+    /// The writer `info` describes (`clients`: its socket's connections), with its pipeline.
+    pub fn new(pipeline: Pipeline, config: Config, info: OwnerInfo, clients: Clients) -> Self {
+        let writer = cairn_query::Writer {
+            host: crate::lease::host_name(),
+            pid: info.pid,
+            purpose: info.purpose.clone(),
+            since_unix_ms: info.started_unix_ms,
+            lock: String::new(),
+        };
+        Self { pipeline, config, info, clients, writer }
     }
 
     pub fn pipeline(&self) -> &Pipeline {
@@ -45,14 +54,20 @@ impl OwnerApi {
     }
 }
 
-/// This process, as the owner that answered.
-fn served_by() -> ServedBy {
-    ServedBy { pid: std::process::id(), role: Role::Owner }
+impl OwnerApi {
+    /// This process, as the writer that answered.
+    fn served_by(&self) -> ServedBy {
+        ServedBy { writer: Some(self.writer.clone()), ..ServedBy::here(Role::Owner) }
+    }
 }
 
 impl Handle<Search> for OwnerApi {
     fn handle(&self, v: Search) -> BoxFuture<'_, Result<cairn_query::SearchResponse>> {
-        Box::pin(self.pipeline.search(v.request))
+        Box::pin(async move {
+            let mut resp = self.pipeline.search(v.request).await?;
+            resp.served_by = Some(self.served_by());
+            Ok(resp)
+        })
     }
 }
 
@@ -60,7 +75,7 @@ impl Handle<Get> for OwnerApi {
     fn handle(&self, v: Get) -> BoxFuture<'_, Result<Option<crate::PageWithBody>>> {
         Box::pin(async move {
             let page = self.pipeline.get(&v.source, &v.slug).await?;
-            Ok(page.map(|p| crate::PageWithBody { served_by: Some(served_by()), ..p }))
+            Ok(page.map(|p| crate::PageWithBody { served_by: Some(self.served_by()), ..p }))
         })
     }
 }
@@ -69,7 +84,7 @@ impl Handle<Diagnose> for OwnerApi {
     fn handle(&self, v: Diagnose) -> BoxFuture<'_, Result<cairn_query::Diagnosis>> {
         Box::pin(async move {
             let d = self.pipeline.diagnose(v.request, &v.source, &v.slug).await?;
-            Ok(cairn_query::Diagnosis { served_by: Some(served_by()), ..d })
+            Ok(cairn_query::Diagnosis { served_by: Some(self.served_by()), ..d })
         })
     }
 }
@@ -94,6 +109,7 @@ impl Handle<Status> for OwnerApi {
                 pid: std::process::id(),
                 role: Role::Owner,
                 owner: Some(self.info.clone()),
+                writer: Some(self.writer.clone()),
                 memory: crate::status::Memory::now(),
                 clients,
                 sources: self.pipeline.status(),

@@ -1,58 +1,121 @@
-//! A reader's answers: no process owns the database, so this one reads its tables into memory,
-//! read-only, and answers the `read` verbs from them. The `write` verbs need an owner.
+//! A reader's answers: this process does not write the database (no process owns it, or the
+//! writer is another process, maybe on another machine), so it holds the tables in memory,
+//! following the writer's commits where there is one to follow ([`crate::follow`]), and answers
+//! the `read` verbs from them. The `write` verbs need the writer.
 
-use super::{Diagnose, Duplicates, Get, Handle, Links, Search, Stats, Status};
+use super::{AddSource, Diagnose, Duplicates, Flush, Get, Handle, Links, Search, Stats, Status};
 use crate::config::Config;
-use crate::host::QueryHost;
+use crate::follow::Follower;
+use crate::ipc::OwnerInfo;
 use crate::{Error, Result};
 use cairn_query::{Role, ServedBy};
 use futures::future::BoxFuture;
 use std::sync::Arc;
 
-/// A process that reads a database no process owns.
+/// A process that reads a database another process writes (or none does).
 #[derive(Debug)]
 pub struct ReaderApi {
-    host: Arc<QueryHost>,
+    follower: Arc<Follower>,
     config: Config,
+    /// When this reader serves its machine's other processes: itself, as the lock file says.
+    local: Option<OwnerInfo>,
+    /// Where folders given to this machine's reader go (it stands by to write them).
+    told: Option<tokio::sync::mpsc::UnboundedSender<crate::config::SourceConfig>>,
+    /// On an object store: its answers' telemetry shipped to the store (by its own task for a
+    /// long-lived reader, which ends once the reader is dropped; at once for a one-shot one).
+    outbox: Option<(crate::shipping::Outbox, Option<tokio::task::JoinHandle<()>>)>,
 }
 
 impl ReaderApi {
-    pub fn new(host: QueryHost, config: Config) -> Self {
-        Self { host: Arc::new(host), config }
+    pub fn new(follower: Arc<Follower>, config: Config, local: Option<OwnerInfo>) -> Self {
+        let outbox = follower.remote().map(|r| {
+            let outbox = crate::shipping::Outbox::new(
+                r.clone(),
+                crate::shipping::machine_name(&config.paths().state()),
+            );
+            let task = local.is_some().then(|| outbox.keep_shipping());
+            (outbox, task)
+        });
+        Self { follower, config, local, told: None, outbox }
     }
 
-    /// What a verb that needs the owner says when there is none.
+    /// Ship what waits (a reader that stops).
+    pub async fn ship(&self) {
+        if let Some((o, _)) = &self.outbox {
+            o.ship().await;
+        }
+    }
+
+    /// Folders given to this reader (`add_source`) are sent to `told`: the machine's process
+    /// stands by to write them when the writer lease is free.
+    pub fn taking_folders(
+        self,
+        told: tokio::sync::mpsc::UnboundedSender<crate::config::SourceConfig>,
+    ) -> Self {
+        Self { told: Some(told), ..self }
+    }
+
+    pub fn follower(&self) -> &Arc<Follower> {
+        &self.follower
+    }
+
+    /// What a verb that needs the writer says here.
     pub fn needs_owner(&self, verb: &str) -> Error {
-        Error::Config(format!(
-            "no cairn process owns {} now, so nothing can answer `{verb}`: start `cairn watch` (or `cairn index`) on it",
-            self.config.db
-        ))
+        match self.follower.writer() {
+            Some(w) => Error::Config(format!(
+                "{} is written by {w} since {}; this process only reads it, so it cannot `{verb}`: run that where the writer is (or stop it, and this machine's `cairn watch` takes over)",
+                self.config.db,
+                crate::event::utc(w.since_unix_ms)
+            )),
+            None => Error::Config(format!(
+                "no cairn process writes {} now, so nothing can answer `{verb}`: start `cairn watch` (or `cairn index`) on it",
+                self.config.db
+            )),
+        }
     }
-}
 
-/// This process, as the reader that answered.
-fn served_by() -> ServedBy {
-    ServedBy { pid: std::process::id(), role: Role::Reader }
+    /// This process, as the reader that answered.
+    fn served_by(&self) -> ServedBy {
+        ServedBy { writer: self.follower.writer(), ..ServedBy::here(Role::Reader) }
+    }
 }
 
 impl Handle<Search> for ReaderApi {
     fn handle(&self, v: Search) -> BoxFuture<'_, Result<cairn_query::SearchResponse>> {
         Box::pin(async move {
-            let h = &self.host;
-            let mut resp = h.search(&v.request, &h.unavailable_ids()).await?;
-            resp.served_by = Some(served_by());
-            crate::query::apply_freshness(&mut resp, |id| h.freshness(id));
-            resp.notes.push(format!(
-                "no cairn process owns {}: answered read-only by this process (pid {}) from the tables",
-                self.config.db,
-                std::process::id()
-            ));
+            let f = &self.follower;
+            f.asked();
+            let mut resp = f.host().search(&v.request, &f.unavailable_ids()).await?;
+            resp.served_by = Some(self.served_by());
+            crate::query::apply_freshness(&mut resp, |id| f.freshness(id));
+            if f.writer().is_none() && self.local.is_none() {
+                resp.notes.push(format!(
+                    "no cairn process owns {}: answered read-only by this process (pid {}) from the tables",
+                    self.config.db,
+                    std::process::id()
+                ));
+            }
             // Journaled like the owner's answers (`cairn stats` counts it).
-            if let Some(dir) = self.config.event_log_dir() {
-                let kind = crate::EventKind::QueryAnswered(Box::new(crate::query::telemetry(&resp)));
-                if let Err(e) = crate::log::append_from_outside(&dir, crate::event::QUERY_STREAM, kind) {
-                    tracing::warn!("event log {}: {e}; this answer is not journaled", dir.display());
+            let kind = crate::EventKind::QueryAnswered(Box::new(crate::query::telemetry(&resp)));
+            if let Some((outbox, task)) = &self.outbox {
+                let event = crate::Event {
+                    seq: 0,
+                    ts: 0,
+                    source: crate::event::QUERY_STREAM.into(),
+                    kind: kind.clone(),
+                };
+                if let Ok(mut line) = serde_json::to_vec(&event) {
+                    line.push(b'\n');
+                    outbox.push(&line);
                 }
+                if task.is_none() {
+                    outbox.ship().await;
+                }
+            }
+            if let Some(dir) = self.config.event_log_dir()
+                && let Err(e) = crate::log::append_from_outside(&dir, crate::event::QUERY_STREAM, kind)
+            {
+                tracing::warn!("event log {}: {e}; this answer is not journaled", dir.display());
             }
             Ok(resp)
         })
@@ -62,8 +125,8 @@ impl Handle<Search> for ReaderApi {
 impl Handle<Get> for ReaderApi {
     fn handle(&self, v: Get) -> BoxFuture<'_, Result<Option<crate::PageWithBody>>> {
         Box::pin(async move {
-            let page = self.host.get(&v.source, &v.slug).await.map_err(Error::Pipeline)?;
-            Ok(page.map(|p| crate::PageWithBody { served_by: Some(served_by()), ..p }))
+            let page = self.follower.host().get(&v.source, &v.slug).await.map_err(Error::Pipeline)?;
+            Ok(page.map(|p| crate::PageWithBody { served_by: Some(self.served_by()), ..p }))
         })
     }
 }
@@ -71,21 +134,21 @@ impl Handle<Get> for ReaderApi {
 impl Handle<Diagnose> for ReaderApi {
     fn handle(&self, v: Diagnose) -> BoxFuture<'_, Result<cairn_query::Diagnosis>> {
         Box::pin(async move {
-            let d = self.host.diagnose(&v.request, &v.source, &v.slug).await?;
-            Ok(cairn_query::Diagnosis { served_by: Some(served_by()), ..d })
+            let d = self.follower.host().diagnose(&v.request, &v.source, &v.slug).await?;
+            Ok(cairn_query::Diagnosis { served_by: Some(self.served_by()), ..d })
         })
     }
 }
 
 impl Handle<Links> for ReaderApi {
     fn handle(&self, v: Links) -> BoxFuture<'_, Result<Option<cairn_query::links::Links>>> {
-        Box::pin(async move { self.host.links(&v.source, &v.slug).map_err(Error::Config) })
+        Box::pin(async move { self.follower.host().links(&v.source, &v.slug).map_err(Error::Config) })
     }
 }
 
 impl Handle<Duplicates> for ReaderApi {
     fn handle(&self, v: Duplicates) -> BoxFuture<'_, Result<Vec<cairn_query::duplicates::DuplicateGroup>>> {
-        let host = self.host.clone();
+        let host = self.follower.host();
         Box::pin(async move {
             Ok(tokio::task::spawn_blocking(move || host.duplicates(v.threshold)).await.unwrap_or_default())
         })
@@ -98,10 +161,11 @@ impl Handle<Status> for ReaderApi {
             Ok(crate::Status {
                 pid: std::process::id(),
                 role: Role::Reader,
-                owner: None,
+                owner: self.local.clone(),
+                writer: self.follower.writer(),
                 memory: crate::status::Memory::now(),
                 clients: Vec::new(),
-                sources: self.host.status(),
+                sources: self.follower.status(),
             })
         })
     }
@@ -112,6 +176,31 @@ impl Handle<Stats> for ReaderApi {
         Box::pin(async move {
             let log = self.config.event_log_dir();
             crate::stats::collect(&self.config, log.as_deref(), v.days).await
+        })
+    }
+}
+
+impl Handle<Flush> for ReaderApi {
+    /// A reader's flush: everything the writer has committed so far is here.
+    fn handle(&self, _: Flush) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            if !self.follower.follows() {
+                return Err(self.needs_owner("flush"));
+            }
+            self.follower.step().await.map_err(|e| Error::Pipeline(format!("{}: {e}", self.config.db)))
+        })
+    }
+}
+
+impl Handle<AddSource> for ReaderApi {
+    /// A folder given to this machine's reader: remembered as given here, and written once this
+    /// process takes the writer lease (it stands by for it).
+    fn handle(&self, v: AddSource) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            match &self.told {
+                Some(told) => told.send(v.source).map_err(|_| Error::Stopped),
+                None => Err(self.needs_owner("add_source")),
+            }
         })
     }
 }

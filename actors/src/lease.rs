@@ -1,0 +1,331 @@
+//! The writer lease of a database on an object store: one writer per database, across machines.
+//!
+//! The lease is one object in the database's own prefix, `_cairn/lease.json`, saying who holds
+//! it. It is taken and renewed with the store's conditional writes only (S3's `If-None-Match: *`
+//! and `If-Match: <etag>`, through `object_store`'s `PutMode::Create` and `PutMode::Update`):
+//!
+//! - **take** a lease that is not there: create-if-absent (one of any number of racers wins);
+//! - **renew** it every [`RENEW_EVERY`]: replace-if-ETag with the ETag of the last renewal; a
+//!   `412` means another process took it, and this one has lost it;
+//! - **take over** a lease whose holder stopped renewing: a standby that has seen the same ETag
+//!   for [`TTL`] of *its own* clock replaces it, conditional on that ETag (of several standbys,
+//!   one wins). Comparing ETags over a local interval needs no agreement between the machines'
+//!   clocks;
+//! - **release** it on a clean stop: replaced with a `released` mark, so a standby takes it at
+//!   its next look instead of waiting out the TTL. A holder that named the lock file this
+//!   process holds now (the same machine's lock: its holder died) is taken at once too.
+//!
+//! The holder stops writing once it has not renewed for [`TTL`] minus [`MARGIN`] of its own
+//! clock ([`Lease::valid`]), before any standby may take over.
+
+use object_store::path::Path as StorePath;
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
+use serde::{Deserialize, Serialize};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A holder that has not renewed for this long (as a standby's clock sees the ETag stand still)
+/// has lost the lease.
+pub const TTL: Duration = Duration::from_secs(10);
+/// How often the holder renews.
+pub const RENEW_EVERY: Duration = Duration::from_millis(2500);
+/// The holder stops writing this long before its lease could be taken over.
+pub const MARGIN: Duration = Duration::from_secs(3);
+/// How often a standby looks at the lease.
+pub const LOOK_EVERY: Duration = Duration::from_secs(2);
+
+/// Who holds a lease: the writer of the database.
+pub use cairn_query::Writer as Holder;
+
+/// This process, as a holder: `lock` is the lock file it holds on this machine.
+pub fn me(purpose: &str, lock: &std::path::Path) -> Holder {
+    Holder {
+        host: host_name(),
+        pid: std::process::id(),
+        purpose: purpose.into(),
+        since_unix_ms: crate::event::unix_ms(),
+        lock: lock.display().to_string(),
+    }
+}
+
+fn unknown() -> Holder {
+    Holder {
+        host: "unknown".into(),
+        pid: 0,
+        purpose: "unknown".into(),
+        since_unix_ms: 0,
+        lock: String::new(),
+    }
+}
+
+/// The machine's name (`/etc/hostname`, else `HOSTNAME`, else `unknown`).
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// The lease object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Body {
+    holder: Holder,
+    /// Given back on a clean stop: free to take at once.
+    #[serde(default)]
+    released: bool,
+    /// Counted up at every renewal: an object store's ETag is a hash of the content, so the
+    /// content must change for a standby to see the lease renewed.
+    #[serde(default)]
+    renewal: u64,
+}
+
+/// Why a lease could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    #[error("{uri}: its writer lease ({path}): {message}")]
+    Store { uri: String, path: String, message: String },
+}
+
+type Result<T> = std::result::Result<T, LeaseError>;
+
+/// Where a database's lease is, and the store it is in.
+#[derive(Clone)]
+pub struct LeaseStore {
+    store: Arc<dyn ObjectStore>,
+    uri: String,
+    path: StorePath,
+}
+
+impl std::fmt::Debug for LeaseStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaseStore").field("path", &self.path.as_ref()).finish()
+    }
+}
+
+/// What a look at the lease found.
+#[derive(Debug)]
+pub enum Taken {
+    /// This process holds it now.
+    Mine(Lease),
+    /// Another process holds it (as far as this look can tell).
+    Theirs(Holder),
+}
+
+/// A standby's memory of the lease: the ETag it saw, and since when (its own clock).
+#[derive(Debug, Default)]
+pub struct Watching {
+    seen: Option<(String, Instant)>,
+}
+
+impl Watching {
+    /// A standby that has seen the lease at `etag` stand still for the whole TTL (several such
+    /// standbys race for one lease in the tests).
+    pub fn stood_still(etag: &str) -> Self {
+        let long_ago = Instant::now().checked_sub(TTL).unwrap_or_else(Instant::now);
+        Self { seen: Some((etag.to_string(), long_ago)) }
+    }
+}
+
+impl LeaseStore {
+    /// The lease of a database on an object store.
+    pub fn of(remote: &crate::remote::Remote) -> Self {
+        Self { store: remote.store.clone(), uri: remote.uri.clone(), path: remote.path("lease.json") }
+    }
+
+    fn err(&self, e: impl std::fmt::Display) -> LeaseError {
+        LeaseError::Store { uri: self.uri.clone(), path: self.path.to_string(), message: e.to_string() }
+    }
+
+    /// Take the lease for `me` if it is free: not there, released, or (by `watching`) unchanged
+    /// for [`TTL`].
+    pub async fn try_take(&self, me: &Holder, watching: &mut Watching) -> Result<Taken> {
+        let body = serde_json::to_vec(&Body { holder: me.clone(), released: false, renewal: 0 })
+            .map_err(|e| self.err(e))?;
+        let current = match self.store.get(&self.path).await {
+            Ok(got) => {
+                let etag = got.meta.e_tag.clone().unwrap_or_default();
+                let bytes = got.bytes().await.map_err(|e| self.err(e))?;
+                Some((etag, serde_json::from_slice::<Body>(&bytes).ok()))
+            }
+            Err(object_store::Error::NotFound { .. }) => None,
+            Err(e) => return Err(self.err(e)),
+        };
+        let Some((etag, held)) = current else {
+            return self.put(body, PutMode::Create, me).await;
+        };
+        let free = match &held {
+            Some(b) if b.released => true,
+            // Its holder held the very lock this process holds now: it is gone (a crash, a
+            // kill -9), and its TTL need not be waited out.
+            Some(b) if !b.holder.lock.is_empty() && b.holder.lock == me.lock && b.holder.host == me.host => {
+                true
+            }
+            // Unreadable: as good as free once it stands still for the TTL.
+            _ => match &watching.seen {
+                Some((seen, since)) if *seen == etag => since.elapsed() >= TTL,
+                _ => {
+                    watching.seen = Some((etag.clone(), Instant::now()));
+                    false
+                }
+            },
+        };
+        if free {
+            let mode = PutMode::Update(UpdateVersion { e_tag: Some(etag), version: None });
+            return self.put(body, mode, me).await;
+        }
+        Ok(Taken::Theirs(held.map_or_else(unknown, |b| b.holder)))
+    }
+
+    /// A conditional write of the lease for `me`; losing the race is `Theirs`.
+    async fn put(&self, body: Vec<u8>, mode: PutMode, me: &Holder) -> Result<Taken> {
+        let opts = PutOptions { mode, ..PutOptions::default() };
+        match self.store.put_opts(&self.path, PutPayload::from(body), opts).await {
+            Ok(r) => Ok(Taken::Mine(Lease {
+                store: self.clone(),
+                holder: me.clone(),
+                held: Arc::new(Mutex::new(Held {
+                    etag: r.e_tag,
+                    renewed: Instant::now(),
+                    renewals: 0,
+                    lost: false,
+                })),
+            })),
+            Err(object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. }) => {
+                Ok(Taken::Theirs(self.holder().await.unwrap_or_else(unknown)))
+            }
+            Err(e) => Err(self.err(e)),
+        }
+    }
+
+    /// The lease's ETag and whether it is held (not released); `None` when there is none, or
+    /// the store did not answer.
+    pub async fn look(&self) -> Option<(String, bool)> {
+        let got = self.store.get(&self.path).await.ok()?;
+        let etag = got.meta.e_tag.clone().unwrap_or_default();
+        let body: Option<Body> = got.bytes().await.ok().and_then(|b| serde_json::from_slice(&b).ok());
+        Some((etag, body.is_some_and(|b| !b.released)))
+    }
+
+    /// Who holds the lease now, as its object says (`None`: nobody, or released).
+    pub async fn holder(&self) -> Option<Holder> {
+        let got = self.store.get(&self.path).await.ok()?;
+        let body: Body = serde_json::from_slice(&got.bytes().await.ok()?).ok()?;
+        (!body.released).then_some(body.holder)
+    }
+}
+
+#[derive(Debug)]
+struct Held {
+    etag: Option<String>,
+    renewed: Instant,
+    renewals: u64,
+    lost: bool,
+}
+
+/// A held lease. Renew it every [`RENEW_EVERY`]; write only while [`Lease::valid`].
+#[derive(Debug, Clone)]
+pub struct Lease {
+    store: LeaseStore,
+    holder: Holder,
+    held: Arc<Mutex<Held>>,
+}
+
+impl Lease {
+    pub fn holder(&self) -> &Holder {
+        &self.holder
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Held> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Renewed recently enough that no standby can have taken it: writing is safe.
+    pub fn valid(&self) -> bool {
+        let h = self.lock();
+        !h.lost && h.renewed.elapsed() < TTL - MARGIN
+    }
+
+    /// Renew: `Ok(false)` when another process has taken it (this one has lost it for good).
+    pub async fn renew(&self) -> Result<bool> {
+        let (etag, renewal) = {
+            let h = self.lock();
+            if h.lost {
+                return Ok(false);
+            }
+            (h.etag.clone(), h.renewals + 1)
+        };
+        let body = serde_json::to_vec(&Body { holder: self.holder.clone(), released: false, renewal })
+            .map_err(|e| self.store.err(e))?;
+        let opts = PutOptions {
+            mode: PutMode::Update(UpdateVersion { e_tag: etag, version: None }),
+            ..PutOptions::default()
+        };
+        match self.store.store.put_opts(&self.store.path, PutPayload::from(body), opts).await {
+            Ok(r) => {
+                let mut h = self.lock();
+                h.etag = r.e_tag;
+                h.renewed = Instant::now();
+                h.renewals = renewal;
+                Ok(true)
+            }
+            Err(object_store::Error::Precondition { .. } | object_store::Error::NotFound { .. }) => {
+                self.lock().lost = true;
+                Ok(false)
+            }
+            Err(e) => Err(self.store.err(e)),
+        }
+    }
+
+    /// Give it back (a clean stop): a standby takes it at its next look.
+    pub async fn release(&self) {
+        let etag = {
+            let mut h = self.lock();
+            if h.lost {
+                return;
+            }
+            h.lost = true;
+            h.etag.clone()
+        };
+        let Ok(body) =
+            serde_json::to_vec(&Body { holder: self.holder.clone(), released: true, renewal: u64::MAX })
+        else {
+            return;
+        };
+        let opts = PutOptions {
+            mode: PutMode::Update(UpdateVersion { e_tag: etag, version: None }),
+            ..PutOptions::default()
+        };
+        if let Err(e) = self.store.store.put_opts(&self.store.path, PutPayload::from(body), opts).await {
+            tracing::warn!("{}: {e}; a standby takes over when its TTL runs out", self.store.path);
+        }
+    }
+
+    /// Renew every [`RENEW_EVERY`] until lost; `lost` is told when it is (taken by another
+    /// process, or not renewed in time because the store could not be reached).
+    pub fn keep(&self, lost: tokio::sync::watch::Sender<bool>) -> tokio::task::JoinHandle<()> {
+        let me = self.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(RENEW_EVERY).await;
+                match me.renew().await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        tracing::error!("the writer lease {} was taken by another process", me.store.path);
+                        let _ = lost.send(true);
+                        return;
+                    }
+                    Err(e) if !me.valid() => {
+                        tracing::error!("{e}; not renewed in time, so this process stops writing");
+                        me.lock().lost = true;
+                        let _ = lost.send(true);
+                        return;
+                    }
+                    Err(e) => tracing::warn!("{e}; renewing again in {} ms", RENEW_EVERY.as_millis()),
+                }
+            }
+        })
+    }
+}

@@ -1,0 +1,367 @@
+//! The process that holds a database's lock on this machine, and serves the machine's other
+//! cairn processes on its socket, as one of two roles:
+//!
+//! - the **writer**: it runs the pipeline (watchers, writers, the model, the resident indexes).
+//!   On a local folder the lock is all it takes. On an object store it also holds the writer
+//!   lease ([`crate::lease`]): every commit is made under it and told to the journal
+//!   ([`crate::journal`]) that readers on other machines follow;
+//! - a **reader** (an object store whose lease another process holds, or a process with no
+//!   folder to write): it follows the writer's commits ([`crate::follow`]) and answers from them.
+//!   One that was given folders on this machine stands by: when the lease is given back, or its
+//!   holder stops renewing it, it takes it and becomes the writer. A writer that loses its lease
+//!   (taken over after it could not renew) stops committing at once and becomes a reader.
+
+use crate::api::owner::Clients;
+use crate::api::{Answerer, OwnerApi, ReaderApi};
+use crate::config::Config;
+use crate::follow::Follower;
+use crate::ipc::OwnerInfo;
+use crate::journal::{Journal, Publishing};
+use crate::lease::{LeaseStore, Taken, Watching};
+use crate::owner::OwnerLock;
+use crate::paths::DbPaths;
+use crate::remote::Remote;
+use crate::server::{Served, Server};
+use crate::system::Pipeline;
+use crate::{Error, Result};
+use cairn_query::Role;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// The lease and journal of a writer on an object store, with the task that renews the lease.
+struct Writing {
+    publishing: Publishing,
+    renew: tokio::task::JoinHandle<()>,
+}
+
+/// This machine's process for a database.
+pub(crate) struct Local {
+    config: Config,
+    info: OwnerInfo,
+    clients: Clients,
+    served: Served,
+    server: Server,
+    /// Shared with the pipeline while it writes (it lets go once drained); this process's own
+    /// hold goes at shutdown, so the lock is released once both have.
+    lock: Mutex<Option<Arc<OwnerLock>>>,
+    remote: Option<Remote>,
+    /// Stand by for the writer lease (this process was given folders here, and may take over).
+    standby: AtomicBool,
+    standing_by: AtomicBool,
+    /// Where folders given to it while it reads go (a `watch` of this machine asking it to write
+    /// them): recorded as given here, and this process stands by to write them.
+    told: tokio::sync::mpsc::UnboundedSender<crate::config::SourceConfig>,
+    state_dir: std::path::PathBuf,
+    lock_path: std::path::PathBuf,
+    writing: Mutex<Option<Writing>>,
+    roles: tokio::sync::watch::Sender<Role>,
+    closed: AtomicBool,
+}
+
+impl std::fmt::Debug for Local {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Local").field("db", &self.config.db).field("pid", &self.info.pid).finish()
+    }
+}
+
+/// Whether this process has folders to write on this machine: given now, or before (the folder
+/// book).
+fn writes_here(config: &Config, paths: &DbPaths) -> bool {
+    !config.sources.is_empty() || !crate::folders::FolderBook::read(&paths.state()).is_empty()
+}
+
+impl Local {
+    /// This process takes the database on this machine (`lock` is its lock): says so in the lock
+    /// file, binds the socket (clients queue on it while the model loads), and becomes the writer
+    /// or a reader.
+    pub async fn take(
+        config: &Config,
+        paths: &DbPaths,
+        purpose: &str,
+        standby: bool,
+        mut lock: OwnerLock,
+        roles: tokio::sync::watch::Sender<Role>,
+    ) -> Result<Arc<Self>> {
+        let socket = paths.socket();
+        let info = OwnerInfo {
+            pid: std::process::id(),
+            purpose: purpose.into(),
+            started_unix_ms: crate::event::unix_ms(),
+            socket: socket.display().to_string(),
+            version: env!("CARGO_PKG_VERSION").into(),
+        };
+        lock.publish(&info)?;
+        let remote = Remote::of(&config.db, &config.storage).map_err(Error::Config)?;
+        if remote.is_some() {
+            // A bucket that is missing, unreachable or refuses the credentials is said here, in
+            // the words of the database's own check, before the lease is asked for.
+            config.database().await?;
+        }
+        let listener = crate::server::bind(&socket)?;
+        let clients = Clients::default();
+        let (told, mut given) = tokio::sync::mpsc::unbounded_channel();
+        // The role is taken before serving (clients queue on the bound socket meanwhile).
+        let lease = match &remote {
+            Some(r) if writes_here(config, paths) => {
+                let me = crate::lease::me(purpose, &paths.lock());
+                match LeaseStore::of(r)
+                    .try_take(&me, &mut Watching::default())
+                    .await
+                    .map_err(|e| Error::Pipeline(e.to_string()))?
+                {
+                    Taken::Mine(lease) => Some(Ok(lease)),
+                    Taken::Theirs(holder) => Some(Err(holder)),
+                }
+            }
+            _ => None,
+        };
+        let first = match &lease {
+            None if remote.is_some() => Role::Reader,
+            Some(Err(_)) => Role::Reader,
+            _ => Role::Owner,
+        };
+        let placeholder = match first {
+            Role::Owner => None,
+            _ => {
+                Some(reader(config, Some(info.clone()), true, remote.is_some().then(|| told.clone())).await?)
+            }
+        };
+        let (answerer, writing) = match placeholder {
+            Some(r) => (Answerer::Reader(r), None),
+            None => {
+                let publishing = match (&remote, lease) {
+                    (Some(r), Some(Ok(lease))) => {
+                        let journal = Journal::start(r.clone(), lease.holder().clone()).await;
+                        Some(Publishing { lease, journal })
+                    }
+                    _ => None,
+                };
+                let pipeline = Pipeline::open_publishing(config.clone(), publishing.clone()).await?;
+                let api = OwnerApi::new(pipeline, config.clone(), info.clone(), clients.clone());
+                (Answerer::Owner(Arc::new(api)), publishing)
+            }
+        };
+        let served: Served = Arc::new(std::sync::RwLock::new(answerer.clone()));
+        let server = Server::start(listener, socket, served.clone(), info.clone(), clients.clone());
+        let local = Arc::new(Self {
+            config: config.clone(),
+            info,
+            clients,
+            served,
+            server,
+            lock: Mutex::new(Some(Arc::new(lock))),
+            standby: AtomicBool::new(remote.is_some() && standby && writes_here(config, paths)),
+            standing_by: AtomicBool::new(false),
+            told,
+            state_dir: paths.state(),
+            lock_path: paths.lock(),
+            remote,
+            writing: Mutex::new(None),
+            roles,
+            closed: AtomicBool::new(false),
+        });
+        if let Answerer::Owner(o) = &answerer {
+            o.pipeline().keep_until_stopped(Box::new(local.lock_held()));
+        }
+        match writing {
+            Some(p) => local.keep_writing(p),
+            None if first == Role::Reader => local.stand_by(),
+            None => {}
+        }
+        let me = Arc::downgrade(&local);
+        tokio::spawn(async move {
+            while let Some(source) = given.recv().await {
+                let Some(local) = me.upgrade() else { return };
+                match crate::folders::FolderBook::open(&local.state_dir) {
+                    Ok(book) => book.told(&source.id, &source.root),
+                    Err(e) => tracing::warn!("{}: {e}", local.state_dir.display()),
+                }
+                tracing::info!(
+                    "{}: given `{}` ({}); this process writes it once it holds the writer lease",
+                    local.config.db,
+                    source.id,
+                    source.root.display()
+                );
+                local.standby.store(true, Ordering::SeqCst);
+                local.stand_by();
+            }
+        });
+        let _ = local.roles.send(first);
+        Ok(local)
+    }
+
+    /// Another hold on the lock (for a pipeline: released once it has drained).
+    fn lock_held(&self) -> Option<Arc<OwnerLock>> {
+        self.lock.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// What answers now.
+    pub fn answerer(&self) -> Answerer {
+        self.served.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Writer (`Owner`) or reader.
+    pub fn role(&self) -> Role {
+        match self.answerer() {
+            Answerer::Owner(_) => Role::Owner,
+            Answerer::Reader(_) => Role::Reader,
+        }
+    }
+
+    fn swap(&self, answerer: Answerer) {
+        let role = match &answerer {
+            Answerer::Owner(_) => Role::Owner,
+            Answerer::Reader(_) => Role::Reader,
+        };
+        *self.served.write().unwrap_or_else(|p| p.into_inner()) = answerer;
+        let _ = self.roles.send(role);
+    }
+
+    /// Renew the lease while writing; when it is lost, stop committing and read again.
+    fn keep_writing(self: &Arc<Self>, publishing: Publishing) {
+        let (lost_tx, mut lost) = tokio::sync::watch::channel(false);
+        let renew = publishing.lease.keep(lost_tx);
+        *self.writing.lock().unwrap_or_else(|p| p.into_inner()) = Some(Writing { publishing, renew });
+        let me = Arc::downgrade(self);
+        tokio::spawn(async move {
+            if lost.wait_for(|l| *l).await.is_err() {
+                return;
+            }
+            let Some(me) = me.upgrade() else { return };
+            if me.closed.load(Ordering::SeqCst) {
+                return;
+            }
+            tracing::error!(
+                "{}: this process lost the writer lease; it stops writing and reads",
+                me.config.db
+            );
+            if let Answerer::Owner(o) = me.answerer() {
+                // Its commits are refused from now on (the lease is not valid); what is pending is
+                // the next writer's catch-up.
+                let _ = o.pipeline().shutdown().await;
+            }
+            me.writing.lock().unwrap_or_else(|p| p.into_inner()).take();
+            match reader(&me.config, Some(me.info.clone()), true, Some(me.told.clone())).await {
+                Ok(r) => {
+                    me.swap(Answerer::Reader(r));
+                    me.stand_by();
+                }
+                Err(e) => tracing::error!("{}: cannot read it after losing the lease: {e}", me.config.db),
+            }
+        });
+    }
+
+    /// A reader given folders here: take the lease when it is free, and write.
+    fn stand_by(self: &Arc<Self>) {
+        let Some(remote) = self.remote.clone() else { return };
+        if !self.standby.load(Ordering::SeqCst) || self.standing_by.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let me = Arc::downgrade(self);
+        let purpose = self.info.purpose.clone();
+        let lock = self.lock_path.clone();
+        tokio::spawn(async move {
+            let store = LeaseStore::of(&remote);
+            let mut watching = Watching::default();
+            loop {
+                tokio::time::sleep(crate::lease::LOOK_EVERY).await;
+                let Some(local) = me.upgrade() else { return };
+                if local.closed.load(Ordering::SeqCst) {
+                    return;
+                }
+                let holder = crate::lease::me(&purpose, &lock);
+                let lease = match store.try_take(&holder, &mut watching).await {
+                    Ok(Taken::Mine(lease)) => lease,
+                    Ok(Taken::Theirs(_)) => continue,
+                    Err(e) => {
+                        tracing::warn!("standby: {e}");
+                        continue;
+                    }
+                };
+                tracing::info!("{}: the writer lease is free; this process takes it", local.config.db);
+                let journal = Journal::start(remote.clone(), lease.holder().clone()).await;
+                let publishing = Publishing { lease, journal };
+                match Pipeline::open_publishing(local.config.clone(), Some(publishing.clone())).await {
+                    Ok(pipeline) => {
+                        local.standing_by.store(false, Ordering::SeqCst);
+                        pipeline.keep_until_stopped(Box::new(local.lock_held()));
+                        let api = OwnerApi::new(
+                            pipeline,
+                            local.config.clone(),
+                            local.info.clone(),
+                            local.clients.clone(),
+                        );
+                        local.keep_writing(publishing);
+                        let was = local.answerer();
+                        local.swap(Answerer::Owner(Arc::new(api)));
+                        if let Answerer::Reader(r) = was {
+                            r.ship().await;
+                        }
+                        tracing::info!("{}: this process writes now", local.config.db);
+                    }
+                    Err(e) => {
+                        tracing::error!("{}: taking over as the writer failed: {e}", local.config.db);
+                        publishing.journal.close().await;
+                        publishing.lease.release().await;
+                        continue;
+                    }
+                }
+                return;
+            }
+        });
+    }
+
+    /// Stop serving; as the writer, drain the pipeline (committing what is pending), then give
+    /// the lease back and say so in the journal's head. The lock goes once drained.
+    pub async fn shutdown(&self) -> Result<()> {
+        self.closed.store(true, Ordering::SeqCst);
+        self.server.stop();
+        match self.answerer() {
+            Answerer::Owner(o) => o.pipeline().shutdown().await?,
+            Answerer::Reader(r) => r.ship().await,
+        }
+        let writing = self.writing.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(w) = writing {
+            w.renew.abort();
+            w.publishing.journal.close().await;
+            w.publishing.lease.release().await;
+        }
+        self.lock.lock().unwrap_or_else(|p| p.into_inner()).take();
+        Ok(())
+    }
+}
+
+/// A reader of `config`'s database: every source in memory, following its writer where there is
+/// one to follow; `local` when it serves the machine; the query model `with_model` (else only
+/// `fast` searches are answered); folders given to it go to `told`.
+pub(crate) async fn reader(
+    config: &Config,
+    local: Option<OwnerInfo>,
+    with_model: bool,
+    told: Option<tokio::sync::mpsc::UnboundedSender<crate::config::SourceConfig>>,
+) -> Result<Arc<ReaderApi>> {
+    let embedder = if with_model { Some(query_model(config).await?) } else { None };
+    let follower = Arc::new(Follower::open(config, embedder).await?);
+    if follower.follows() {
+        // Kept by its own task until this reader is dropped.
+        follower.follow();
+    }
+    let api = ReaderApi::new(follower, config.clone(), local);
+    Ok(Arc::new(match told {
+        Some(told) => api.taking_folders(told),
+        None => api,
+    }))
+}
+
+/// The query model alone (one ONNX Runtime thread): what a reader needs to answer by meaning.
+pub(crate) async fn query_model(config: &Config) -> Result<Arc<dyn cairn_index::Embedder>> {
+    let dir = config.model.dir.clone();
+    let e = tokio::task::spawn_blocking(move || {
+        let files = cairn_index::provision_with(dir.as_deref())?;
+        let opts = cairn_index::OrtOptions { intra_threads: 1, ..cairn_index::OrtOptions::default() };
+        cairn_index::OrtEmbedder::from_files(&files, opts)
+    })
+    .await
+    .map_err(|e| Error::Pipeline(format!("loading the model: {e}")))??;
+    Ok(Arc::new(e))
+}
