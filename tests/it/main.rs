@@ -6,6 +6,7 @@ mod cli;
 mod crash;
 mod hostile;
 mod index;
+mod machines;
 mod mcp;
 mod notes;
 mod owner;

@@ -6,7 +6,7 @@
 //! watching, apply at once.
 
 use crate::support::{EventReader, cairn_bin, copy_dir, write};
-use crate::weed::{BUCKET, KEY, SECRET, Weed};
+use crate::weed::{BUCKET, Weed};
 use cairn_index::Database;
 use serde_json::Value;
 use std::path::Path;
@@ -233,23 +233,6 @@ async fn a_root_replaced_by_a_folder_on_another_device_removes_nothing() {
     assert_nothing_redone(&index(&db, &[]), 5);
 }
 
-/// One "machine": its own home, state and runtime folders, reaching the S3 server.
-fn machine(weed: &Weed, home: &Path, cmd: &mut Command) {
-    for d in ["home", "state", "run"] {
-        std::fs::create_dir_all(home.join(d)).unwrap();
-    }
-    cmd.env("HOME", home.join("home"))
-        .env("XDG_STATE_HOME", home.join("state"))
-        .env("XDG_RUNTIME_DIR", home.join("run"))
-        // The model files this machine already has (no second provisioning).
-        .env("CAIRN_CACHE", cairn_index::provision::cache_dir())
-        .env("AWS_ENDPOINT", weed.endpoint())
-        .env("AWS_ACCESS_KEY_ID", KEY)
-        .env("AWS_SECRET_ACCESS_KEY", SECRET)
-        .env("AWS_REGION", "us-east-1")
-        .env("AWS_ALLOW_HTTP", "true");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_machine_serving_an_s3_database_where_the_folder_is_empty_removes_nothing() {
     let tmp = tempfile::tempdir().unwrap();
@@ -260,7 +243,7 @@ async fn a_second_machine_serving_an_s3_database_where_the_folder_is_empty_remov
     let on = |m: &str, args: &[&str]| {
         let mut c = Command::new(cairn_bin());
         c.args(args).args(["--db", &db]);
-        machine(&weed, &tmp.path().join(m), &mut c);
+        weed.machine(&tmp.path().join(m), &mut c);
         c
     };
     let out = on("a", &["index", "--json", "--source", &format!("nt={}", vault.display())]).output().unwrap();
@@ -280,20 +263,22 @@ async fn a_second_machine_serving_an_s3_database_where_the_folder_is_empty_remov
     let stderr = std::io::BufReader::new(mcp.stderr.take().unwrap());
     std::thread::spawn(move || {
         for line in std::io::BufRead::lines(stderr).map_while(Result::ok) {
-            if line.contains("cairn mcp: Owner") {
+            if line.contains("cairn mcp: Reader") {
                 let _ = tx.send(());
             }
         }
     });
-    rx.recv_timeout(std::time::Duration::from_secs(600)).expect("cairn mcp on B never owned the database");
+    rx.recv_timeout(std::time::Duration::from_secs(600)).expect("cairn mcp on B never served the database");
     let answer = json_of(&on("b", &["search", "--json", "Note 4"]).output().unwrap());
-    assert_eq!(answer["served_by"]["role"], "owner", "served by B's mcp: {answer}");
+    assert_eq!(answer["served_by"]["role"], "reader", "served by B's mcp: {answer}");
     assert_answered_as_unavailable(&answer, "note-4");
     let status = json_of(&on("b", &["status", "--json"]).output().unwrap());
     assert_eq!(status["sources"][0]["unavailable"]["reason"], "not_here", "{status}");
-    // A run through B's owner scans nothing of it (B was not given the folder).
-    let run = json_of(&on("b", &["index", "--json"]).output().unwrap());
-    assert_eq!(run["pages_removed"], 0, "{run}");
+    // A flush through B's mcp scans nothing of it (B was not given the folder), and an index
+    // from B is refused: it does not write this database.
+    assert!(on("b", &["flush"]).status().unwrap().success());
+    let index = on("b", &["index", "--json"]).output().unwrap();
+    assert_eq!(index.status.code(), Some(1), "{}", String::from_utf8_lossy(&index.stdout));
     // (Its MCP session was never opened: B only served the socket's clients.)
     mcp.kill().unwrap();
     mcp.wait().unwrap();

@@ -123,6 +123,24 @@ impl Weed {
         format!("http://127.0.0.1:{}", self.ports[6])
     }
 
+    /// `cmd` as a process of its own "machine" under `home`: its own home, state and runtime
+    /// folders (so its own lock, socket and folder book), reaching this server.
+    pub fn machine(&self, home: &Path, cmd: &mut Command) {
+        for d in ["home", "state", "run"] {
+            std::fs::create_dir_all(home.join(d)).unwrap();
+        }
+        cmd.env("HOME", home.join("home"))
+            .env("XDG_STATE_HOME", home.join("state"))
+            .env("XDG_RUNTIME_DIR", home.join("run"))
+            // The model files this machine already has (no second provisioning).
+            .env("CAIRN_CACHE", cairn_index::provision::cache_dir())
+            .env("AWS_ENDPOINT", self.endpoint())
+            .env("AWS_ACCESS_KEY_ID", KEY)
+            .env("AWS_SECRET_ACCESS_KEY", SECRET)
+            .env("AWS_REGION", "us-east-1")
+            .env("AWS_ALLOW_HTTP", "true");
+    }
+
     /// The same settings for this test process (no environment: `[storage]` options).
     pub fn options(&self) -> StorageOptions {
         StorageOptions(

@@ -1,0 +1,311 @@
+//! One index, many machines: a real S3 server (SeaweedFS on loopback) and three "machines", each
+//! with its own home, state and runtime folders (so its own lock, socket and folder book):
+//!
+//! - A writes: `cairn watch` with the vault (it holds the writer lease);
+//! - B reads: `cairn mcp`, with the vault hidden from it by a private mount namespace;
+//! - C asks: the CLI, and an embedded handle in this test process.
+//!
+//! Every edit, rename and delete on A is answered on B and C with `as_of` at or after its commit;
+//! no log tells of a commit conflict; after a kill -9 of A, B (given the vault, and a standby
+//! `watch` of its own) takes the lease and indexes the edits made in the gap, and the tables then
+//! equal a clean index of the folder; a reader cut off from the store says so and gives no
+//! pending count. Two processes racing for the lease: one wins, every time.
+
+use crate::crash::snapshot_of;
+use crate::support::{EventReader, cairn_bin, write};
+use crate::weed::{BUCKET, Weed};
+use cairn_actors::{Cairn, Config};
+use cairn_index::Database;
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The goal for a standby to take the lease after its holder is killed: the lease's TTL plus
+/// one look (issue 28's bound).
+const TAKEOVER_WITHIN: Duration = Duration::from_secs(15);
+
+fn json_of(out: &Output) -> Value {
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+/// Lines of a child's stderr, read on a thread of their own; `wait_for` a line containing a text.
+struct Log {
+    rx: std::sync::mpsc::Receiver<String>,
+    all: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Log {
+    fn of(stderr: impl std::io::Read + Send + 'static) -> Self {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let all = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let keep = all.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)).map_while(Result::ok) {
+                keep.lock().unwrap().push(line.clone());
+                let _ = tx.send(line);
+            }
+        });
+        Self { rx, all }
+    }
+
+    fn wait_for(&self, text: &str) -> Instant {
+        loop {
+            match self.rx.recv_timeout(Duration::from_secs(600)) {
+                Ok(l) if l.contains(text) => return Instant::now(),
+                Ok(_) => {}
+                Err(e) => {
+                    panic!("`{text}` never came in the log ({e}):\n{}", self.all.lock().unwrap().join("\n"))
+                }
+            }
+        }
+    }
+
+    fn text(&self) -> String {
+        self.all.lock().unwrap().join("\n")
+    }
+}
+
+fn note(i: usize, extra: &str) -> String {
+    format!("# Note {i}\n\nNote {i} keeps the word marker{i}.{extra}\n")
+}
+
+/// The top slugs of an answer, and whether `slug` is among them.
+fn has(answer: &Value, slug: &str) -> bool {
+    answer["results"].as_array().unwrap().iter().any(|r| r["slug"] == slug)
+}
+
+fn as_of(answer: &Value) -> u64 {
+    answer["sources"][0]["as_of"]["version"].as_u64().unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_on_one_machine_and_readers_on_two_others_follow_every_commit_and_a_standby_takes_over() {
+    let tmp = tempfile::tempdir().unwrap();
+    let weed = Weed::start(&tmp.path().join("weed"));
+    let vault = tmp.path().join("vault");
+    for i in 0..20 {
+        write(&vault, &format!("note-{i}.md"), &note(i, ""));
+    }
+    // A prefix of its own: this process's embedded handle keeps its state under the real home.
+    let db = format!("s3://{BUCKET}/team-{}", std::process::id());
+    let on = |m: &str, args: &[&str]| {
+        let mut c = Command::new(cairn_bin());
+        c.args(args).args(["--db", &db]);
+        weed.machine(&tmp.path().join(m), &mut c);
+        c
+    };
+    let source = format!("nt={}", vault.display());
+
+    // A: the writer.
+    let mut a = on("a", &["watch", "--json", "--source", &source])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut a_events = EventReader::new(a.stdout.take().unwrap());
+    let a_log = Log::of(a.stderr.take().unwrap());
+    a_events.wait_for("A's catch-up", |e| e["event"] == "reconciled");
+    assert!(on("a", &["flush"]).status().unwrap().success());
+
+    // B: an mcp where the vault is hidden.
+    let mut b_mcp = Command::new("unshare");
+    let mut inner = on("b", &["mcp"]);
+    inner.env("RUST_LOG", "info");
+    b_mcp
+        .args(["-m", "sh", "-c", &format!("mount -t tmpfs none {} && exec \"$0\" \"$@\"", vault.display())])
+        .arg(inner.get_program())
+        .args(inner.get_args());
+    for (k, v) in inner.get_envs() {
+        b_mcp.env(k, v.unwrap());
+    }
+    let mut b_mcp = b_mcp.stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let b_log = Log::of(b_mcp.stderr.take().unwrap());
+    b_log.wait_for("cairn mcp: Reader");
+    let b_status = json_of(&on("b", &["status", "--json"]).output().unwrap());
+    assert_eq!(b_status["writer"]["purpose"], "watch", "B names A's watch as the writer: {b_status}");
+    assert_eq!(b_status["sources"][0]["state"], "following", "{b_status}");
+
+    // C: an embedded handle in this process (no folders: a reader of A's commits).
+    let mut config = Config::new(db.clone(), vec![]);
+    config.storage = weed.options();
+    config.max_lag_s = 0;
+    let c = Cairn::open(config.clone()).await.unwrap();
+    assert_eq!(c.role(), cairn_actors::Role::Reader);
+
+    // 50 edits, renames and deletes on A, each answered on B and C as of its commit.
+    let mut next = 20;
+    for i in 0..50 {
+        let k = (i * 7) % next;
+        let (query, slug, gone) = match i % 5 {
+            3 if vault.join(format!("note-{k}.md")).exists() => {
+                std::fs::rename(vault.join(format!("note-{k}.md")), vault.join(format!("moved-{k}.md")))
+                    .unwrap();
+                (format!("marker{k}"), format!("moved-{k}"), None)
+            }
+            4 if vault.join(format!("note-{k}.md")).exists() => {
+                std::fs::remove_file(vault.join(format!("note-{k}.md"))).unwrap();
+                (format!("marker{k}"), String::new(), Some(format!("note-{k}")))
+            }
+            _ => {
+                next += 1;
+                let n = next - 1;
+                write(&vault, &format!("note-{n}.md"), &note(n, &format!(" Edit {i} says quill{i}x.")));
+                (format!("quill{i}x"), format!("note-{n}"), None)
+            }
+        };
+        let e = a_events.wait_for(&format!("A's commit of step {i}"), |e| match &gone {
+            Some(g) => e["event"] == "page_removed" && e["slug"] == *g,
+            None => e["event"] == "page_indexed" && e["slug"] == slug,
+        });
+        let version = e["version"].as_u64().unwrap();
+        assert!(on("b", &["flush"]).status().unwrap().success());
+        let b = json_of(&on("b", &["search", "--json", "--mode", "fast", &query]).output().unwrap());
+        c.flush().await.unwrap();
+        let cr = serde_json::to_value(
+            c.search(cairn_actors::SearchRequest {
+                mode: cairn_actors::Mode::Fast,
+                ..cairn_actors::SearchRequest::new(&query)
+            })
+            .await
+            .unwrap(),
+        )
+        .unwrap();
+        for (who, answer) in [("B", &b), ("C", &cr)] {
+            assert!(
+                as_of(answer) >= version,
+                "{who}, step {i}: as of {} before the commit {version}: {answer}",
+                as_of(answer)
+            );
+            match &gone {
+                Some(g) => assert!(!has(answer, g), "{who}, step {i}: {g} was deleted: {answer}"),
+                None => assert_eq!(answer["results"][0]["slug"], slug, "{who}, step {i}: {answer}"),
+            }
+            let degraded = answer["degraded"].to_string();
+            assert!(!degraded.contains("store_unreachable"), "{who}, step {i}: {answer}");
+        }
+        assert_eq!(b["served_by"]["writer"]["purpose"], "watch", "{b}");
+    }
+    // C's CLI through C's embedded handle (this process's machine).
+    let cli = json_of(
+        &Command::new(cairn_bin())
+            .args(["search", "--json", "--db", &db, "quill0x"])
+            .envs([
+                ("AWS_ENDPOINT", weed.endpoint()),
+                ("AWS_ACCESS_KEY_ID", crate::weed::KEY.into()),
+                ("AWS_SECRET_ACCESS_KEY", crate::weed::SECRET.into()),
+                ("AWS_REGION", "us-east-1".into()),
+                ("AWS_ALLOW_HTTP", "true".into()),
+            ])
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(cli["served_by"]["role"], "reader", "{cli}");
+    assert!(has(&cli, "note-20"), "{cli}");
+    let log = a_log.text();
+    assert!(!log.to_lowercase().contains("conflict"), "A's log tells of a commit conflict:\n{log}");
+
+    // B is given the vault (a standby watch of its own), then A dies; edits keep coming.
+    let b_pid = b_mcp.id().to_string();
+    assert!(
+        Command::new("nsenter").args(["-t", &b_pid, "-m", "umount"]).arg(&vault).status().unwrap().success()
+    );
+    let mut b_watch = on("b", &["watch", "--source", &source])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let b_watch_log = Log::of(b_watch.stderr.take().unwrap());
+    b_watch_log.wait_for("standing by");
+    a.kill().unwrap();
+    let killed = Instant::now();
+    a.wait().unwrap();
+    for n in 100..103 {
+        write(&vault, &format!("gap-{n}.md"), &note(n, " Written in the gap: harrow{n}x."));
+    }
+    std::fs::remove_file(vault.join("note-1.md")).ok();
+    let took = b_log.wait_for("this process writes now").duration_since(killed);
+    assert!(took < TAKEOVER_WITHIN, "B took over {took:?} after the kill");
+    assert!(on("b", &["flush"]).status().unwrap().success());
+    c.flush().await.unwrap();
+    let gap = serde_json::to_value(c.search(cairn_actors::SearchRequest::new("harrow101x")).await.unwrap())
+        .unwrap();
+    assert_eq!(gap["results"][0]["slug"], "gap-101", "{gap}");
+    let b_status = json_of(&on("b", &["status", "--json"]).output().unwrap());
+    assert_eq!(b_status["writer"]["purpose"], "mcp", "B's process writes now: {b_status}");
+    // Any machine's stats count every machine's queries: B's 50 answers while it read are in
+    // the store (shipped when it took over), though B's own log started as a reader's.
+    let stats = json_of(&on("c", &["stats", "--json"]).output().unwrap());
+    assert!(stats["queries"]["answered"].as_u64().unwrap() >= 50, "{stats}");
+
+    // The tables equal a clean index of the folder.
+    let clean = tmp.path().join("clean");
+    let out = Command::new(cairn_bin())
+        .args(["index", "--db", clean.to_str().unwrap(), "--source", &source])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let want = snapshot_of(&Database::open(clean.to_str().unwrap()).await.unwrap(), "nt").await;
+    let shared = Database::open_with(&db, &weed.options(), Some(Duration::ZERO)).await.unwrap();
+    assert_eq!(
+        snapshot_of(&shared, "nt").await.differs(&want),
+        None,
+        "the bucket's tables after the takeover"
+    );
+
+    // C cut off from the store: degraded, and no pending count (never "safe to create").
+    let mut weed = weed;
+    weed.stop();
+    assert!(c.flush().await.is_err());
+    let cut = c
+        .search(cairn_actors::SearchRequest {
+            mode: cairn_actors::Mode::Fast,
+            ..cairn_actors::SearchRequest::new("harrow101x")
+        })
+        .await
+        .unwrap();
+    assert!(cut.degraded.iter().any(|d| d == "store_unreachable"), "{cut:?}");
+    assert_eq!(cut.pending_changes, None, "{cut:?}");
+    c.shutdown().await.unwrap();
+    let _ = b_watch.kill();
+    let _ = b_mcp.kill();
+    let _ = b_watch.wait();
+    let _ = b_mcp.wait();
+    let _ = std::fs::remove_dir_all(cairn_actors::paths::DbPaths::of(&db).dir());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_processes_racing_for_the_writer_lease_one_wins_every_time() {
+    use cairn_actors::lease::{LeaseStore, Taken, Watching, me};
+    let tmp = tempfile::tempdir().unwrap();
+    let weed = Weed::start(&tmp.path().join("weed"));
+    for trial in 0..20 {
+        let db = format!("s3://{BUCKET}/race-{trial}");
+        let remote = cairn_actors::remote::Remote::of(&db, &weed.options()).unwrap().unwrap();
+        let store = LeaseStore::of(&remote);
+        // A lease nobody holds yet: both create it at once.
+        let (first, second) = (me("first", Path::new("")), me("second", Path::new("")));
+        let (mut w1, mut w2) = (Watching::default(), Watching::default());
+        let (x, y) = tokio::join!(store.try_take(&first, &mut w1), store.try_take(&second, &mut w2));
+        let won = [&x, &y].iter().filter(|t| matches!(t, Ok(Taken::Mine(_)))).count();
+        assert_eq!(won, 1, "trial {trial}, creating: {x:?} {y:?}");
+        // A renewal is seen as one: the object changes (its ETag is a hash of its content).
+        let holder = [x, y].into_iter().find_map(|t| match t {
+            Ok(Taken::Mine(lease)) => Some(lease),
+            _ => None,
+        });
+        let (before, _) = store.look().await.unwrap();
+        assert!(holder.unwrap().renew().await.unwrap());
+        let (etag, held) = store.look().await.unwrap();
+        assert!(held && etag != before, "trial {trial}: a renewal left the ETag at {etag}");
+        // Its holder goes quiet: two standbys that saw it stand still take it over at once.
+        let (third, fourth) = (me("third", Path::new("")), me("fourth", Path::new("")));
+        let (mut w3, mut w4) = (Watching::stood_still(&etag), Watching::stood_still(&etag));
+        let (x, y) = tokio::join!(store.try_take(&third, &mut w3), store.try_take(&fourth, &mut w4));
+        let won = [&x, &y].iter().filter(|t| matches!(t, Ok(Taken::Mine(_)))).count();
+        assert_eq!(won, 1, "trial {trial}, taking over: {x:?} {y:?}");
+    }
+}
