@@ -22,6 +22,7 @@
 
 mod common;
 #[path = "../tests/it/weed.rs"]
+#[allow(dead_code)] // the tests' SeaweedFS: each bench uses part of it
 mod weed;
 use cairn_index::{
     Database, Embedder, Manifest, OrtEmbedder, OrtOptions, PageWrite, Resident, SourceInfo, StorageOptions,

@@ -1,0 +1,345 @@
+//! One index, many machines, measured (issue 28): real `cairn` processes on two "machines" (own
+//! home, state and runtime folders) against SeaweedFS on loopback, each machine reaching it
+//! through a proxy of its own that counts its S3 requests.
+//!
+//! - **Freshness**: a page edited on A (the writer: `cairn watch` with the Cranfield vault) until
+//!   B (a reader: `cairn mcp`, no folder) answers with it, timed from A's `page_indexed` event;
+//!   p50/p99 over `CAIRN_BENCH_EDITS` edits (default 200; goal p99 ≤ 3 s). B is asked through
+//!   its socket, as its clients ask it, every 20 ms until it answers.
+//! - **Requests per minute** of the idle writer and the idle reader (nobody edits or asks) over
+//!   `CAIRN_BENCH_IDLE_SECS` (default 60; goal: idle reader ≤ 60/min).
+//! - **Memory**: the reader's RSS beside the writer's.
+//! - **Takeover** after kill -9 of the writer, `CAIRN_BENCH_TAKEOVERS` times (default 3, the
+//!   roles swapping each time): from the kill to the standby's "writes now" (goal ≤ 15 s).
+//!
+//! Works in `CAIRN_BENCH_DIR` (default `/tmp/cairn-bench-machines`). Run by
+//! `scripts/bench/machines`; prints markdown tables.
+
+mod common;
+#[path = "../tests/it/weed.rs"]
+#[allow(dead_code)] // the tests' SeaweedFS: each bench uses part of it
+mod weed;
+
+use cairn_actors::api::Search;
+use cairn_actors::client::Client;
+use common::{pct, shared};
+use serde_json::Value;
+use std::io::{BufRead, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, mpsc};
+use std::time::{Duration, Instant};
+use weed::{BUCKET, Weed};
+
+fn bin() -> PathBuf {
+    std::env::var_os("CAIRN_BENCH_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_cairn")))
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    for e in walkdir::WalkDir::new(from) {
+        let e = e.unwrap();
+        let dest = to.join(e.path().strip_prefix(from).unwrap());
+        if e.file_type().is_dir() {
+            std::fs::create_dir_all(&dest).unwrap();
+        } else {
+            std::fs::copy(e.path(), &dest).unwrap();
+        }
+    }
+}
+
+fn env_num(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// A loopback proxy to `upstream` that counts the HTTP requests going through it.
+struct Counter {
+    port: u16,
+    requests: Arc<AtomicU64>,
+}
+
+impl Counter {
+    fn start(upstream: u16) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let requests = Arc::new(AtomicU64::new(0));
+        let count = requests.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming().map_while(Result::ok) {
+                let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else { continue };
+                let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                let count = count.clone();
+                std::thread::spawn(move || forward_requests(client, server, &count));
+                std::thread::spawn(move || {
+                    let (mut s2, mut c2) = (s2, c2);
+                    let _ = std::io::copy(&mut s2, &mut c2);
+                    let _ = c2.shutdown(std::net::Shutdown::Write);
+                });
+            }
+        });
+        Self { port, requests }
+    }
+
+    fn count(&self) -> u64 {
+        self.requests.load(Ordering::SeqCst)
+    }
+}
+
+/// Client → server: each request's head counted and passed on, then its body (by
+/// `Content-Length`; S3 clients send no chunked request bodies here).
+fn forward_requests(client: TcpStream, mut server: TcpStream, count: &AtomicU64) {
+    let mut from = std::io::BufReader::new(client);
+    loop {
+        let mut head = Vec::new();
+        loop {
+            let mut line = Vec::new();
+            match from.read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => {
+                    let _ = server.shutdown(std::net::Shutdown::Write);
+                    return;
+                }
+                Ok(_) => {}
+            }
+            head.extend_from_slice(&line);
+            if line == b"\r\n" {
+                break;
+            }
+        }
+        count.fetch_add(1, Ordering::SeqCst);
+        let length = String::from_utf8_lossy(&head)
+            .lines()
+            .find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.eq_ignore_ascii_case("content-length").then(|| v.trim().parse::<u64>().ok())?
+            })
+            .unwrap_or(0);
+        if server.write_all(&head).is_err() {
+            return;
+        }
+        let mut body = (&mut from).take(length);
+        if std::io::copy(&mut body, &mut server).is_err() {
+            return;
+        }
+    }
+}
+
+/// A process of one machine, with its stderr lines timestamped as they come.
+struct Proc {
+    child: Child,
+    said: mpsc::Receiver<(Instant, String)>,
+    events: Option<mpsc::Receiver<(Instant, Value)>>,
+}
+
+impl Proc {
+    fn wait_said(&self, text: &str) -> Instant {
+        loop {
+            let (at, line) =
+                self.said.recv_timeout(Duration::from_secs(1800)).unwrap_or_else(|e| panic!("`{text}`: {e}"));
+            if line.contains(text) {
+                return at;
+            }
+        }
+    }
+
+    fn wait_event(&self, what: &str, done: impl Fn(&Value) -> bool) -> (Instant, Value) {
+        let events = self.events.as_ref().expect("a watch with --json");
+        loop {
+            let (at, e) =
+                events.recv_timeout(Duration::from_secs(1800)).unwrap_or_else(|err| panic!("{what}: {err}"));
+            if done(&e) {
+                return (at, e);
+            }
+        }
+    }
+
+    fn rss_mib(&self) -> f64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
+        status
+            .lines()
+            .find(|l| l.starts_with("VmRSS:"))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+            .map_or(f64::NAN, |kb| kb / 1024.0)
+    }
+}
+
+struct Machine {
+    home: PathBuf,
+    proxy: Counter,
+}
+
+impl Machine {
+    fn command(&self, weed: &Weed, db: &str, args: &[&str]) -> Command {
+        let mut c = Command::new(bin());
+        c.args(args).args(["--db", db]);
+        weed.machine(&self.home, &mut c);
+        c.env("AWS_ENDPOINT", format!("http://127.0.0.1:{}", self.proxy.port)).env("RUST_LOG", "info");
+        c
+    }
+
+    fn spawn(&self, weed: &Weed, db: &str, args: &[&str], json: bool) -> Proc {
+        let mut child = self
+            .command(weed, db, args)
+            .stdin(Stdio::piped())
+            .stdout(if json { Stdio::piped() } else { Stdio::null() })
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tx, said) = mpsc::channel();
+        let stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send((Instant::now(), line));
+            }
+        });
+        let events = child.stdout.take().map(|out| {
+            let (tx, rx) = mpsc::channel();
+            std::thread::spawn(move || {
+                for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                    if let Ok(v) = serde_json::from_str(&line) {
+                        let _ = tx.send((Instant::now(), v));
+                    }
+                }
+            });
+            rx
+        });
+        Proc { child, said, events }
+    }
+
+    fn socket(&self, db: &str) -> PathBuf {
+        // The machine's state folder, as `cairn` names a remote database's folder in it.
+        let uri = cairn_index::store::normalize_uri(db);
+        let readable: String = uri
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' })
+            .take(60)
+            .collect();
+        let digest: String = {
+            use sha2::Digest;
+            sha2::Sha256::digest(uri.as_bytes()).iter().take(8).map(|b| format!("{b:02x}")).collect()
+        };
+        self.home.join("state/cairn/remote").join(format!("{readable}-{digest}")).join("run/cairn.sock")
+    }
+}
+
+fn main() {
+    let work = PathBuf::from(
+        std::env::var("CAIRN_BENCH_DIR").unwrap_or_else(|_| "/tmp/cairn-bench-machines".into()),
+    );
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work).unwrap();
+    let vault = work.join("vault");
+    copy_dir(&shared("cranfield/vault"), &vault);
+    let weed = Weed::start(&work.join("weed"));
+    let s3 = weed.ports[6];
+    let db = format!("s3://{BUCKET}/bench");
+    let machine = |name: &str| Machine { home: work.join(name), proxy: Counter::start(s3) };
+    let (a, b) = (machine("a"), machine("b"));
+    let source = format!("cran={}", vault.display());
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+
+    // A indexes and watches; B serves as a reader.
+    let t = Instant::now();
+    let writer = a.spawn(&weed, &db, &["watch", "--json", "--source", &source], true);
+    writer.wait_said("cairn: up to date");
+    println!("A indexed {} in {:.1} s\n", vault.display(), t.elapsed().as_secs_f64());
+    let reader = b.spawn(&weed, &db, &["mcp"], false);
+    reader.wait_said("cairn mcp: Reader");
+    let client = Client::new(&b.socket(&db), "bench");
+    let ask = |query: &str| -> Value {
+        let request = cairn_actors::SearchRequest {
+            mode: cairn_actors::Mode::Fast,
+            ..cairn_actors::SearchRequest::new(query)
+        };
+        let resp = runtime.block_on(client.ask(Search { request })).unwrap();
+        serde_json::to_value(resp).unwrap()
+    };
+
+    // Freshness.
+    let edits = env_num("CAIRN_BENCH_EDITS", 200) as usize;
+    let mut lags = Vec::new();
+    for i in 0..edits {
+        let page = vault.join(format!("{}.md", 1 + (i * 37) % 1400));
+        let token = format!("fresh{i}q");
+        let mut f = std::fs::OpenOptions::new().append(true).open(&page).unwrap();
+        writeln!(f, "\nEdited on A: {token}.").unwrap();
+        drop(f);
+        let slug = page.file_stem().unwrap().to_string_lossy().to_string();
+        let (committed, _) =
+            writer.wait_event("the edit's commit", |e| e["event"] == "page_indexed" && e["slug"] == slug);
+        loop {
+            let answer = ask(&token);
+            if answer["results"].as_array().is_some_and(|r| r.iter().any(|r| r["slug"] == slug)) {
+                lags.push(committed.elapsed().as_secs_f64());
+                break;
+            }
+            assert!(committed.elapsed() < Duration::from_secs(120), "B never answered edit {i}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    println!("## Commit on A → answered on B\n");
+    println!("| edits | p50 s | p99 s (goal ≤ 3) | max s |\n|---|---|---|---|");
+    println!(
+        "| {edits} | {:.3} | {:.3} | {:.3} |\n",
+        pct(&mut lags, 0.5),
+        pct(&mut lags, 0.99),
+        lags.iter().copied().fold(0.0, f64::max)
+    );
+
+    // Idle requests and memory.
+    std::thread::sleep(cairn_actors::follow::ACTIVE_FOR);
+    let idle = Duration::from_secs(env_num("CAIRN_BENCH_IDLE_SECS", 60));
+    let (a0, b0) = (a.proxy.count(), b.proxy.count());
+    std::thread::sleep(idle);
+    let per_min = |n: u64| n as f64 * 60.0 / idle.as_secs_f64();
+    println!("## Idle S3 requests, and memory\n");
+    println!("| process | requests/min | RSS MiB |\n|---|---|---|");
+    println!(
+        "| A: writer (`cairn watch`) | {:.1} | {:.0} |",
+        per_min(a.proxy.count() - a0),
+        writer.rss_mib()
+    );
+    println!(
+        "| B: reader (`cairn mcp`) | {:.1} (goal ≤ 60) | {:.0} |\n",
+        per_min(b.proxy.count() - b0),
+        reader.rss_mib()
+    );
+
+    // Takeovers: B is given the vault (a watch of its own, which hands its folder to B's mcp)
+    // and stands by; then the writer's machine dies whole (kill -9 of its processes), the other
+    // takes over, and the dead one comes back as a standby `watch`.
+    let given = b.spawn(&weed, &db, &["watch", "--source", &source], false);
+    given.wait_said("standing by");
+    let mut procs: [Vec<Proc>; 2] = [vec![writer], vec![reader, given]];
+    let machines = [&a, &b];
+    let mut times = Vec::new();
+    let mut dead = 0;
+    for _ in 0..env_num("CAIRN_BENCH_TAKEOVERS", 3) {
+        let at = Instant::now();
+        for p in &mut procs[dead] {
+            p.child.kill().unwrap();
+            p.child.wait().unwrap();
+        }
+        let alive = 1 - dead;
+        let took = procs[alive][0].wait_said("this process writes now").duration_since(at);
+        times.push(took.as_secs_f64());
+        let back = machines[dead].spawn(&weed, &db, &["watch", "--source", &source], false);
+        back.wait_said("stands by to take over");
+        procs[dead] = vec![back];
+        dead = alive;
+    }
+    println!("## Takeover after kill -9 of the writer's machine\n");
+    println!("| trials | p50 s | max s (goal ≤ 15) |\n|---|---|---|");
+    println!(
+        "| {} | {:.1} | {:.1} |\n",
+        times.len(),
+        pct(&mut times, 0.5),
+        times.iter().copied().fold(0.0, f64::max)
+    );
+    for p in procs.iter_mut().flatten() {
+        let _ = p.child.kill();
+        let _ = p.child.wait();
+    }
+}
