@@ -272,11 +272,20 @@ fn main() {
         loop {
             let answer = ask(&token);
             if answer["results"].as_array().is_some_and(|r| r.iter().any(|r| r["slug"] == slug)) {
-                lags.push(committed.elapsed().as_secs_f64());
+                let lag = committed.elapsed().as_secs_f64();
+                if lag > 3.0 {
+                    eprintln!("edit {i} ({slug}): answered on B {lag:.1} s after A committed it");
+                }
+                lags.push(lag);
                 break;
             }
             assert!(committed.elapsed() < Duration::from_secs(120), "B never answered edit {i}");
             std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    for (at, line) in reader.said.try_iter() {
+        if line.contains("WARN") || line.contains("ERROR") {
+            eprintln!("B at +{:.1} s: {line}", at.duration_since(t).as_secs_f64());
         }
     }
     println!("## Commit on A → answered on B\n");

@@ -1024,7 +1024,24 @@ async fn watch(config: cairn::Config, json: bool, once: bool) -> Result<ExitCode
             .map_or("another process".to_string(), |o| format!("pid {} (cairn {})", o.pid, o.purpose));
         let watched: Vec<String> =
             status.sources.iter().map(|s| format!("{}={}", s.source, s.root)).collect();
-        eprintln!("cairn: {db} is owned by {owner}, which now watches {}", watched.join(", "));
+        let writes = match (&status.writer, &status.owner) {
+            (Some(w), Some(o)) => w.pid == o.pid && w.host == cairn_actors::lease::host_name(),
+            _ => false,
+        };
+        if writes {
+            eprintln!("cairn: {db} is owned by {owner}, which now watches {}", watched.join(", "));
+        } else {
+            // An object store written from another process: this machine's process reads it.
+            let writer = status.writer.as_ref().map_or("no process now".to_string(), |w| w.to_string());
+            eprintln!(
+                "cairn: {db} is written by {writer}; this machine's {owner} reads it and writes these folders once it holds the writer lease"
+            );
+            if once {
+                return Err(anyhow::anyhow!(
+                    "{db} is written by {writer}; `watch --once` cannot index it from here"
+                ));
+            }
+        }
         if once {
             cairn.flush().await?;
             eprintln!("cairn: up to date (through the owner)");

@@ -298,7 +298,8 @@ impl Follower {
         let mut host = (*self.host()).clone();
         let mut changed_host = false;
         for (id, tip) in &seen {
-            let held = applied.get(id).copied().filter(|a| a.epoch == tip.epoch);
+            // Another incarnation of its tables, or changes no longer kept: load it again.
+            let held = applied.get(id).copied().filter(|a| a.epoch == tip.epoch && a.version >= tip.floor);
             if held.is_some_and(|a| a.version >= tip.version) {
                 continue;
             }

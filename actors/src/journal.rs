@@ -18,6 +18,12 @@ use object_store::{GetOptions, ObjectStoreExt, PutPayload};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+/// Changes are kept this long (as the tables' versions are on a shared store): a reader behind
+/// by more loads its sources again.
+pub const RETAIN: std::time::Duration = std::time::Duration::from_secs(600);
+/// How often the writer removes the changes past [`RETAIN`].
+const PRUNE_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Changes handed to the journal's task and not yet written (each commit waits for its own: the
 /// readers' view of the writer is part of committing on an object store; sources commit in
 /// parallel, so a few can be queued).
@@ -53,6 +59,10 @@ pub struct Tip {
     pub committed_unix_ms: u64,
     #[serde(default)]
     pub epoch: u64,
+    /// Changes up to this version are no longer kept: a reader that holds an older one loads
+    /// the source again.
+    #[serde(default)]
+    pub floor: u64,
 }
 
 /// The journal's head: every source's tip, and the writer.
@@ -60,6 +70,11 @@ pub struct Tip {
 pub struct Head {
     pub writer: Option<Holder>,
     pub sources: BTreeMap<String, Tip>,
+}
+
+/// The version a change object's name says (`…/<version>.json`).
+fn version_of(path: &StorePath) -> Option<u64> {
+    path.filename()?.strip_suffix(".json")?.parse().ok()
 }
 
 fn changes_of(remote: &Remote, source: &str, epoch: u64) -> StorePath {
@@ -91,6 +106,8 @@ enum Entry {
     Forget(String),
     /// The writer stops: the head says nobody writes.
     Close(tokio::sync::oneshot::Sender<()>),
+    /// Changes of `source` in `epoch` up to this version were removed.
+    Floor(String, u64, u64),
 }
 
 impl Journal {
@@ -98,6 +115,7 @@ impl Journal {
     /// continues is read first, so sources this process does not watch keep their tips.
     pub async fn start(remote: Remote, writer: Holder) -> Self {
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Entry>(QUEUE);
+        let prune_remote = remote.clone();
         let mut head = read_head(&remote).await.unwrap_or_default();
         head.writer = Some(writer);
         tokio::spawn(async move {
@@ -125,7 +143,8 @@ impl Journal {
                                 continue;
                             }
                             let (version, committed_unix_ms) = (change.version, change.committed_unix_ms);
-                            head.sources.insert(source, Tip { version, committed_unix_ms, epoch });
+                            let floor = if epoch == tip.epoch { tip.floor } else { 0 };
+                            head.sources.insert(source, Tip { version, committed_unix_ms, epoch, floor });
                         }
                         Entry::Forget(source) => {
                             head.sources.remove(&source);
@@ -133,6 +152,11 @@ impl Journal {
                         Entry::Close(done) => {
                             head.writer = None;
                             closed = Some(done);
+                        }
+                        Entry::Floor(source, epoch, floor) => {
+                            if let Some(tip) = head.sources.get_mut(&source).filter(|t| t.epoch == epoch) {
+                                tip.floor = tip.floor.max(floor);
+                            }
                         }
                     }
                 }
@@ -146,6 +170,16 @@ impl Journal {
                 if let Some(done) = closed {
                     let _ = done.send(());
                     return;
+                }
+            }
+        });
+        let pruner = tx.downgrade();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(PRUNE_EVERY).await;
+                let Some(tx) = pruner.upgrade() else { return };
+                for (source, epoch, floor) in prune(&prune_remote).await {
+                    let _ = tx.send(Entry::Floor(source, epoch, floor)).await;
                 }
             }
         });
@@ -173,6 +207,50 @@ impl Journal {
     pub async fn forget(&self, source: &str) {
         let _ = self.tx.send(Entry::Forget(source.into())).await;
     }
+}
+
+/// Remove the changes past [`RETAIN`] (and every change of an older epoch of a source); for each
+/// source's current epoch, the last version removed.
+async fn prune(remote: &Remote) -> Vec<(String, u64, u64)> {
+    use futures::TryStreamExt;
+    let Some(head) = read_head(remote).await else { return Vec::new() };
+    let horizon = horizon_unix_ms();
+    let mut floors = Vec::new();
+    for (source, tip) in &head.sources {
+        let prefix = remote.path(&format!("changes/{source}"));
+        let listed: Vec<object_store::ObjectMeta> = match remote.store.list(Some(&prefix)).try_collect().await
+        {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!("{prefix}: {e}; its old changes are removed at the next pass");
+                continue;
+            }
+        };
+        let current = format!("{:020}", tip.epoch);
+        let mut floor = 0;
+        for meta in listed {
+            let in_epoch = meta.location.parts().any(|p| p.as_ref() == current);
+            let old = meta.last_modified.timestamp_millis() < horizon;
+            if !old && in_epoch {
+                continue;
+            }
+            if in_epoch {
+                floor = floor.max(version_of(&meta.location).unwrap_or(0));
+            }
+            if let Err(e) = remote.store.delete(&meta.location).await {
+                tracing::warn!("{}: {e}", meta.location);
+            }
+        }
+        if floor > 0 {
+            floors.push((source.clone(), tip.epoch, floor));
+        }
+    }
+    floors
+}
+
+/// [`RETAIN`] ago, in Unix milliseconds.
+fn horizon_unix_ms() -> i64 {
+    crate::event::unix_ms() as i64 - RETAIN.as_millis() as i64
 }
 
 async fn read_head(remote: &Remote) -> Option<Head> {
@@ -222,6 +300,9 @@ impl Feed {
             .try_collect()
             .await
             .map_err(|e| e.to_string())?;
+        // Only the ones after `version` are read (a store that ignores the listing's offset
+        // lists them all; the name says the version).
+        listed.retain(|p| version_of(p).is_some_and(|v| v > version));
         listed.sort();
         let mut out = Vec::with_capacity(listed.len());
         for path in listed {

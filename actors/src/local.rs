@@ -120,13 +120,13 @@ impl Local {
             Some(Err(_)) => Role::Reader,
             _ => Role::Owner,
         };
-        let placeholder = match first {
+        let reading = match first {
             Role::Owner => None,
             _ => {
                 Some(reader(config, Some(info.clone()), true, remote.is_some().then(|| told.clone())).await?)
             }
         };
-        let (answerer, writing) = match placeholder {
+        let (answerer, writing) = match reading {
             Some(r) => (Answerer::Reader(r), None),
             None => {
                 let publishing = match (&remote, lease) {
@@ -136,7 +136,17 @@ impl Local {
                     }
                     _ => None,
                 };
-                let pipeline = Pipeline::open_publishing(config.clone(), publishing.clone()).await?;
+                let pipeline = match Pipeline::open_publishing(config.clone(), publishing.clone()).await {
+                    Ok(p) => p,
+                    Err(e) => {
+                        // Given back at once: a standby need not wait out the TTL.
+                        if let Some(p) = publishing {
+                            p.journal.close().await;
+                            p.lease.release().await;
+                        }
+                        return Err(e);
+                    }
+                };
                 let api = OwnerApi::new(pipeline, config.clone(), info.clone(), clients.clone());
                 (Answerer::Owner(Arc::new(api)), publishing)
             }
