@@ -343,20 +343,23 @@ impl Follower {
         feed: &tokio::sync::Mutex<Feed>,
     ) -> Result<Tip, String> {
         let changes = feed.lock().await.after(id, from.epoch, from.version).await?;
-        let mut reached = from;
         let Some(changes) = changes else {
             self.reload(host, id).await;
             *changed_host = true;
             return Ok(self.track().seen.get(id).copied().unwrap_or(from));
         };
-        for change in changes.into_iter().filter(|c| c.version > from.version) {
-            if change.reset {
+        let changes: Vec<Change> = changes.into_iter().filter(|c| c.version > from.version).collect();
+        let Some(last) = changes.last() else { return Ok(from) };
+        let reached = Tip { version: last.version, committed_unix_ms: last.committed_unix_ms, ..from };
+        match (Change::merged(&changes), host.live(id)) {
+            (Some(merged), Some(live)) if !outgrown(&merged, live) => {
+                apply(live, &merged).await.map_err(|e| format!("`{id}`: {e}"))?;
+            }
+            // Made anew, or most of it changed (the writer's first index of it): load it whole.
+            _ => {
                 self.reload(host, id).await;
                 *changed_host = true;
-            } else if let Some(live) = host.live(id) {
-                apply(live, &change).await.map_err(|e| format!("`{id}`: {e}"))?;
             }
-            reached = Tip { version: change.version, committed_unix_ms: change.committed_unix_ms, ..from };
         }
         Ok(reached)
     }
@@ -396,6 +399,11 @@ impl Follower {
             None => false,
         };
     }
+}
+
+/// A change that touches more pages than the source held before it is read faster whole.
+fn outgrown(change: &Change, live: &crate::host::LiveSource) -> bool {
+    change.upserted.len() > 64 && change.upserted.len() > live.resident.read().page_count()
 }
 
 /// One change, applied to a source's memory: its pages read again by key, its removals, the

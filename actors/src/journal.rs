@@ -50,6 +50,32 @@ pub struct Change {
     pub reset: bool,
 }
 
+impl Change {
+    /// Several consecutive changes of one source as one (the last of each page's changes wins):
+    /// a reader that fell behind reads each page once, at the latest version, instead of once
+    /// per commit. `None` when one of them is a `reset` (the source is loaded again anyway).
+    pub fn merged(changes: &[Change]) -> Option<Change> {
+        let mut last: BTreeMap<&str, bool> = BTreeMap::new(); // slug → upserted (else removed)
+        let mut vectors = std::collections::BTreeSet::new();
+        let mut out = Change::default();
+        for c in changes {
+            if c.reset {
+                return None;
+            }
+            last.extend(c.upserted.iter().map(|s| (s.as_str(), true)));
+            last.extend(c.removed.iter().map(|s| (s.as_str(), false)));
+            vectors.extend(c.vectors.iter().cloned());
+            out.version = out.version.max(c.version);
+            out.committed_unix_ms = out.committed_unix_ms.max(c.committed_unix_ms);
+        }
+        for (slug, upserted) in last {
+            if upserted { &mut out.upserted } else { &mut out.removed }.push(slug.to_string());
+        }
+        out.vectors = vectors.into_iter().collect();
+        Some(out)
+    }
+}
+
 /// Where a source stands: its latest committed version and when, in which incarnation of its
 /// tables (`epoch`: when they were made anew, 0 for tables older than the journal). Table
 /// versions start again in a new incarnation, so a reader of another epoch loads the source again.
@@ -289,7 +315,7 @@ impl Feed {
     /// The changes of `source` in epoch `epoch` after `version`, in order; `None` when they
     /// cannot be followed (the reader loads the source again).
     pub async fn after(&self, source: &str, epoch: u64, version: u64) -> Result<Option<Vec<Change>>, String> {
-        use futures::TryStreamExt;
+        use futures::{StreamExt, TryStreamExt};
         let prefix = changes_of(&self.remote, source, epoch);
         let offset = change_path(&self.remote, source, epoch, version);
         let mut listed: Vec<StorePath> = self
@@ -304,13 +330,53 @@ impl Feed {
         // lists them all; the name says the version).
         listed.retain(|p| version_of(p).is_some_and(|v| v > version));
         listed.sort();
-        let mut out = Vec::with_capacity(listed.len());
-        for path in listed {
-            let got = self.remote.store.get(&path).await.map_err(|e| e.to_string())?;
-            let change: Change = serde_json::from_slice(&got.bytes().await.map_err(|e| e.to_string())?)
-                .map_err(|e| format!("{path}: {e}"))?;
-            out.push(change);
-        }
+        // Several at once: a reader that fell behind by hundreds of commits is not held up by
+        // one round trip each.
+        let store = &self.remote.store;
+        let out: Vec<Change> = futures::stream::iter(listed)
+            .map(|path| async move {
+                let got = store.get(&path).await.map_err(|e| e.to_string())?;
+                let bytes = got.bytes().await.map_err(|e| e.to_string())?;
+                serde_json::from_slice::<Change>(&bytes).map_err(|e| format!("{path}: {e}"))
+            })
+            .buffered(8)
+            .try_collect()
+            .await?;
         Ok(Some(out))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn change(version: u64, upserted: &[&str], removed: &[&str], vectors: &[&str]) -> Change {
+        let v = |l: &[&str]| l.iter().map(|s| s.to_string()).collect();
+        Change {
+            version,
+            committed_unix_ms: 1000 + version,
+            upserted: v(upserted),
+            removed: v(removed),
+            vectors: v(vectors),
+            reset: false,
+        }
+    }
+
+    #[test]
+    fn changes_merge_to_each_pages_last_state() {
+        let merged = Change::merged(&[
+            change(3, &["a", "b"], &[], &[]),
+            change(4, &[], &["a", "c"], &["b#0"]),
+            change(5, &["c", "d"], &[], &["b#0", "d#0"]),
+            change(6, &[], &["d"], &[]),
+        ])
+        .unwrap();
+        assert_eq!(merged.version, 6);
+        assert_eq!(merged.committed_unix_ms, 1006);
+        assert_eq!(merged.upserted, ["b", "c"]);
+        assert_eq!(merged.removed, ["a", "d"]);
+        assert_eq!(merged.vectors, ["b#0", "d#0"]);
+        let reset = Change { reset: true, ..change(7, &[], &[], &[]) };
+        assert_eq!(Change::merged(&[change(6, &["a"], &[], &[]), reset]), None);
     }
 }
