@@ -335,6 +335,8 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
+    // A bug outside one page's work ends the process, so its lock goes to a standby.
+    cairn_index::fault::exit_on_panic();
     // Bad flags exit 2 (clap's own code for usage errors).
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {

@@ -18,7 +18,6 @@
 
 use cairn_index::Embedder;
 use std::collections::{HashMap, VecDeque};
-use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
@@ -269,13 +268,11 @@ fn run(shared: &Shared, embedder: &dyn Embedder, slice: usize) {
 fn embed_slice(embedder: &dyn Embedder, r: &mut Request, end: usize) {
     let started = Instant::now();
     let items: Vec<(usize, &str)> = r.texts[r.next..end].iter().map(|(i, t)| (*i, t.as_str())).collect();
-    let run =
-        |texts: &[&str]| match std::panic::catch_unwind(AssertUnwindSafe(|| embedder.embed_documents(texts)))
-        {
-            Ok(Ok(e)) => Ok(e),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(p) => Err(format!("the model crashed: {}", crate::workers::panic_message(&p))),
-        };
+    let run = |texts: &[&str]| match cairn_index::fault::contained(|| embedder.embed_documents(texts)) {
+        Ok(Ok(e)) => Ok(e),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(p) => Err(format!("the model crashed: {p}")),
+    };
     let texts: Vec<&str> = items.iter().map(|(_, t)| *t).collect();
     match run(&texts) {
         Ok(e) => {

@@ -10,7 +10,6 @@ use actix::prelude::*;
 use cairn_ingest::{
     Error, ParseOptions, ParsedPage, PathFilter, ScanOptions, ScanReport, parse_page, rel_string, scan,
 };
-use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -33,7 +32,7 @@ impl Parser {
     /// Read and parse one file, through the poison book.
     fn page(&self, source: &str, root: &Path, rel: &Path) -> Result<ParsedPage, Error> {
         let io = |e: std::io::Error| Error::Io { path: rel.to_path_buf(), message: e.to_string() };
-        let abs = root.join(rel);
+        let abs = cairn_ingest::within_root(root, rel)?;
         let size = std::fs::metadata(&abs).map_err(io)?.len();
         if size > self.opts.max_page_bytes {
             return Err(Error::TooLarge { path: rel.into(), size, cap: self.opts.max_page_bytes });
@@ -45,8 +44,7 @@ impl Parser {
         }
         self.book.begin(source, &path, &hash);
         // A panic in the parser is a bug; it fails this file loudly, not the stage.
-        let result =
-            std::panic::catch_unwind(AssertUnwindSafe(|| parse_page(source, rel, &bytes, &self.opts)));
+        let result = cairn_index::fault::contained(|| parse_page(source, rel, &bytes, &self.opts));
         self.book.done(source, &path, matches!(result, Ok(Ok(_))));
         match result {
             Ok(Ok(page)) => Ok(page),
@@ -57,8 +55,7 @@ impl Parser {
                 }
                 Err(e)
             }
-            Err(panic) => {
-                let what = panic_message(&panic);
+            Err(what) => {
                 tracing::error!("parser panicked on {}: {what}", abs.display());
                 let reason = format!("the parser crashed on this file ({what}); please report it");
                 self.book.add(source, &path, &hash, "crashed", &reason);
@@ -152,12 +149,4 @@ impl Handler<Scan> for Parser {
         let filter = PathFilter::new(&msg.opts)?;
         scan(&msg.root, &filter)
     }
-}
-
-/// What a caught panic said.
-pub(crate) fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
-    p.downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| p.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "panic".into())
 }

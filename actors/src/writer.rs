@@ -509,6 +509,7 @@ impl SourceWriter {
         if let Some(refused) = self.refused() {
             return Some(Box::pin(actix::fut::ready(Err(refused))));
         }
+        cairn_index::fault::point("writer.commit");
         let journal = self.opts.publishing.as_ref().map(|p| p.journal.clone());
         // The last version of a page in the buffer wins.
         let mut pages: Vec<(ParsedPage, i64, Origin)> = Vec::new();

@@ -140,7 +140,7 @@ impl OrtEmbedder {
 
     /// Timing of the last [`Embedder::embed_documents`] call.
     pub fn last_run_times(&self) -> RunTimes {
-        *self.times.lock().expect("times lock")
+        *self.times.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     pub fn options(&self) -> &OrtOptions {
@@ -186,7 +186,10 @@ impl OrtEmbedder {
         }
         let types = Array2::<i64>::zeros((rows, width));
         let model_err = |e: ort::Error| Error::Model { model: self.model_id.clone(), message: e.to_string() };
-        let mut session = self.session.lock().expect("session lock");
+        // A panic caught while the session was held (one page's or query's failure) leaves the
+        // session itself sound; the next call uses it.
+        let mut session = self.session.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        crate::fault::point("embed.run");
         let started = std::time::Instant::now();
         let outputs = session
             .run(ort::inputs![
@@ -252,7 +255,7 @@ impl Embedder for OrtEmbedder {
             }
         }
         let truncated = tokens.iter().enumerate().filter(|(_, (_, cut))| *cut).map(|(i, _)| i).collect();
-        *self.times.lock().expect("times lock") =
+        *self.times.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
             RunTimes { session_run: session_time, total: started.elapsed() };
         Ok(Embedded { vectors, truncated })
     }

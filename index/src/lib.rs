@@ -7,6 +7,7 @@
 
 pub mod embed;
 mod error;
+pub mod fault;
 pub mod provision;
 #[cfg(feature = "storage")]
 pub mod resident;

@@ -1,0 +1,117 @@
+//! What a bug costs. A panic where one is expected (the parser or the model on one hostile page,
+//! one query's embedding) is caught by [`contained`] and costs that piece of work. Anywhere else
+//! it means the process's state can no longer be trusted: with [`exit_on_panic`] installed (the
+//! `cairn` binary does) the process exits at once, so the kernel releases its owner lock and a
+//! standby or the next command takes over and converges from the tables — rather than a live
+//! process that holds the lock and the socket while its actors are dead.
+//!
+//! [`point`] is the test-only fault hook that proves it: `CAIRN_TEST_FAULTS=name` panics at every
+//! pass through the point `name`, `name@N` only at the N-th (a comma-separated list of either).
+//! With `CAIRN_TEST_FAULTS_WHILE=FILE` too, a point fires only while that file exists (a test
+//! arms it once the process has reached the state it means to break).
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+thread_local! {
+    /// Inside [`contained`] on this thread.
+    static CONTAINED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Run `f`, turning a panic into an error message: the failure of this one piece of work.
+pub fn contained<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    let before = CONTAINED.replace(true);
+    let result = std::panic::catch_unwind(AssertUnwindSafe(f));
+    CONTAINED.set(before);
+    result.map_err(|p| panic_message(&*p))
+}
+
+/// The message of a caught panic.
+pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| (*s).to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".into())
+}
+
+/// The exit status of a process ended by a panic (Rust's own for a panicking main).
+pub const PANIC_EXIT: i32 = 101;
+
+/// From now on, a panic outside [`contained`] on any thread prints its message (the default
+/// hook) and ends the process with [`PANIC_EXIT`].
+pub fn exit_on_panic() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        default(info);
+        if CONTAINED.get() {
+            return;
+        }
+        tracing::error!("cairn stops after a panic ({info}); another process takes the database over");
+        eprintln!("cairn: stopping after the panic above, so that another process can take over");
+        std::process::exit(PANIC_EXIT);
+    }));
+}
+
+/// The points armed by `CAIRN_TEST_FAULTS`: name → the pass that panics (0 = every pass).
+fn armed() -> &'static HashMap<String, (u64, AtomicU64)> {
+    static ARMED: OnceLock<HashMap<String, (u64, AtomicU64)>> = OnceLock::new();
+    ARMED.get_or_init(|| {
+        let spec = std::env::var("CAIRN_TEST_FAULTS").unwrap_or_default();
+        spec.split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|s| match s.split_once('@') {
+                Some((name, n)) => (name.to_string(), (n.parse().unwrap_or(1), AtomicU64::new(0))),
+                None => (s.to_string(), (0, AtomicU64::new(0))),
+            })
+            .collect()
+    })
+}
+
+/// A test-only fault point: panics when `CAIRN_TEST_FAULTS` arms `name` (see the module).
+pub fn point(name: &str) {
+    let Some((at, passes)) = armed().get(name) else { return };
+    static WHILE: OnceLock<Option<std::path::PathBuf>> = OnceLock::new();
+    if WHILE
+        .get_or_init(|| std::env::var_os("CAIRN_TEST_FAULTS_WHILE").map(Into::into))
+        .as_ref()
+        .is_some_and(|f| !f.exists())
+    {
+        return;
+    }
+    let pass = passes.fetch_add(1, Ordering::SeqCst) + 1;
+    if *at == 0 || pass == *at {
+        panic!("injected fault at {name} (pass {pass})");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_contained_panic_is_an_error_of_that_work_only() {
+        assert_eq!(contained(|| 7), Ok(7));
+        let e = contained(|| -> u32 { panic!("bad page") }).unwrap_err();
+        assert_eq!(e, "bad page");
+        let e = contained(|| -> u32 { panic!("{} pages", 3) }).unwrap_err();
+        assert_eq!(e, "3 pages");
+        // Nested: leaving the inner one keeps the outer one contained.
+        let outer = contained(|| {
+            let _ = contained(|| 1);
+            CONTAINED.get()
+        });
+        assert_eq!(outer, Ok(true));
+        assert!(!CONTAINED.get());
+    }
+
+    #[test]
+    fn unarmed_points_do_nothing() {
+        for _ in 0..3 {
+            point("no.such.point");
+        }
+    }
+}
