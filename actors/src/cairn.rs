@@ -127,7 +127,7 @@ impl Cairn {
                     Local::take(&config, &paths, &opts.purpose, opts.standby, lock, roles.clone()).await?,
                 );
             }
-            let client = Client::new(&paths.socket(), &opts.purpose);
+            let client = Client::new(&paths.socket_to_reach(), &opts.purpose);
             match client.greet().await {
                 Ok(_) => {
                     if opts.register_sources {
@@ -151,7 +151,7 @@ impl Cairn {
                         format!(
                             "{} is locked by {holder}, which does not answer on {}: {}",
                             config.db,
-                            paths.socket().display(),
+                            paths.socket_to_reach().display(),
                             e.message
                         ),
                     )));
@@ -181,7 +181,7 @@ impl Cairn {
     /// model is loaded only `with_model`).
     pub async fn attach(config: Config, purpose: &str, with_model: bool) -> Result<Self> {
         let paths = config.paths();
-        let client = Client::new(&paths.socket(), purpose);
+        let client = Client::new(&paths.socket_to_reach(), purpose);
         let state = match client.greet().await {
             Ok(_) => State::Client(client),
             Err(_) if OwnerLock::try_acquire(&paths)?.is_none() => {

@@ -64,12 +64,33 @@ impl Client {
     /// Connect and say hello: the owner's description, or why there is none to talk to.
     pub async fn hello(&self) -> Result<(UnixStream, OwnerInfo), RemoteError> {
         let attempt = async {
+            // Only an owner of this user's own, in a folder only this user controls.
+            if let Some(dir) = self.socket.parent()
+                && let Err(e) = crate::server::check_private(dir)
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                return Err(RemoteError::new(ErrorCode::Unavailable, e.to_string()));
+            }
             let mut stream = UnixStream::connect(&self.socket).await.map_err(|e| {
                 RemoteError::new(
                     ErrorCode::Unavailable,
                     format!("no owner listens on {}: {e}", self.socket.display()),
                 )
             })?;
+            match stream.peer_cred() {
+                Ok(c) if c.uid() == crate::server::own_uid() => {}
+                peer => {
+                    let who = peer
+                        .map_or_else(|e| format!("an unknown user ({e})"), |c| format!("uid {}", c.uid()));
+                    return Err(RemoteError::new(
+                        ErrorCode::Unavailable,
+                        format!(
+                            "{} is served by {who}, not by this user; not talking to it",
+                            self.socket.display()
+                        ),
+                    ));
+                }
+            }
             write_frame(&mut stream, &Request::Hello(Hello::new(&self.purpose))).await.map_err(io)?;
             let owner: OwnerInfo = read_reply(&mut stream, "hello").await?;
             Ok((stream, owner))

@@ -53,15 +53,39 @@ impl DbPaths {
         self.dir.join("cairn.lock")
     }
 
-    /// The owner's socket, inside a folder only its user can enter. A database folder too deep
-    /// for a socket path gets one under the temporary directory, named after the folder.
+    /// Where the owner binds its socket, in a folder only its user can enter: under
+    /// `$XDG_RUNTIME_DIR` where there is one (private to the user by definition, and on a file
+    /// system that holds sockets), else beside the database, else — a database folder too deep
+    /// for a socket path — under the temporary directory. Clients reach the socket the owner
+    /// published in the lock ([`DbPaths::socket_to_reach`]), so a client with another
+    /// environment still finds it.
     pub fn socket(&self) -> PathBuf {
+        self.socket_in(std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from).filter(|d| d.is_absolute()))
+    }
+
+    /// [`DbPaths::socket`] with `runtime` as the runtime directory.
+    pub fn socket_in(&self, runtime: Option<PathBuf>) -> PathBuf {
+        let key = || {
+            let dir = std::fs::canonicalize(&self.dir).unwrap_or_else(|_| self.dir.clone());
+            format!("cairn-{}", digest(&dir.display().to_string()))
+        };
+        if let Some(runtime) = runtime {
+            return runtime.join("cairn").join(key()).join("cairn.sock");
+        }
         let near = self.dir.join("run").join("cairn.sock");
         if near.as_os_str().len() <= MAX_SOCKET_PATH {
             return near;
         }
-        let key = std::fs::canonicalize(&self.dir).unwrap_or_else(|_| self.dir.clone());
-        std::env::temp_dir().join(format!("cairn-{}", digest(&key.display().to_string()))).join("cairn.sock")
+        std::env::temp_dir().join(key()).join("cairn.sock")
+    }
+
+    /// The socket a client connects to: the one the owner published in the lock file, else the
+    /// one this process would bind.
+    pub fn socket_to_reach(&self) -> PathBuf {
+        crate::owner::read_info(&self.lock())
+            .map(|o| PathBuf::from(o.socket))
+            .filter(|p| p.is_absolute())
+            .unwrap_or_else(|| self.socket())
     }
 }
 
@@ -73,7 +97,13 @@ mod tests {
     fn local_databases_keep_their_files_and_remote_ones_get_a_folder_of_their_own() {
         let local = DbPaths::of("/data/db");
         assert_eq!(local.lock(), Path::new("/data/db/cairn.lock"));
-        assert_eq!(local.socket(), Path::new("/data/db/run/cairn.sock"));
+        assert_eq!(local.socket_in(None), Path::new("/data/db/run/cairn.sock"));
+        let run = local.socket_in(Some("/run/user/7".into()));
+        assert!(
+            run.to_string_lossy().starts_with("/run/user/7/cairn/cairn-") && run.ends_with("cairn.sock"),
+            "{}",
+            run.display()
+        );
         let a = DbPaths::of("s3://bucket/a");
         let b = DbPaths::of("s3://bucket/b");
         assert_ne!(a.dir(), b.dir());
@@ -82,7 +112,7 @@ mod tests {
         assert_eq!(DbPaths::of("s3://bucket/a/"), a);
         assert_eq!(DbPaths::of("S3://bucket//a"), a);
         let deep = DbPaths::of(&format!("/tmp/{}", "d".repeat(150)));
-        assert!(deep.socket().as_os_str().len() <= MAX_SOCKET_PATH + 40);
-        assert!(deep.socket().starts_with(std::env::temp_dir()));
+        assert!(deep.socket_in(None).as_os_str().len() <= MAX_SOCKET_PATH + 40);
+        assert!(deep.socket_in(None).starts_with(std::env::temp_dir()));
     }
 }

@@ -15,7 +15,7 @@ use crate::ipc::{
     ErrorCode, FrameError, Hello, MAX_REQUEST, OwnerInfo, PROTOCOL_VERSION, RemoteError, Reply, Request,
     read_frame, write_frame,
 };
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,33 +46,73 @@ impl Ctx {
     }
 }
 
-/// A running server; [`Server::stop`] stops accepting and removes the socket.
+/// A running server; [`Server::stop`] stops accepting and removes the socket it bound.
 #[derive(Debug)]
 pub struct Server {
     path: PathBuf,
+    /// The inode of the socket this server bound: a successor's socket at the same path is
+    /// never removed.
+    inode: u64,
     task: tokio::task::JoinHandle<()>,
 }
 
-/// Bind the socket at `path`: its folder made private to this user (0700), a socket left by a
-/// dead owner replaced (the caller holds the lock, so any socket there is stale), the socket 0600.
-pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
+/// The user this process runs as (the owner of `/proc/self`).
+pub fn own_uid() -> u32 {
+    static UID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *UID.get_or_init(|| std::fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(u32::MAX))
+}
+
+/// Refuse a socket folder another user could have made or can enter: whoever controls it can
+/// listen in the owner's place.
+pub fn check_private(dir: &Path) -> std::io::Result<()> {
+    let m = std::fs::symlink_metadata(dir)?;
+    let why = if !m.is_dir() {
+        Some("is not a folder".to_string())
+    } else if m.uid() != own_uid() {
+        Some(format!("belongs to another user (uid {})", m.uid()))
+    } else if m.mode() & 0o077 != 0 {
+        Some(format!("can be entered by other users (mode {:o})", m.mode() & 0o777))
+    } else {
+        None
+    };
+    match why {
+        None => Ok(()),
+        Some(why) => Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!(
+                "the socket folder {} {why}, so a process there could pose as cairn's owner; \
+                 remove it (or set XDG_RUNTIME_DIR to a private folder) and try again",
+                dir.display()
+            ),
+        )),
+    }
+}
+
+/// Bind the socket at `path`: its folder made private to this user (0700) and refused if someone
+/// else owns it, a socket left by a dead owner replaced (the caller holds the lock, so any socket
+/// there is stale), the socket 0600.
+pub fn bind(path: &Path) -> std::io::Result<(UnixListener, u64)> {
     let dir = path.parent().ok_or_else(|| std::io::Error::other("a socket path needs a folder"))?;
     std::fs::create_dir_all(dir)?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    if std::fs::symlink_metadata(dir)?.uid() == own_uid() {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    check_private(dir)?;
     match std::fs::remove_file(path) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
         _ => {}
     }
     let listener = UnixListener::bind(path)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
-    Ok(listener)
+    let inode = std::fs::symlink_metadata(path)?.ino();
+    Ok((listener, inode))
 }
 
 impl Server {
     /// Serve `answerer` on `listener` (from [`bind`]) on the current tokio runtime, as the
     /// process `info` describes; the connections say who they are in `clients`.
     pub fn start(
-        listener: UnixListener,
+        (listener, inode): (UnixListener, u64),
         path: PathBuf,
         answerer: Served,
         info: OwnerInfo,
@@ -94,17 +134,20 @@ impl Server {
                 tokio::spawn(connection(ctx.clone(), stream, next));
             }
         });
-        Self { path, task }
+        Self { path, inode, task }
     }
 
     pub fn path(&self) -> &Path {
         &self.path
     }
 
-    /// Stop accepting and remove the socket (connections in progress finish or fail).
+    /// Stop accepting and remove the socket if it is still the one bound here (a successor may
+    /// have bound its own at the path since); connections in progress finish or fail.
     pub fn stop(&self) {
         self.task.abort();
-        let _ = std::fs::remove_file(&self.path);
+        if std::fs::symlink_metadata(&self.path).is_ok_and(|m| m.ino() == self.inode) {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 
@@ -129,6 +172,16 @@ fn error(code: ErrorCode, message: impl Into<String>) -> Reply {
 }
 
 async fn connection(ctx: Ctx, mut stream: UnixStream, id: u64) {
+    match stream.peer_cred() {
+        Ok(c) if c.uid() == own_uid() => {}
+        peer => {
+            let who = peer.map_or_else(|e| format!("unknown ({e})"), |c| format!("uid {}", c.uid()));
+            tracing::warn!("socket: refused a connection from another user: {who}");
+            let _ =
+                send(&mut stream, &error(ErrorCode::BadRequest, "this owner serves its own user only")).await;
+            return;
+        }
+    }
     let Ok(_slot) = ctx.slots.clone().try_acquire_owned() else {
         let _ = send(
             &mut stream,
