@@ -56,17 +56,26 @@ impl SourceSpec {
             bail!("`--source {s}`: expected ID=DIR, e.g. --source notes=~/vault");
         };
         validate_source_id(id)?;
-        Ok(Self { id: id.into(), root: PathBuf::from(dir) })
+        Ok(Self { id: id.into(), root: full_path(Path::new(dir))? })
     }
 
     /// A bare folder: id from its name.
     pub fn from_dir(dir: &Path) -> Result<Self> {
-        Ok(Self { id: source_id_from_dir(dir)?, root: dir.to_path_buf() })
+        let root = full_path(dir)?;
+        Ok(Self { id: source_id_from_dir(&root)?, root })
     }
 
     pub fn config(&self) -> SourceConfig {
         SourceConfig { id: self.id.clone(), root: self.root.clone(), include: vec![], exclude: vec![] }
     }
+}
+
+/// A folder named on the command line as a full path: `~` is the home, a relative one is taken
+/// from the working directory here (not the owner's, which may be another process's).
+pub fn full_path(p: &Path) -> Result<PathBuf> {
+    let cwd = std::env::current_dir().context("the working directory is unreadable")?;
+    let p = cairn_actors::config::resolve(&cwd, p);
+    Ok(std::path::absolute(&p).unwrap_or(p))
 }
 
 /// Positional folders and `--source id=dir`s, ids checked for duplicates.
@@ -108,7 +117,7 @@ pub fn config(
         c.sources.push(s.config());
     }
     if let Some(db) = db {
-        c.db = db;
+        c.db = if db.contains("://") { db } else { full_path(Path::new(&db))?.display().to_string() };
     }
     c.validate().map_err(anyhow::Error::msg)?;
     Ok(c)

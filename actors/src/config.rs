@@ -280,7 +280,8 @@ pub fn validate_source_id(id: &str) -> Result<(), String> {
     }
 }
 
-fn resolve(base: &Path, p: &Path) -> PathBuf {
+/// `p` as a full path: `~` is the home, a relative path is taken from `base`.
+pub fn resolve(base: &Path, p: &Path) -> PathBuf {
     if let Ok(rest) = p.strip_prefix("~")
         && let Some(home) = std::env::var_os("HOME")
     {

@@ -6,7 +6,7 @@
 use cairn_index::{Database, Embedder, PageRecord, Resident, SourceStore};
 use cairn_query::{QueryError, SearchRequest, SearchResponse};
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// A source as the query engine reads it: in memory (its resident index), with the store for
@@ -280,29 +280,42 @@ impl QueryHost {
 
     /// Groups of pages that look like one subject, across every source: shared names, identical
     /// content, chunks at cosine ≥ `threshold`.
-    pub fn duplicates(&self, threshold: f32) -> Vec<cairn_query::duplicates::DuplicateGroup> {
+    pub fn duplicates(
+        &self,
+        threshold: f32,
+        stop: &dyn Fn() -> bool,
+    ) -> Vec<cairn_query::duplicates::DuplicateGroup> {
         use cairn_query::duplicates::{by_name_and_content, near_identical};
-        let guards: Vec<(&str, std::sync::RwLockReadGuard<'_, cairn_index::ResidentIndex>)> =
-            self.sources.values().map(|s| (s.store.id(), s.resident.read())).collect();
-        let pages: Vec<(&str, &PageRecord)> =
-            guards.iter().flat_map(|(id, g)| g.records().map(move |p| (*id, p))).collect();
+        // What the job reads is copied under a short read of each source; each vector is read
+        // later under a read of its own, so a commit (and the searches queued behind it) never
+        // waits on the whole job.
+        let mut pages: Vec<(&str, PageRecord)> = Vec::new();
+        let mut held: Vec<(usize, String, String, usize)> = Vec::new(); // source, slug, chunk, slot
+        let sources: Vec<&LiveSource> = self.sources.values().collect();
+        for (g, src) in sources.iter().enumerate() {
+            let index = src.resident.read();
+            pages.extend(index.records().map(|p| (src.store.id(), p.clone())));
+            held.extend(
+                index.embedded_chunks().map(|(slug, chunk, slot)| (g, slug.to_string(), chunk, slot)),
+            );
+        }
         let titles: std::collections::HashMap<(String, String), String> =
             pages.iter().map(|(s, p)| ((s.to_string(), p.slug.clone()), p.title.clone())).collect();
-        // Each chunk with its source's guard and slot; int8-coded sources decode a vector when
-        // it is asked for (the grouping is by threshold, which their rounding moves by ~0.002
-        // at most), never all of them at once.
-        let (mut held, mut slots) = (Vec::new(), Vec::new());
-        for (g, (id, guard)) in guards.iter().enumerate() {
-            for (slug, chunk, slot) in guard.embedded_chunks() {
-                held.push((*id, slug, chunk));
-                slots.push((g, slot));
-            }
-        }
+        let by_ref: Vec<(&str, &PageRecord)> = pages.iter().map(|(s, p)| (*s, p)).collect();
+        let mut groups = by_name_and_content(&by_ref);
         let chunks: Vec<(&str, &str, &str)> =
-            held.iter().map(|(id, slug, c)| (*id, *slug, c.as_str())).collect();
-        let vector = |i: usize| guards[slots[i].0].1.slot_vector(slots[i].1);
-        let mut groups = by_name_and_content(&pages);
-        groups.extend(near_identical(&chunks, &vector, &titles, threshold));
+            held.iter().map(|(g, slug, c, _)| (sources[*g].store.id(), slug.as_str(), c.as_str())).collect();
+        // int8-coded sources decode a vector when it is asked for (the grouping is by threshold,
+        // which their rounding moves by ~0.002 at most), never all of them at once.
+        let vector = |i: usize| {
+            let (g, _, chunk, slot) = &held[i];
+            sources[*g]
+                .resident
+                .read()
+                .chunk_vector(*slot, chunk)
+                .map(|v| std::borrow::Cow::Owned(v.into_owned()))
+        };
+        groups.extend(near_identical(&chunks, &vector, &titles, threshold, stop));
         groups
     }
 
@@ -320,7 +333,10 @@ impl QueryHost {
 /// The file is the truth; the stored chunks (which overlap) only when it is unreadable.
 async fn page_body(src: &LiveSource, page: &PageRecord) -> cairn_index::Result<String> {
     let file = match &src.root {
-        Some(r) => tokio::fs::read_to_string(r.join(&page.path)).await.ok(),
+        Some(r) => match cairn_ingest::within_root(r, Path::new(&page.path)) {
+            Ok(abs) => tokio::fs::read_to_string(abs).await.ok(),
+            Err(_) => None,
+        },
         None => None,
     };
     Ok(match file {
@@ -356,4 +372,30 @@ fn staleness(
         Some(h) if h == page.content_hash => None,
         _ => Some(Stale::Modified),
     }
+}
+
+/// [`QueryHost::duplicates`] off the async threads, stopped when its caller stops waiting (a
+/// client that went away, a request past its time limit).
+pub async fn duplicates_job(
+    host: Arc<QueryHost>,
+    threshold: f32,
+) -> crate::Result<Vec<cairn_query::duplicates::DuplicateGroup>> {
+    if !(0.0..=1.0).contains(&threshold) {
+        return Err(crate::Error::Config(format!(
+            "duplicates: threshold {threshold} is not a cosine from 0 to 1"
+        )));
+    }
+    struct StopOnDrop(Arc<std::sync::atomic::AtomicBool>);
+    impl Drop for StopOnDrop {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+    let stopped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let _stop = StopOnDrop(stopped.clone());
+    tokio::task::spawn_blocking(move || {
+        host.duplicates(threshold, &|| stopped.load(std::sync::atomic::Ordering::SeqCst))
+    })
+    .await
+    .map_err(|e| crate::Error::Pipeline(format!("duplicates failed: {e}")))
 }

@@ -295,17 +295,14 @@ impl Handler<Links> for QueryActor {
 
 /// Duplicate candidates across every source.
 #[derive(Debug, Message)]
-#[rtype(result = "Vec<cairn_query::duplicates::DuplicateGroup>")]
+#[rtype(result = "crate::Result<Vec<cairn_query::duplicates::DuplicateGroup>>")]
 pub struct Duplicates(pub f32);
 
 impl Handler<Duplicates> for QueryActor {
-    type Result = ResponseFuture<Vec<cairn_query::duplicates::DuplicateGroup>>;
+    type Result = ResponseFuture<crate::Result<Vec<cairn_query::duplicates::DuplicateGroup>>>;
 
     fn handle(&mut self, msg: Duplicates, _: &mut Context<Self>) -> Self::Result {
-        let host = self.host.clone();
         // Off the actor: it reads every vector.
-        Box::pin(async move {
-            tokio::task::spawn_blocking(move || host.duplicates(msg.0)).await.unwrap_or_default()
-        })
+        Box::pin(crate::host::duplicates_job(std::sync::Arc::new(self.host.clone()), msg.0))
     }
 }

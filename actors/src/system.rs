@@ -418,6 +418,15 @@ impl Pipeline {
     /// scan starts). A source already watched from the same folder is left as it is.
     pub async fn add_source(&self, source: SourceConfig) -> Result<()> {
         crate::config::validate_source_id(&source.id).map_err(Error::Config)?;
+        if !source.root.is_absolute() {
+            // Taken from this process's working directory it would name another folder than the
+            // one its sender meant, and be saved so in the manifest.
+            return Err(Error::Config(format!(
+                "source `{}`: the folder {} is relative; give its full path",
+                source.id,
+                source.root.display()
+            )));
+        }
         if let Some(existing) =
             self.inner.status.get(&source.id).filter(|_| self.source_ids().contains(&source.id))
         {
@@ -532,7 +541,7 @@ impl Pipeline {
 
     /// Groups of pages that look like one subject (see [`cairn_query::duplicates`]).
     pub async fn duplicates(&self, threshold: f32) -> Result<Vec<cairn_query::duplicates::DuplicateGroup>> {
-        self.inner.query.send(crate::query::Duplicates(threshold)).await.map_err(|_| Error::Stopped)
+        self.inner.query.send(crate::query::Duplicates(threshold)).await.map_err(|_| Error::Stopped)?
     }
 
     /// One page with its body; `None` when the source has no such slug.

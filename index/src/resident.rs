@@ -75,17 +75,20 @@ pub fn is_stop_word(word: &str) -> bool {
 
 /// The hash of a page's body: its chunks' text without heading lines, words lower-cased and
 /// joined by single spaces (two pages with this equal say the same thing beyond their names).
+/// SHA-256, not std's hasher: it is saved in snapshots, so it must not change with the compiler.
 fn body_hash(chunks: &[PreparedChunk]) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
     for c in chunks {
         for line in c.hit.text.lines().filter(|l| !l.trim_start().starts_with('#')) {
             for w in line.split_whitespace() {
-                w.to_lowercase().hash(&mut h);
+                h.update(w.to_lowercase().as_bytes());
+                h.update(b" ");
             }
         }
     }
-    h.finish()
+    let digest = h.finalize();
+    u64::from_le_bytes(digest[..8].try_into().expect("a SHA-256 digest has 8 bytes and more"))
 }
 
 /// The terms of a text, as LanceDB's full-text index sees them.
@@ -942,6 +945,14 @@ impl ResidentIndex {
         self.vectors.get(slot)
     }
 
+    /// The unit vector of chunk `chunk_id` at `slot`, if the slot still holds that chunk with a
+    /// vector (a job that lets go of the lock between reads sees a slot reused meanwhile).
+    pub fn chunk_vector(&self, slot: usize, chunk_id: &str) -> Option<Cow<'_, [f32]>> {
+        let c = self.chunks.get(slot)?.as_ref()?;
+        (c.embedded && self.vectors.dim() > 0 && c.chunk_id == Key::new(chunk_id))
+            .then(|| self.vectors.get(slot))
+    }
+
     /// Dot product of two unit vectors (their cosine).
     pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
         dot(a, b)
@@ -1260,6 +1271,18 @@ mod tests {
             })
             .collect();
         PreparedPage::stored(PageRecord::named(slug, title, aliases, bodies.len()), chunks)
+    }
+
+    #[test]
+    fn a_body_hash_is_the_same_on_every_build_and_ignores_headings_case_and_spacing() {
+        let a = page("a", "A", &[], &[("# Tides\nBoats  wait\tFor the tide", vec![])]);
+        let b = page("b", "B", &[], &[("## Other heading\nboats wait for the TIDE", vec![])]);
+        // SHA-256 of "boats wait for the tide ", its first 8 bytes little-endian: a value saved in
+        // snapshots must not move with the compiler (std's DefaultHasher may).
+        assert_eq!(body_hash(&a.chunks), 4_323_963_534_690_371_005);
+        assert_eq!(body_hash(&a.chunks), body_hash(&b.chunks));
+        let c = page("c", "C", &[], &[("boats wait for the tides", vec![])]);
+        assert_ne!(body_hash(&a.chunks), body_hash(&c.chunks));
     }
 
     fn index(pages: Vec<PreparedPage>) -> ResidentIndex {

@@ -28,5 +28,5 @@ pub use folder::{Consent, FolderIdentity, Glance, HeldRemovals, Reading, Unavail
 pub use hash::hex_digest;
 pub use markdown::Link;
 pub use page::{ParseOptions, ParsedPage, TitleSource, content_hash_of, parse_page, read_page, rel_string};
-pub use scan::{PathFilter, ScanOptions, ScanReport, ScannedFile, scan};
+pub use scan::{PathFilter, ScanOptions, ScanReport, ScannedFile, scan, within_root};
 pub use slug::{is_markdown, normalize_name, slugify_id, slugify_path, tokens};

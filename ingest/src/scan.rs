@@ -79,6 +79,20 @@ pub struct ScanReport {
     pub problems: Vec<Error>,
 }
 
+/// `root.join(rel)` as the file it really is, refused when a symlink on the way leads out of
+/// the root: what the scan refuses, the paths of live events and of reads refuse too (a link
+/// made while watching, or a file replaced by a link after it was indexed).
+pub fn within_root(root: &Path, rel: &Path) -> Result<PathBuf> {
+    let io = |e: std::io::Error| Error::Io { path: rel.to_path_buf(), message: e.to_string() };
+    let canon_root = root.canonicalize().map_err(io)?;
+    let target = root.join(rel).canonicalize().map_err(io)?;
+    if target.starts_with(&canon_root) {
+        Ok(target)
+    } else {
+        Err(Error::SymlinkOutsideRoot { path: rel.to_path_buf(), target })
+    }
+}
+
 /// Scan `root`. Fails only when the root itself cannot be read.
 pub fn scan(root: &Path, filter: &PathFilter) -> Result<ScanReport> {
     let canon_root =
@@ -240,6 +254,20 @@ mod tests {
     }
 
     #[cfg(unix)]
+    #[test]
+    fn a_path_through_a_link_out_of_the_root_is_refused_and_one_inside_is_not() {
+        let (dir, outside) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        std::fs::write(outside.path().join("secret.md"), "# Secret\n").unwrap();
+        std::fs::create_dir(dir.path().join("in")).unwrap();
+        std::fs::write(dir.path().join("in/note.md"), "# Note\n").unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("out")).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("in"), dir.path().join("alias")).unwrap();
+        let refused = within_root(dir.path(), Path::new("out/secret.md")).unwrap_err();
+        assert!(matches!(refused, Error::SymlinkOutsideRoot { .. }), "{refused}");
+        let inside = within_root(dir.path(), Path::new("alias/note.md")).unwrap();
+        assert_eq!(inside, dir.path().canonicalize().unwrap().join("in/note.md"));
+    }
+
     #[test]
     fn symlinks_out_of_root_and_loops_are_reported_not_followed() {
         let outside = tempfile::tempdir().unwrap();

@@ -11,7 +11,7 @@
 use cairn_index::PageRecord;
 use cairn_ingest::normalize_name;
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Cosine at or above which two chunks count as near-identical (see BENCHMARKS.md for how the
 /// default was chosen on data).
@@ -106,58 +106,92 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 /// A chunk for [`near_identical`]: its source, page and id.
 pub type ChunkRef<'a> = (&'a str, &'a str, &'a str);
 
+/// A band's bucket up to this size compares all its pairs; a larger one (a template repeated
+/// across thousands of pages puts them all in one) compares each chunk with its
+/// [`NEIGHBOURS`] nearest in signature order. Pages are joined by a chain of close pairs, so
+/// a group needs no more; the cost stays linear in the bucket, never quadratic.
+const ALL_PAIRS_UP_TO: usize = 32;
+const NEIGHBOURS: usize = 8;
+
+/// A pair of chunks and their cosine: `(cosine, i, j)`.
+type Pair = (f32, usize, usize);
+
 /// Groups of pages joined by chunks (of different pages) at cosine ≥ `threshold`. `vector(i)`
-/// is chunk `i`'s unit vector, asked for when needed (once for its signature, then per candidate
-/// pair): a source holding int8 codes decodes one at a time rather than every one at once.
+/// is chunk `i`'s unit vector, asked for when needed (once for its signature, then per
+/// candidate pair), or `None` when the chunk is gone since the list was taken: a caller may
+/// read each vector under a lock of its own instead of holding one for the whole job, and a
+/// source holding int8 codes decodes one at a time. `stop()` is asked now and then; when it
+/// says so the job ends early with no groups (its client went away).
 pub fn near_identical<'v>(
     chunks: &[ChunkRef<'_>],
-    vector: &dyn Fn(usize) -> Cow<'v, [f32]>,
+    vector: &dyn Fn(usize) -> Option<Cow<'v, [f32]>>,
     titles: &HashMap<(String, String), String>,
     threshold: f32,
+    stop: &dyn Fn() -> bool,
 ) -> Vec<DuplicateGroup> {
-    if chunks.is_empty() {
+    let Some(dim) = (0..chunks.len()).find_map(|i| vector(i).map(|v| v.len())) else {
         return Vec::new();
-    }
-    let planes = hyperplanes(vector(0).len());
-    let signatures: Vec<u64> = (0..chunks.len())
-        .map(|c| {
-            let v = vector(c);
+    };
+    let planes = hyperplanes(dim);
+    let mut signatures: Vec<Option<u64>> = Vec::with_capacity(chunks.len());
+    for c in 0..chunks.len() {
+        if c % 4096 == 0 && stop() {
+            return Vec::new();
+        }
+        signatures.push(vector(c).map(|v| {
             planes.iter().enumerate().fold(0u64, |s, (i, p)| if dot(&v, p) >= 0.0 { s | 1 << i } else { s })
+        }));
+    }
+    let mut page_ids: HashMap<(&str, &str), usize> = HashMap::new();
+    let page: Vec<usize> = chunks
+        .iter()
+        .map(|c| {
+            let n = page_ids.len();
+            *page_ids.entry((c.0, c.1)).or_insert(n)
         })
         .collect();
     // Best pair per pair of pages.
-    let mut best: HashMap<(usize, usize), (f32, usize, usize)> = HashMap::new();
-    let page_of = |i: usize| (chunks[i].0, chunks[i].1);
-    let mut page_ids: HashMap<(&str, &str), usize> = HashMap::new();
-    for c in chunks {
-        let n = page_ids.len();
-        page_ids.entry((c.0, c.1)).or_insert(n);
-    }
+    let mut best: HashMap<(usize, usize), Pair> = HashMap::new();
+    let mut consider = |i: usize, j: usize| {
+        let (pi, pj) = (page[i], page[j]);
+        if pi == pj {
+            return;
+        }
+        let key = (pi.min(pj), pi.max(pj));
+        if best.get(&key).is_some_and(|(c, _, _)| *c >= 1.0) {
+            return;
+        }
+        let (Some(a), Some(b)) = (vector(i), vector(j)) else { return };
+        let c = dot(&a, &b);
+        if c >= threshold && best.get(&key).is_none_or(|(b, _, _)| c > *b) {
+            best.insert(key, (c, i, j));
+        }
+    };
     for band in 0..8 {
         let mut buckets: HashMap<u8, Vec<usize>> = HashMap::new();
         for (i, s) in signatures.iter().enumerate() {
-            buckets.entry((s >> (band * 8)) as u8).or_default().push(i);
+            if let Some(s) = s {
+                buckets.entry((s >> (band * 8)) as u8).or_default().push(i);
+            }
         }
-        for members in buckets.values() {
-            for (x, &i) in members.iter().enumerate() {
-                for &j in &members[x + 1..] {
-                    let (pi, pj) = (page_ids[&page_of(i)], page_ids[&page_of(j)]);
-                    if pi == pj {
-                        continue;
-                    }
-                    let key = (pi.min(pj), pi.max(pj));
-                    if best.get(&key).is_some_and(|(c, _, _)| *c >= 1.0) {
-                        continue;
-                    }
-                    let c = dot(&vector(i), &vector(j));
-                    if c >= threshold && best.get(&key).is_none_or(|(b, _, _)| c > *b) {
-                        best.insert(key, (c, i, j));
-                    }
+        for members in buckets.values_mut() {
+            if stop() {
+                return Vec::new();
+            }
+            let window = if members.len() <= ALL_PAIRS_UP_TO {
+                members.len()
+            } else {
+                members.sort_by_key(|&i| (signatures[i], page[i]));
+                NEIGHBOURS
+            };
+            for x in 0..members.len() {
+                for &j in members.iter().skip(x + 1).take(window) {
+                    consider(members[x], j);
                 }
             }
         }
     }
-    // Pages joined by any such pair form one group (union-find).
+    // Pages joined by any such pair form one group (union-find), with its closest pair.
     let mut parent: Vec<usize> = (0..page_ids.len()).collect();
     fn find(parent: &mut [usize], x: usize) -> usize {
         let mut r = x;
@@ -176,25 +210,18 @@ pub fn near_identical<'v>(
         let (ra, rb) = (find(&mut parent, a), find(&mut parent, b));
         parent[ra.max(rb)] = ra.min(rb);
     }
-    let mut by_root: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
-    let pages_by_id: HashMap<usize, (&str, &str)> = page_ids.iter().map(|(k, v)| (*v, *k)).collect();
-    for &(a, b) in best.keys() {
-        for p in [a, b] {
-            let r = find(&mut parent, p);
-            let g = by_root.entry(r).or_default();
-            if !g.contains(&p) {
-                g.push(p);
-            }
+    let mut by_root: BTreeMap<usize, (BTreeSet<usize>, Pair)> = BTreeMap::new();
+    for (&(a, b), &pair) in &best {
+        let g = by_root.entry(find(&mut parent, a)).or_insert_with(|| (BTreeSet::new(), pair));
+        g.0.extend([a, b]);
+        if pair.0 > g.1.0 {
+            g.1 = pair;
         }
     }
+    let pages_by_id: HashMap<usize, (&str, &str)> = page_ids.iter().map(|(k, v)| (*v, *k)).collect();
     let mut out: Vec<DuplicateGroup> = by_root
         .into_values()
-        .map(|members| {
-            let (cos, i, j) = best
-                .iter()
-                .filter(|((a, _), _)| members.contains(a))
-                .map(|(_, v)| *v)
-                .fold((0.0, 0, 0), |m, v| if v.0 > m.0 { v } else { m });
+        .map(|(members, (cos, i, j))| {
             let mut pages: Vec<PageRef> = members
                 .iter()
                 .map(|p| {
@@ -257,9 +284,45 @@ mod tests {
         let chunks: Vec<ChunkRef<'_>> =
             vec![("s", "p1", "p1#0"), ("s", "p2", "p2#0"), ("t", "p3", "p3#0"), ("s", "p1", "p1#1")];
         let vectors = [a, b, c, d];
-        let groups = near_identical(&chunks, &|i| Cow::Borrowed(&vectors[i]), &HashMap::new(), 0.95);
+        let groups =
+            near_identical(&chunks, &|i| Some(Cow::Borrowed(&vectors[i])), &HashMap::new(), 0.95, &|| false);
         assert_eq!(groups.len(), 1);
         assert_eq!(groups[0].pages.iter().map(|p| p.slug.as_str()).collect::<Vec<_>>(), ["p1", "p2"]);
         assert!(groups[0].cosine.unwrap() > 0.99);
+    }
+
+    #[test]
+    fn a_template_repeated_on_thousands_of_pages_is_one_group_found_in_linear_time() {
+        // 20,000 pages whose first chunk is one template (all in one bucket of every band), and
+        // a second chunk of their own; and two chunks gone since the list was taken.
+        let n = 20_000;
+        let template = unit(&[1.0, 0.5, 0.25, 0.125]);
+        let own: Vec<Vec<f32>> =
+            (0..n).map(|k| unit(&[0.0, (k % 7) as f32 - 3.0, 1.0, (k % 11) as f32])).collect();
+        let slugs: Vec<String> = (0..n).map(|k| format!("p{k}")).collect();
+        let ids: Vec<[String; 2]> = slugs.iter().map(|s| [format!("{s}#0"), format!("{s}#1")]).collect();
+        let chunks: Vec<ChunkRef<'_>> = (0..n)
+            .flat_map(|k| {
+                [("s", slugs[k].as_str(), ids[k][0].as_str()), ("s", slugs[k].as_str(), ids[k][1].as_str())]
+            })
+            .collect();
+        let asked = std::cell::Cell::new(0usize);
+        let vector = |i: usize| -> Option<Cow<'_, [f32]>> {
+            asked.set(asked.get() + 1);
+            match (i / 2, i % 2) {
+                (7 | 9, _) => None,
+                (_, 0) => Some(Cow::Borrowed(&template)),
+                (k, _) => Some(Cow::Borrowed(&own[k])),
+            }
+        };
+        let started = std::time::Instant::now();
+        let groups = near_identical(&chunks, &vector, &HashMap::new(), 0.95, &|| false);
+        let template_group = groups.iter().find(|g| g.pages.iter().any(|p| p.slug == "p0")).unwrap();
+        assert_eq!(template_group.pages.len(), n - 2, "every page but the two whose chunks went");
+        assert!(!template_group.pages.iter().any(|p| p.slug == "p7" || p.slug == "p9"));
+        // All pairs would be 8 bands × 2·10⁸; a window asks each vector a bounded number of times.
+        assert!(asked.get() < 2 * n * 8 * 2 * (NEIGHBOURS + 1), "asked {} vectors", asked.get());
+        eprintln!("20,000 template pages grouped in {:?}", started.elapsed());
+        assert!(near_identical(&chunks, &vector, &HashMap::new(), 0.95, &|| true).is_empty());
     }
 }

@@ -148,10 +148,7 @@ impl Handle<Links> for ReaderApi {
 
 impl Handle<Duplicates> for ReaderApi {
     fn handle(&self, v: Duplicates) -> BoxFuture<'_, Result<Vec<cairn_query::duplicates::DuplicateGroup>>> {
-        let host = self.follower.host();
-        Box::pin(async move {
-            Ok(tokio::task::spawn_blocking(move || host.duplicates(v.threshold)).await.unwrap_or_default())
-        })
+        Box::pin(crate::host::duplicates_job(self.follower.host(), v.threshold))
     }
 }
 

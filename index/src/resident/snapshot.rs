@@ -43,8 +43,9 @@ const LIVE: u8 = 1;
 const EMBEDDED: u8 = 2;
 const TEXT: u8 = 4;
 
-/// The file's first bytes: a name and the layout's version (a new layout is a new name).
-const MAGIC: &[u8; 8] = b"cairnRI4";
+/// The file's first bytes: a name and the layout's version (a new layout is a new name; 5: body
+/// hashes became SHA-256).
+const MAGIC: &[u8; 8] = b"cairnRI5";
 
 /// A snapshot being written, and how many bytes so far.
 struct Out(BufWriter<File>, u64);
