@@ -229,7 +229,6 @@ impl Emitter {
     }
 }
 
-/// Read a log file back (a corrupt line is an error naming the line).
 /// Append one event from a process that runs no pipeline (a one-shot `cairn search`): `seq` 0
 /// and `ts` 0 mark it as outside any pipeline's sequence and clock. One `write` of one whole line
 /// to a file opened for appending, so it never interleaves with a running system's lines.
@@ -241,15 +240,43 @@ pub fn append_from_outside(dir: &Path, source: &str, kind: EventKind) -> std::io
     OpenOptions::new().create(true).append(true).open(EventLog::current_file(dir))?.write_all(&line)
 }
 
+/// Read a log file back. A line that is not an event (torn by a crash mid-write, or damaged) is
+/// skipped with a warning naming it: one bad line never hides the rest of the history.
 pub fn read_log(path: &Path) -> std::io::Result<Vec<Event>> {
-    let text = std::fs::read_to_string(path)?;
-    text.lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-        .map(|(i, l)| {
-            serde_json::from_str(l).map_err(|e| {
-                std::io::Error::other(format!("{}:{}: not an event: {e}", path.display(), i + 1))
-            })
-        })
-        .collect()
+    let bytes = std::fs::read(path)?;
+    let text = String::from_utf8_lossy(&bytes);
+    let mut events = Vec::new();
+    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        match serde_json::from_str(line) {
+            Ok(e) => events.push(e),
+            Err(e) => tracing::warn!("{}:{}: not an event, skipped: {e}", path.display(), i + 1),
+        }
+    }
+    Ok(events)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_torn_line_costs_that_line_only() {
+        let dir = tempfile::tempdir().unwrap();
+        for kind in [
+            EventKind::SystemStarted { unix_ms: 1, sources: vec![] },
+            EventKind::SystemStopped { clean: true },
+        ] {
+            append_from_outside(dir.path(), "nt", kind).unwrap();
+        }
+        let file = EventLog::current_file(dir.path());
+        let mut text = std::fs::read(&file).unwrap();
+        // A crash mid-write: half a line, and bytes that are not even UTF-8.
+        let half = text.len() / 3;
+        let torn: Vec<u8> = text[..half].iter().copied().chain([0xff, 0xfe, b'\n']).collect();
+        text.splice(0..0, torn);
+        std::fs::write(&file, &text).unwrap();
+        let events = read_log(&file).unwrap();
+        assert_eq!(events.len(), 2, "{events:?}");
+        assert_eq!(events[1].kind, EventKind::SystemStopped { clean: true });
+    }
 }
