@@ -4,6 +4,7 @@
 mod backfill;
 mod cli;
 mod crash;
+mod faults;
 mod hostile;
 mod index;
 mod machines;
