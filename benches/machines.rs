@@ -208,19 +208,11 @@ impl Machine {
         Proc { child, said, events }
     }
 
+    /// The socket the machine's owner published in its lock file.
     fn socket(&self, db: &str) -> PathBuf {
-        // The machine's state folder, as `cairn` names a remote database's folder in it.
-        let uri = cairn_index::store::normalize_uri(db);
-        let readable: String = uri
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' })
-            .take(60)
-            .collect();
-        let digest: String = {
-            use sha2::Digest;
-            sha2::Sha256::digest(uri.as_bytes()).iter().take(8).map(|b| format!("{b:02x}")).collect()
-        };
-        self.home.join("state/cairn/remote").join(format!("{readable}-{digest}")).join("run/cairn.sock")
+        let paths = cairn_actors::paths::DbPaths::remote_under(&self.home.join("state"), db);
+        let info = cairn_actors::owner::read_info(&paths.lock()).expect("the owner published its socket");
+        PathBuf::from(info.socket)
     }
 }
 

@@ -350,7 +350,18 @@ pub(crate) async fn reader(
     with_model: bool,
     told: Option<tokio::sync::mpsc::UnboundedSender<crate::config::SourceConfig>>,
 ) -> Result<Arc<ReaderApi>> {
-    let embedder = if with_model { Some(query_model(config).await?) } else { None };
+    let embedder = match with_model {
+        true => match query_model(config).await {
+            Ok(e) => Some(e),
+            // A reader still answers by name and keyword, and each answer says
+            // `embed_unavailable`; only the writer needs the model to do its work.
+            Err(e) => {
+                tracing::warn!("the query model cannot load ({e}); answering without the vector arm");
+                None
+            }
+        },
+        false => None,
+    };
     let follower = Arc::new(Follower::open(config, embedder).await?);
     if follower.follows() {
         // Kept by its own task until this reader is dropped.

@@ -16,8 +16,26 @@ pub struct OwnerLock {
 }
 
 fn open(paths: &DbPaths) -> std::io::Result<File> {
-    std::fs::create_dir_all(paths.dir())?;
-    OpenOptions::new().read(true).write(true).create(true).truncate(false).open(paths.lock())
+    let dir = paths.dir();
+    let said = |e: std::io::Error, what: &str| std::io::Error::new(e.kind(), format!("{what}: {e}"));
+    if std::fs::metadata(dir).is_ok_and(|m| !m.is_dir()) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            format!(
+                "{} is a file; a database is a folder: give --db a folder (or a name not yet taken)",
+                dir.display()
+            ),
+        ));
+    }
+    std::fs::create_dir_all(dir)
+        .map_err(|e| said(e, &format!("cannot make the database folder {}", dir.display())))?;
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(paths.lock())
+        .map_err(|e| said(e, &format!("cannot open the database lock {}", paths.lock().display())))
 }
 
 impl OwnerLock {

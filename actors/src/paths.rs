@@ -25,8 +25,13 @@ impl DbPaths {
         if !db_uri.contains("://") {
             return Self { dir: PathBuf::from(db_uri) };
         }
-        let db_uri = &cairn_index::store::normalize_uri(db_uri);
         let base = dirs::state_dir().or_else(dirs::data_local_dir).unwrap_or_else(std::env::temp_dir);
+        Self::remote_under(&base, db_uri)
+    }
+
+    /// The local files of remote database `db_uri` for a user whose state directory is `base`.
+    pub fn remote_under(base: &Path, db_uri: &str) -> Self {
+        let db_uri = &cairn_index::store::normalize_uri(db_uri);
         let readable: String = db_uri
             .chars()
             .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' })

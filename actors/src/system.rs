@@ -43,7 +43,7 @@ pub enum Error {
     Index(#[from] cairn_index::Error),
     #[error(transparent)]
     Query(#[from] cairn_query::QueryError),
-    #[error("{0}")]
+    #[error(transparent)]
     Io(#[from] std::io::Error),
     #[error("cairn has stopped")]
     Stopped,

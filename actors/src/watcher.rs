@@ -604,11 +604,14 @@ async fn reconcile(
             report.unavailable = Some(why);
             Ok(report)
         };
+        let stopped = |e: MailboxError| format!("pipeline stopped: {e}");
         let identity = match FolderIdentity::read(&h.root) {
             Ok(i) => i,
+            Err(Unavailable::Missing) if h.writer.send(States).await.map_err(stopped)?.is_empty() => {
+                return unavailable(report, Unavailable::NeverFound);
+            }
             Err(why) => return unavailable(report, why),
         };
-        let stopped = |e: MailboxError| format!("pipeline stopped: {e}");
         let scan = match h
             .parser
             .send(Scan { root: h.root.clone(), opts: h.scan.clone() })

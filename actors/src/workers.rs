@@ -31,7 +31,7 @@ impl Parser {
 
     /// Read and parse one file, through the poison book.
     fn page(&self, source: &str, root: &Path, rel: &Path) -> Result<ParsedPage, Error> {
-        let io = |e: std::io::Error| Error::Io { path: rel.to_path_buf(), message: e.to_string() };
+        let io = |e: std::io::Error| Error::io(rel, &e);
         let abs = cairn_ingest::within_root(root, rel)?;
         let size = std::fs::metadata(&abs).map_err(io)?.len();
         if size > self.opts.max_page_bytes {

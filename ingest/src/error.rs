@@ -89,7 +89,8 @@ pub enum Error {
     #[error("{path}: symlink loop back to {ancestor}; it is not followed")]
     SymlinkLoop { path: PathBuf, ancestor: PathBuf },
 
-    #[error("{path}: cannot read: {message}; check the file's permissions")]
+    /// `message` carries the advice for its kind ([`Error::io`]).
+    #[error("{path}: cannot read: {message}")]
     Io { path: PathBuf, message: String },
 
     #[error("invalid glob `{glob}`: {message}; fix the include/exclude pattern in the source config")]
@@ -97,6 +98,16 @@ pub enum Error {
 }
 
 impl Error {
+    /// A failed read of `path`, with the advice its kind calls for.
+    pub fn io(path: impl Into<PathBuf>, e: &std::io::Error) -> Self {
+        let advice = match e.kind() {
+            std::io::ErrorKind::NotFound => "; it is not there (moved or deleted?)",
+            std::io::ErrorKind::PermissionDenied => "; check that this user may read it",
+            _ => "",
+        };
+        Error::Io { path: path.into(), message: format!("{e}{advice}") }
+    }
+
     /// The vault-relative path this error is about, if it is about a file.
     pub fn path(&self) -> Option<&std::path::Path> {
         match self {

@@ -98,6 +98,8 @@ fn dev_ino(_: &std::fs::Metadata) -> (u64, u64) {
 pub enum Unavailable {
     /// No folder at the root.
     Missing,
+    /// No folder at the root, and nothing was ever indexed from it: most likely a mistyped path.
+    NeverFound,
     /// Something other than a folder stands at the root.
     NotAFolder,
     /// The folder cannot be read.
@@ -116,6 +118,7 @@ impl Unavailable {
     pub fn name(&self) -> &'static str {
         match self {
             Unavailable::Missing => "missing",
+            Unavailable::NeverFound => "never_found",
             Unavailable::NotAFolder => "not_a_folder",
             Unavailable::Unreadable { .. } => "unreadable",
             Unavailable::Empty { .. } => "empty",
@@ -133,6 +136,10 @@ impl Unavailable {
                 "source `{id}`: its folder {root} is not there (a drive not mounted, a share that is down, a folder \
                  moved or deleted); {kept}. When it is back cairn resumes by itself; if the notes moved, watch them \
                  as `--source {id}=NEW_DIR`; to drop the source, `cairn forget {id}`"
+            ),
+            Unavailable::NeverFound => format!(
+                "source `{id}`: there is no folder {root}, and nothing has been indexed from it. Check the path \
+                 (`--source {id}=DIR`), or create the folder: cairn starts on it by itself once it is there"
             ),
             Unavailable::NotAFolder => format!(
                 "source `{id}`: {root} is not a folder; {kept}. Put the notes folder back there, or watch it as \

@@ -94,7 +94,7 @@ impl std::fmt::Debug for ParsedPage {
 /// Read and parse one file of a source. The size cap is checked before reading.
 pub fn read_page(source_id: &str, root: &Path, rel: &Path, opts: &ParseOptions) -> Result<ParsedPage> {
     let abs = root.join(rel);
-    let io = |e: std::io::Error| Error::Io { path: rel.to_path_buf(), message: e.to_string() };
+    let io = |e: std::io::Error| Error::io(rel, &e);
     let meta = std::fs::metadata(&abs).map_err(io)?;
     if meta.len() > opts.max_page_bytes {
         return Err(Error::TooLarge { path: rel.into(), size: meta.len(), cap: opts.max_page_bytes });

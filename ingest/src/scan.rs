@@ -83,7 +83,7 @@ pub struct ScanReport {
 /// the root: what the scan refuses, the paths of live events and of reads refuse too (a link
 /// made while watching, or a file replaced by a link after it was indexed).
 pub fn within_root(root: &Path, rel: &Path) -> Result<PathBuf> {
-    let io = |e: std::io::Error| Error::Io { path: rel.to_path_buf(), message: e.to_string() };
+    let io = |e: std::io::Error| Error::io(rel, &e);
     let canon_root = root.canonicalize().map_err(io)?;
     let target = root.join(rel).canonicalize().map_err(io)?;
     if target.starts_with(&canon_root) {
@@ -95,8 +95,7 @@ pub fn within_root(root: &Path, rel: &Path) -> Result<PathBuf> {
 
 /// Scan `root`. Fails only when the root itself cannot be read.
 pub fn scan(root: &Path, filter: &PathFilter) -> Result<ScanReport> {
-    let canon_root =
-        root.canonicalize().map_err(|e| Error::Io { path: root.to_path_buf(), message: e.to_string() })?;
+    let canon_root = root.canonicalize().map_err(|e| Error::io(root, &e))?;
     let problems = RefCell::new(Vec::new());
     let mut found = Vec::new();
     let rel_of = |p: &Path| match p.strip_prefix(root) {
@@ -149,7 +148,10 @@ pub fn scan(root: &Path, filter: &PathFilter) -> Result<ScanReport> {
                 let path = err.path().map(rel_of).unwrap_or_default();
                 let problem = match err.loop_ancestor() {
                     Some(ancestor) => Error::SymlinkLoop { path, ancestor: rel_of(ancestor) },
-                    None => Error::Io { path, message: err.to_string() },
+                    None => match err.io_error() {
+                        Some(e) => Error::io(path, e),
+                        None => Error::Io { path, message: err.to_string() },
+                    },
                 };
                 problems.borrow_mut().push(problem);
             }

@@ -124,9 +124,17 @@ async fn bad_input_is_a_clear_error_or_a_bounded_answer() {
     let big =
         run(&[&c], SearchRequest { limit: 10_000, ..SearchRequest::new("amphitheater") }).await.unwrap();
     assert!(big.results.len() <= 100 && !big.notes.is_empty());
+    // No word in the query: nothing can match by name or keyword, so nothing is said to exist.
     for q in ["!!!", "🎉🎉", "???"] {
         let resp = run(&[&c], SearchRequest::new(q)).await.unwrap();
-        assert!(resp.results.len() <= 10, "{q}");
+        for r in &resp.results {
+            assert_ne!(r.create_safety, CreateSafety::Exists, "{q}: {r:?}");
+            assert!(
+                r.evidence.iter().all(|e| matches!(e, Evidence::WeakSemantic | Evidence::HighVectorMatch)),
+                "{q}: {:?}",
+                r.evidence
+            );
+        }
     }
 }
 
