@@ -108,6 +108,21 @@ fn remote(e: RemoteError) -> Error {
     Error::Remote(e)
 }
 
+/// The database is locked by a process that does not answer on its socket.
+fn not_answering(config: &Config, paths: &DbPaths, e: RemoteError) -> Error {
+    let holder = crate::owner::read_info(&paths.lock())
+        .map_or_else(|| "another process".to_string(), |o| format!("pid {} (cairn {})", o.pid, o.purpose));
+    Error::Remote(RemoteError::new(
+        ErrorCode::Unavailable,
+        format!(
+            "{} is locked by {holder}, which does not answer on {}: {}",
+            config.db,
+            paths.socket_to_reach().display(),
+            e.message
+        ),
+    ))
+}
+
 impl Cairn {
     /// Open the database of `config` as an embedded handle: its owner when no process owns it,
     /// else a client of the owner that asks it to watch `config`'s sources too and stands by to
@@ -141,21 +156,7 @@ impl Cairn {
                     tracing::debug!("the owner does not answer yet ({e}); waiting");
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
-                Err(e) => {
-                    let holder = crate::owner::read_info(&paths.lock()).map_or_else(
-                        || "another process".to_string(),
-                        |o| format!("pid {} (cairn {})", o.pid, o.purpose),
-                    );
-                    return Err(Error::Remote(RemoteError::new(
-                        ErrorCode::Unavailable,
-                        format!(
-                            "{} is locked by {holder}, which does not answer on {}: {}",
-                            config.db,
-                            paths.socket_to_reach().display(),
-                            e.message
-                        ),
-                    )));
-                }
+                Err(e) => return Err(not_answering(&config, &paths, e)),
             }
         };
         let role = role_of(&state);
@@ -181,15 +182,25 @@ impl Cairn {
     /// model is loaded only `with_model`).
     pub async fn attach(config: Config, purpose: &str, with_model: bool) -> Result<Self> {
         let paths = config.paths();
-        let client = Client::new(&paths.socket_to_reach(), purpose);
-        let state = match client.greet().await {
-            Ok(_) => State::Client(client),
-            Err(_) if OwnerLock::try_acquire(&paths)?.is_none() => {
-                // Locked, not answering yet: an owner is starting.
-                let opts = OpenOptions { purpose: purpose.into(), standby: false, register_sources: false };
-                return Self::open_with(config, opts).await;
+        let deadline = Instant::now() + OWNER_STARTUP;
+        let state = loop {
+            // Looked up each time: an owner starting now publishes its socket in the lock.
+            let client = Client::new(&paths.socket_to_reach(), purpose);
+            match client.greet().await {
+                Ok(_) => break State::Client(client),
+                // Nobody holds the lock: read the tables here, holding nothing (a reader never
+                // becomes the owner, so it never leaves without draining one).
+                Err(_) if OwnerLock::try_acquire(&paths)?.is_some() => {
+                    break State::Reader(crate::local::reader(&config, None, with_model, None).await?);
+                }
+                // Locked, not answering: an owner starting (its socket is bound soon) or
+                // draining (it lets go of the lock soon).
+                Err(e) if Instant::now() < deadline => {
+                    tracing::debug!("the owner does not answer ({e}); waiting");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => return Err(not_answering(&config, &paths, e)),
             }
-            Err(_) => State::Reader(crate::local::reader(&config, None, with_model, None).await?),
         };
         let (roles, _) = tokio::sync::watch::channel(role_of(&state));
         let opts = OpenOptions { purpose: purpose.into(), standby: false, register_sources: false };

@@ -680,7 +680,18 @@ impl Pipeline {
         if let Some(s) = &self.inner.shipping {
             s.abort();
         }
-        self.inner.keep.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        // The lock goes only once no writer can commit any more (see `Retire`).
+        let writers: Vec<_> =
+            self.running().into_iter().map(|(_, r)| r.writer.send(crate::writer::Retire)).collect();
+        let closed = wall_timeout(self.inner.shutdown, futures::future::join_all(writers)).await.is_some();
+        if closed {
+            self.inner.keep.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        } else {
+            tracing::error!(
+                "shutdown: a commit is still running after {} s; the database stays locked until this process exits",
+                self.inner.shutdown.as_secs()
+            );
+        }
     }
 
     /// Keep `value` until the pipeline has drained (after `shutdown`, or after the last handle

@@ -217,6 +217,8 @@ pub struct SourceWriter {
     failures: u32,
     /// Closed on purpose (its source was removed): a supervisor restart stops at once.
     closed: bool,
+    /// The pipeline has drained: this writer commits nothing more, and runs no upkeep.
+    retired: bool,
     embedder: EmbedScheduler,
     query: Addr<QueryActor>,
     emit: Emitter,
@@ -275,6 +277,7 @@ impl SourceWriter {
             idle_upkeep: None,
             failures: 0,
             closed: false,
+            retired: false,
             embedder: parts.embedder,
             query: parts.query,
             emit: parts.emit,
@@ -480,6 +483,12 @@ impl SourceWriter {
     /// Why this writer may not commit now: on an object store, it no longer holds the writer
     /// lease (or has not renewed it in time).
     fn refused(&self) -> Option<String> {
+        if self.retired {
+            return Some(format!(
+                "source `{}`: the pipeline has stopped, so it commits nothing more",
+                self.id
+            ));
+        }
         let p = self.opts.publishing.as_ref()?;
         (!p.lease.valid()).then(|| {
             format!(
@@ -940,6 +949,9 @@ impl SourceWriter {
     /// The run once the writer is `idle` also saves the resident index's snapshot, when the
     /// source keeps one and it no longer matches the tables.
     fn run_upkeep(&mut self, idle: bool, ctx: &mut Context<Self>) {
+        if self.retired {
+            return;
+        }
         self.since_upkeep = 0;
         self.chunks_since_upkeep = 0;
         let (Some(store), id, emit) = (self.store.clone(), self.id.clone(), self.emit.clone()) else {
@@ -1347,6 +1359,20 @@ impl Handler<CommitDue> for SourceWriter {
             Some(f) => AtomicResponse::new(Box::pin(f.map(|_, _, _| ()))),
             None => AtomicResponse::new(Box::pin(actix::fut::ready(()))),
         }
+    }
+}
+
+/// Commit nothing more and run no upkeep (the pipeline drained and lets go of the database).
+/// Handled after a commit in flight (commits hold the actor), so its reply means none runs.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct Retire;
+
+impl Handler<Retire> for SourceWriter {
+    type Result = ();
+
+    fn handle(&mut self, _: Retire, _: &mut Context<Self>) {
+        self.retired = true;
     }
 }
 
