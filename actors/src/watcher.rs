@@ -175,14 +175,17 @@ impl Watcher {
         let (tx, rx) = tokio::sync::mpsc::channel::<RawEvent>(NOTIFY_QUEUE);
         let root = self.h.root.canonicalize().map_err(|e| format!("{}: {e}", self.h.root.display()))?;
         let prefix = root.clone();
-        let mut w = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
+        // Links are not followed: a folder linked from outside the root is not the source's
+        // (the scan refuses it too), and one inside it is watched at its own path already.
+        let config = notify::Config::default().with_follow_symlinks(false);
+        let handler = move |res: notify::Result<notify::Event>| {
             for raw in translate(res, &prefix) {
                 if tx.blocking_send(raw).is_err() {
                     return;
                 }
             }
-        })
-        .map_err(|e| e.to_string())?;
+        };
+        let mut w = notify::RecommendedWatcher::new(handler, config).map_err(|e| e.to_string())?;
         w.watch(&root, notify::RecursiveMode::Recursive).map_err(|e| e.to_string())?;
         self.notify = Some(w);
         let rx = Arc::new(std::sync::Mutex::new(rx));
