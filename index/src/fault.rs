@@ -73,6 +73,12 @@ fn armed() -> &'static HashMap<String, (u64, AtomicU64)> {
 
 /// A test-only fault point: panics when `CAIRN_TEST_FAULTS` arms `name` (see the module).
 pub fn point(name: &str) {
+    point_after(name, || {});
+}
+
+/// [`point`], running `before` first when it fires: what a write has buffered is put on disk,
+/// so the panic leaves the torn file a kill at that moment would.
+pub fn point_after(name: &str, before: impl FnOnce()) {
     let Some((at, passes)) = armed().get(name) else { return };
     static WHILE: OnceLock<Option<std::path::PathBuf>> = OnceLock::new();
     if WHILE
@@ -84,6 +90,7 @@ pub fn point(name: &str) {
     }
     let pass = passes.fetch_add(1, Ordering::SeqCst) + 1;
     if *at == 0 || pass == *at {
+        before();
         panic!("injected fault at {name} (pass {pass})");
     }
 }

@@ -13,11 +13,15 @@ use std::time::{Duration, Instant};
 /// A 2,000-page vault: titles, folders, frontmatter and bodies drawn from 120 paragraphs, so
 /// the index is dominated by writes (what a crash can break), not by the model.
 fn write_vault(root: &Path) {
+    write_pages(root, 2000);
+}
+
+fn write_pages(root: &Path, n: usize) {
     let words = [
         "river", "ledger", "orchid", "falcon", "granite", "harbor", "lantern", "meadow", "quartz", "saffron",
         "timber", "velvet",
     ];
-    for i in 0..2000usize {
+    for i in 0..n {
         let folder = ["notes", "projects", "people", "archive/2025"][i % 4];
         let (a, b) = (words[i % 12], words[(i / 12) % 12]);
         let body = format!(
@@ -160,6 +164,92 @@ async fn a_kill_at_any_point_of_a_full_index_converges_on_restart() {
             panic!("trial {trial} ({what}): the index differs from a clean one: {diff}");
         }
         eprintln!("crash trial {}/{trials}: {what}: equal to a clean index", trial + 1);
+    }
+}
+
+/// `cairn watch [--once]` over `cairn.toml` at `config`, with `faults` armed; its exit status.
+/// A watch that is not `--once` runs until a fault ends it (the test waits for that exit).
+fn watch_config(config: &Path, once: bool, faults: Option<&str>) -> (Option<i32>, String) {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_cairn"));
+    c.args(["watch", "--config", config.to_str().unwrap()]).stdout(Stdio::null()).stderr(Stdio::piped());
+    if once {
+        c.arg("--once");
+    }
+    if let Some(f) = faults {
+        c.env("CAIRN_TEST_FAULTS", f);
+    }
+    let child = c.spawn().unwrap();
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(Duration::from_secs(300)) {
+        Ok(out) => {
+            let out = out.unwrap();
+            (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+        Err(_) => {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            panic!("{}: no exit within 300 s (faults {faults:?})", config.display());
+        }
+    }
+}
+
+/// A process that dies inside a snapshot save (the temporary file torn after its N-th chunk
+/// slot) or inside a chunk-file append (its N-th record torn), the buffered bytes put on disk
+/// first as a kill leaves them, is brought by a restart to a clean index's state: the tables row
+/// for row, and the answers of its resident index (int8 vectors and the chunk file: the source
+/// is past `exact_vectors_up_to`).
+#[test]
+fn a_death_inside_a_snapshot_save_or_a_chunk_file_append_converges_on_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let vault = tmp.path().join("vault");
+    write_pages(&vault, 60);
+    let config = |name: &str| {
+        let path = tmp.path().join(format!("{name}.toml"));
+        let db = tmp.path().join(name);
+        let text = format!(
+            "db = {:?}\nexact_vectors_up_to = 20\n\n[[sources]]\nid = \"vault\"\nroot = {:?}\n",
+            db.display().to_string(),
+            vault.display().to_string()
+        );
+        std::fs::write(&path, text).unwrap();
+        (path, db)
+    };
+    let (reference, reference_db) = config("reference");
+    assert_eq!(watch_config(&reference, true, None).0, Some(0));
+    let want = tokio_test::block_on(snapshot(&reference_db));
+    // One query by meaning and keyword: its vectors are the int8 codes and the chunk file's.
+    let answer = |db: &Path| -> Vec<String> {
+        let a = crate::support::search_json(
+            db,
+            "paragraph about the falcon and granite",
+            &["--mode", "balanced"],
+        );
+        a["results"].as_array().unwrap().iter().map(|r| r["slug"].as_str().unwrap().to_string()).collect()
+    };
+    let want_answer = answer(&reference_db);
+    // The snapshot is saved by a watch at rest (a run that is not `--once`); chunk records are
+    // appended as vectors are committed.
+    // The snapshot's slots are 60 (one per page); records as many (the N-th torn of each).
+    let trials: [(&str, bool, &[u64]); 2] =
+        [("snapshot.save", false, &[1, 30, 58]), ("chunk_file.append", true, &[1, 5, 9, 13])];
+    for (point, once, passes) in trials {
+        for &pass in passes {
+            let (path, db) = config(&format!("{}-{pass}", point.replace('.', "-")));
+            let (code, stderr) = watch_config(&path, once, Some(&format!("{point}@{pass}")));
+            assert_eq!(code, Some(101), "{point}@{pass}: the fault did not fire: {stderr}");
+            assert!(stderr.contains(&format!("injected fault at {point}")), "{stderr}");
+            let (code, stderr) = watch_config(&path, true, None);
+            assert_eq!(code, Some(0), "{point}@{pass}: the restart failed: {stderr}");
+            let got = tokio_test::block_on(snapshot(&db));
+            if let Some(diff) = got.differs(&want) {
+                panic!("{point}@{pass}: the tables differ from a clean index: {diff}");
+            }
+            assert_eq!(answer(&db), want_answer, "{point}@{pass}: the answer differs from a clean index's");
+            eprintln!("{point}@{pass}: died inside it; the restart equals a clean index");
+        }
     }
 }
 

@@ -113,6 +113,7 @@ impl ChunkFile {
         for x in vector {
             self.out.write_all(&x.to_le_bytes())?;
         }
+        crate::fault::point_after("chunk_file.append", || drop(self.out.flush()));
         self.out.write_all(text.as_bytes())?;
         self.len += (RECORD_HEAD + vector.len() * 4 + text.len()) as u64;
         Ok(at)

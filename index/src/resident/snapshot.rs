@@ -330,6 +330,8 @@ impl ResidentIndex {
         o.u64(0)?;
         o.len(self.chunks.len())?;
         for s in &self.chunks {
+            // A test's death after the N-th slot: the file torn where a kill would tear it.
+            crate::fault::point_after("snapshot.save", || drop(o.0.flush()));
             let Some(s) = s else {
                 o.bytes(&[0])?;
                 continue;
