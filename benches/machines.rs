@@ -144,12 +144,14 @@ impl Proc {
         }
     }
 
-    fn wait_event(&self, what: &str, done: impl Fn(&Value) -> bool) -> (Instant, Value) {
+    /// The first event printed at or after `since` that makes `done` true (older ones, such as
+    /// the first index's, are passed over).
+    fn wait_event(&self, what: &str, since: Instant, done: impl Fn(&Value) -> bool) -> (Instant, Value) {
         let events = self.events.as_ref().expect("a watch with --json");
         loop {
             let (at, e) =
                 events.recv_timeout(Duration::from_secs(1800)).unwrap_or_else(|err| panic!("{what}: {err}"));
-            if done(&e) {
+            if at >= since && done(&e) {
                 return (at, e);
             }
         }
@@ -255,12 +257,13 @@ fn main() {
     for i in 0..edits {
         let page = vault.join(format!("{}.md", 1 + (i * 37) % 1400));
         let token = format!("fresh{i}q");
+        let written = Instant::now();
         let mut f = std::fs::OpenOptions::new().append(true).open(&page).unwrap();
         writeln!(f, "\nEdited on A: {token}.").unwrap();
         drop(f);
         let slug = page.file_stem().unwrap().to_string_lossy().to_string();
-        let (committed, _) =
-            writer.wait_event("the edit's commit", |e| e["event"] == "page_indexed" && e["slug"] == slug);
+        let (committed, _) = writer
+            .wait_event("the edit's commit", written, |e| e["event"] == "page_indexed" && e["slug"] == slug);
         loop {
             let answer = ask(&token);
             if answer["results"].as_array().is_some_and(|r| r.iter().any(|r| r["slug"] == slug)) {
