@@ -87,6 +87,11 @@ async fn main() {
         lancedb_floor(&db, &qs).await;
         return;
     }
+    // `CAIRN_BENCH_ONLY=guard`: only what the folder guard's look at the folder costs.
+    if std::env::var("CAIRN_BENCH_ONLY").is_ok_and(|v| v == "guard") {
+        guard_cost(&vault);
+        return;
+    }
     // `CAIRN_BENCH_ONLY=restart`: only restarts on the kept index (`CAIRN_BENCH_RESTARTS` of them,
     // default 5), and what the folder guard's look at the folder costs.
     if std::env::var("CAIRN_BENCH_ONLY").is_ok_and(|v| v == "restart") && db.exists() {
