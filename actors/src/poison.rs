@@ -7,12 +7,16 @@
 //! marker behind: the next start records it as a suspect, and a second death on the same bytes
 //! poisons it. One unrelated kill while a good page is being parsed (an operator's kill -9, a
 //! crash test) only makes it a suspect, which the next successful parse clears.
+//!
+//! On an object store the book is also the database's (`_cairn/poison.json`, see
+//! [`crate::shipping`]): the writer that takes over after a page killed the last one knows it.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Deaths on the same bytes before a page is skipped.
 const DEATHS_TO_POISON: u32 = 2;
@@ -48,6 +52,10 @@ pub struct PoisonBook {
     dir: Option<PathBuf>,
     entries: Mutex<BTreeMap<String, Entry>>,
     marker: Mutex<Option<std::fs::File>>,
+    /// Changes made by this process (not those merged from the store), and how many of them the
+    /// store has.
+    changes: AtomicU64,
+    shared: AtomicU64,
 }
 
 fn key(source: &str, path: &str) -> String {
@@ -62,7 +70,13 @@ pub fn file_hash(bytes: &[u8]) -> String {
 impl PoisonBook {
     /// A book kept in memory only.
     pub fn in_memory() -> Self {
-        Self { dir: None, entries: Mutex::new(BTreeMap::new()), marker: Mutex::new(None) }
+        Self {
+            dir: None,
+            entries: Mutex::new(BTreeMap::new()),
+            marker: Mutex::new(None),
+            changes: AtomicU64::new(0),
+            shared: AtomicU64::new(0),
+        }
     }
 
     /// The book of a state folder; a parse marker left by a process that died makes its page a
@@ -74,6 +88,7 @@ impl PoisonBook {
             .and_then(|b| serde_json::from_slice(&b).ok())
             .unwrap_or_default();
         let marker_path = dir.join("parsing");
+        let mut died = 0;
         if let Some(m) =
             std::fs::read(&marker_path).ok().and_then(|b| serde_json::from_slice::<Marker>(&b).ok())
         {
@@ -94,6 +109,7 @@ impl PoisonBook {
                 );
             }
             tracing::warn!("{}: {} (source `{}`)", m.path, e.reason, m.source);
+            died = 1;
         }
         let marker =
             std::fs::OpenOptions::new().create(true).write(true).truncate(true).open(&marker_path)?;
@@ -101,8 +117,10 @@ impl PoisonBook {
             dir: Some(dir.to_path_buf()),
             entries: Mutex::new(entries),
             marker: Mutex::new(Some(marker)),
+            changes: AtomicU64::new(died),
+            shared: AtomicU64::new(0),
         };
-        book.save();
+        book.write();
         Ok(book)
     }
 
@@ -165,7 +183,67 @@ impl PoisonBook {
             .collect()
     }
 
+    /// The book as the store keeps it, and the count of this process's changes it holds (for
+    /// [`PoisonBook::shared_up_to`]); `None` when it holds every one already.
+    pub fn unshared(&self) -> Option<(Vec<u8>, u64)> {
+        let changes = self.changes.load(Ordering::SeqCst);
+        if changes == self.shared.load(Ordering::SeqCst) {
+            return None;
+        }
+        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        serde_json::to_vec(&*entries).ok().map(|b| (b, changes))
+    }
+
+    /// The store holds this process's changes up to `changes`.
+    pub fn shared_up_to(&self, changes: u64) {
+        self.shared.fetch_max(changes, Ordering::SeqCst);
+    }
+
+    /// Take what another machine's writer remembered (the store's book, as
+    /// [`PoisonBook::unshared`] wrote it): pages this book does not know, and for the same bytes
+    /// the worse verdict (a failure over a suspicion, the most deaths). Nothing is forgotten
+    /// here: a page forgiven elsewhere is forgiven here when it parses. Returns how many entries
+    /// it changed.
+    pub fn merge(&self, stored: &[u8]) -> usize {
+        let Ok(theirs) = serde_json::from_slice::<BTreeMap<String, Entry>>(stored) else {
+            tracing::warn!("the store's book of failed pages is not readable; it is rewritten");
+            self.changes.fetch_add(1, Ordering::SeqCst);
+            return 0;
+        };
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let mut taken = 0;
+        for (k, e) in theirs {
+            match entries.get_mut(&k) {
+                None => {
+                    entries.insert(k, e);
+                    taken += 1;
+                }
+                Some(mine) if mine.hash == e.hash => {
+                    if mine.kind == "suspect" && e.kind != "suspect" {
+                        *mine = Entry { deaths: mine.deaths.max(e.deaths), ..e };
+                        taken += 1;
+                    } else if e.deaths > mine.deaths {
+                        mine.deaths = e.deaths;
+                        taken += 1;
+                    }
+                }
+                Some(_) => {}
+            }
+        }
+        drop(entries);
+        if taken > 0 {
+            self.write();
+        }
+        taken
+    }
+
+    /// A change made here: on disk now, and in the store at the next share.
     fn save(&self) {
+        self.changes.fetch_add(1, Ordering::SeqCst);
+        self.write();
+    }
+
+    fn write(&self) {
         let Some(dir) = &self.dir else { return };
         let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         let tmp = dir.join("poison.json.tmp");
@@ -219,5 +297,41 @@ mod tests {
         drop(fourth);
         let fifth = PoisonBook::open(dir.path()).unwrap();
         assert!(fifth.check("notes", "fine.md", "f").is_none());
+    }
+
+    #[test]
+    fn a_book_from_another_machine_adds_its_pages_and_its_worse_verdicts_and_forgets_nothing() {
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        // Machine A's writer died once on `killer.md` and found `bomb.md` failing.
+        let book_a = PoisonBook::open(a.path()).unwrap();
+        book_a.begin("notes", "killer.md", "k");
+        drop(book_a);
+        let book_a = PoisonBook::open(a.path()).unwrap();
+        book_a.add("notes", "bomb.md", "h1", "crashed", "the parser crashed");
+        let (stored, changes) = book_a.unshared().expect("A changed its book");
+        book_a.shared_up_to(changes);
+        assert!(book_a.unshared().is_none(), "nothing new to share");
+
+        // Machine B knows `bomb.md` as a suspect and `old.md` A never saw.
+        let book_b = PoisonBook::open(b.path()).unwrap();
+        book_b.begin("notes", "bomb.md", "h1");
+        drop(book_b);
+        let book_b = PoisonBook::open(b.path()).unwrap();
+        book_b.add("notes", "old.md", "o", "too_large", "over the bound");
+        book_b.shared_up_to(book_b.unshared().unwrap().1);
+        assert_eq!(book_b.merge(&stored), 2, "killer.md taken, bomb.md's verdict raised");
+        assert!(book_b.unshared().is_none(), "what was merged is not this machine's to share");
+        assert_eq!(book_b.check("notes", "bomb.md", "h1").unwrap().kind, "crashed");
+        assert!(book_b.check("notes", "old.md", "o").is_some(), "nothing forgotten");
+        assert!(book_b.check("notes", "killer.md", "k").is_none(), "one death: a suspect still");
+        // B's writer dies on `killer.md` too: the second death on those bytes poisons it.
+        book_b.begin("notes", "killer.md", "k");
+        drop(book_b);
+        let book_b = PoisonBook::open(b.path()).unwrap();
+        assert!(book_b.check("notes", "killer.md", "k").is_some(), "poisoned across machines");
+        assert_eq!(book_b.merge(&stored), 0, "merging again changes nothing");
+        book_b.shared_up_to(book_b.unshared().expect("its own death is B's to share").1);
+        assert_eq!(book_b.merge(b"not json"), 0);
+        assert!(book_b.unshared().is_some(), "an unreadable book in the store is rewritten");
     }
 }

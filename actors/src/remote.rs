@@ -44,6 +44,13 @@ impl Remote {
         Ok(Some(Self { store: Arc::new(store), uri: uri.clone(), prefix: prefix.to_string() }))
     }
 
+    /// A store in memory, for tests of what goes through it.
+    #[cfg(test)]
+    pub fn in_memory() -> Self {
+        let store = Arc::new(object_store::memory::InMemory::new());
+        Self { store, uri: "memory://db".into(), prefix: "db".into() }
+    }
+
     /// The path of `rel` under the database's `_cairn/` folder.
     pub fn path(&self, rel: &str) -> StorePath {
         if self.prefix.is_empty() {

@@ -71,6 +71,59 @@ impl Outbox {
     }
 }
 
+/// The database's book of pages that failed (`_cairn/poison.json`): written by the writer when
+/// its own book changed, read by every process at start and at each shipment, so a page that
+/// killed one machine's writer is known to the writer that takes over. One object, rewritten
+/// whole: only the lease holder parses pages, so only it changes the book.
+impl Outbox {
+    /// Merge the store's book into `book` (a store that cannot be read is reported and left).
+    pub async fn pull_book(&self, book: &crate::poison::PoisonBook) {
+        let path = self.remote.path("poison.json");
+        match self.remote.store.get(&path).await {
+            Ok(got) => match got.bytes().await {
+                Ok(b) => {
+                    let taken = book.merge(&b);
+                    if taken > 0 {
+                        tracing::info!(
+                            "{path}: {taken} page(s) another machine's writer remembered as failed"
+                        );
+                    }
+                }
+                Err(e) => tracing::warn!("{path}: {e}"),
+            },
+            Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => tracing::warn!("{path}: {e}; pages failed on other machines may be tried again"),
+        }
+    }
+
+    /// Put `book` in the store if this process changed it since the last put.
+    pub async fn push_book(&self, book: &crate::poison::PoisonBook) {
+        let Some((body, changes)) = book.unshared() else { return };
+        let path = self.remote.path("poison.json");
+        match self.remote.store.put(&path, PutPayload::from(body)).await {
+            Ok(_) => book.shared_up_to(changes),
+            Err(e) => tracing::warn!("{path}: {e}; the pages failed here are shared at the next try"),
+        }
+    }
+
+    /// Share `book` every [`SHIP_EVERY`] (both ways) until aborted or the book is gone (holding
+    /// neither it nor this outbox's lines).
+    pub fn keep_sharing(&self, book: &Arc<crate::poison::PoisonBook>) -> tokio::task::JoinHandle<()> {
+        let me = Outbox::new(self.remote.clone(), self.machine.clone());
+        let book = Arc::downgrade(book);
+        tokio::spawn(async move {
+            loop {
+                let Some(b) = book.upgrade() else { return };
+                me.push_book(&b).await;
+                drop(b);
+                tokio::time::sleep(SHIP_EVERY).await;
+                let Some(b) = book.upgrade() else { return };
+                me.pull_book(&b).await;
+            }
+        })
+    }
+}
+
 /// Every shipped event of every machine, oldest shipments first (`cairn stats`).
 pub async fn shipped(remote: &Remote) -> Result<Vec<crate::event::Event>, String> {
     use futures::TryStreamExt;
@@ -95,4 +148,34 @@ pub async fn shipped(remote: &Remote) -> Result<Vec<crate::event::Event>, String
         );
     }
     Ok(events)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::poison::PoisonBook;
+
+    #[tokio::test]
+    async fn a_page_failed_on_one_machine_is_skipped_by_the_writer_that_takes_over() {
+        let remote = Remote::in_memory();
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (ship_a, ship_b) =
+            (Outbox::new(remote.clone(), "a".into()), Outbox::new(remote.clone(), "b".into()));
+        let book_a = PoisonBook::open(a.path()).unwrap();
+        let book_b = PoisonBook::open(b.path()).unwrap();
+        ship_a.pull_book(&book_a).await; // nothing stored yet
+        book_a.add("notes", "bomb.md", "h1", "crashed", "the parser crashed");
+        ship_a.push_book(&book_a).await;
+        // B, a reader so far, changed nothing: it never overwrites A's book.
+        ship_b.push_book(&book_b).await;
+        ship_b.pull_book(&book_b).await;
+        assert_eq!(book_b.check("notes", "bomb.md", "h1").unwrap().kind, "crashed");
+        // A page forgiven on A (it parsed after an edit) leaves the store's book.
+        book_a.done("notes", "bomb.md", true);
+        ship_a.push_book(&book_a).await;
+        let c = tempfile::tempdir().unwrap();
+        let book_c = PoisonBook::open(c.path()).unwrap();
+        Outbox::new(remote, "c".into()).pull_book(&book_c).await;
+        assert!(book_c.check("notes", "bomb.md", "h1").is_none());
+    }
 }

@@ -142,9 +142,12 @@ struct Inner {
     /// Dropped once the pipeline has drained (the owner lock: released only when nothing is
     /// being written any more).
     keep: Mutex<Vec<Box<dyn std::any::Any + Send>>>,
-    /// On an object store: the events shipped to the store, and the task that ships them.
+    /// On an object store: the events shipped to the store, and the task that ships them (and
+    /// the book of failed pages).
     outbox: Option<crate::shipping::Outbox>,
     shipping: Option<tokio::task::JoinHandle<()>>,
+    /// The task that shares the book of failed pages through the store.
+    sharing: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// Held by the handles given out by [`Pipeline::open`]: the signal that stops the system's thread.
@@ -305,6 +308,11 @@ impl Pipeline {
             );
             PoisonBook::in_memory()
         }));
+        // Before any page is parsed: what another machine's writer found (see `shipping`).
+        if let Some(o) = &outbox {
+            o.pull_book(&book).await;
+        }
+        let sharing = outbox.as_ref().map(|o| o.keep_sharing(&book));
         for (source, path, e) in book.skipped() {
             status.failure(
                 &source,
@@ -362,6 +370,7 @@ impl Pipeline {
                 keep: Mutex::new(Vec::new()),
                 outbox,
                 shipping,
+                sharing,
             }),
             guard: None,
         };
@@ -676,9 +685,10 @@ impl Pipeline {
         let _ = self.inner.emit.log().send(SyncLog).await;
         if let Some(o) = &self.inner.outbox {
             o.ship().await;
+            o.push_book(&self.inner.shared.book).await;
         }
-        if let Some(s) = &self.inner.shipping {
-            s.abort();
+        for task in [&self.inner.shipping, &self.inner.sharing].into_iter().flatten() {
+            task.abort();
         }
         // The lock goes only once no writer can commit any more (see `Retire`).
         let writers: Vec<_> =
