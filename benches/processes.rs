@@ -18,6 +18,12 @@
 //!   latency before and after (issue 15). `CAIRN_BENCH_SOAK_SECS` bounds its time;
 //!   `CAIRN_BENCH_SOAK_REUSE=1` starts from the database a previous soak left.
 //!
+//! - `jobs`: a long job beside the owner's work (issue 29): `cairn duplicates` over 20,000 pages
+//!   of one repeated template (one near-identical group) while 100 `cairn search` calls and 50
+//!   edits go through the same owner: search wall time against the same searches without the
+//!   job (goal: none waits more than 200 ms on the job), and each edit's write → `page_indexed`.
+//!   Not in the default parts (its first index embeds 20,000 pages; kept for later runs).
+//!
 //! Works in `CAIRN_BENCH_DIR` (default `/tmp/cairn-bench-processes`); the shared data is never
 //! written. Run by `scripts/bench/processes`.
 
@@ -175,6 +181,113 @@ fn main() {
     if parts.iter().any(|p| p == "soak") {
         soak(&work);
     }
+    if parts.iter().any(|p| p == "jobs") {
+        jobs(&work);
+    }
+}
+
+/// `jobs`: `cairn duplicates` on 20,000 template pages while searches and edits go through the
+/// owner.
+fn jobs(work: &Path) {
+    let dir = work.join("jobs");
+    let (db, vault) = (dir.join("db"), dir.join("template"));
+    let n = 20_000;
+    let template = "Attendees reviewed the quarterly roadmap, agreed the release checklist, \
+        assigned owners to the open risks, and scheduled the follow-up review for next week. \
+        Action items are tracked in the shared board; decisions are recorded below.";
+    if !db.exists() {
+        let _ = std::fs::remove_dir_all(&dir);
+        for k in 0..n {
+            let folder = vault.join(format!("{:02}", k % 50));
+            std::fs::create_dir_all(&folder).unwrap();
+            let text = format!("# Meeting {k}\n\n{template} Reference {k}.\n");
+            std::fs::write(folder.join(format!("meeting-{k}.md")), text).unwrap();
+        }
+        let t = Instant::now();
+        let out = Command::new(bin())
+            .args(["index", "--db", db.to_str().unwrap(), "--source"])
+            .arg(format!("tpl={}", vault.display()))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        println!("(first index of {n} template pages: {:.0} s)\n", t.elapsed().as_secs_f64());
+    }
+    let (mut watch, _) = Watch::start(&db, &[]);
+    watch.said("up to date", Duration::from_secs(3600)).expect("the owner is up");
+    let queries: Vec<String> = (0..100).map(|k| format!("meeting {} roadmap", k * 197 % n)).collect();
+    let time = |q: &str| {
+        let t = Instant::now();
+        let v = search(&db, q, "balanced");
+        assert_eq!(v["served_by"]["role"], "owner");
+        t.elapsed().as_secs_f64() * 1000.0
+    };
+    let alone: Vec<f64> = queries.iter().map(|q| time(q)).collect();
+
+    // The job, as a client asks for it; searches and edits while it runs.
+    let t_job = Instant::now();
+    let mut job = Command::new(bin())
+        .args(["duplicates", "--json", "--db", db.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut during = Vec::new();
+    let mut beside = 0;
+    let mut written = Vec::new();
+    for (i, q) in queries.iter().enumerate() {
+        let running = job.try_wait().unwrap().is_none();
+        if i % 2 == 0 {
+            let k = i * 389 % n;
+            let page = vault.join(format!("{:02}", k % 50)).join(format!("meeting-{k}.md"));
+            let mut text = std::fs::read_to_string(&page).unwrap();
+            text.push_str(&format!("\nEdited beside the job: item {i}.\n"));
+            std::fs::write(&page, text).unwrap();
+            written.push((format!("{:02}/meeting-{k}", k % 50), Instant::now()));
+        }
+        let ms = time(q);
+        if running && job.try_wait().unwrap().is_none() {
+            beside += 1;
+            during.push(ms);
+        }
+    }
+    let out = job.wait_with_output().unwrap();
+    let job_s = t_job.elapsed().as_secs_f64();
+    assert!(out.status.success(), "duplicates: {}", String::from_utf8_lossy(&out.stderr));
+    let groups: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let largest = groups.as_array().unwrap().iter().map(|g| g["pages"].as_array().unwrap().len()).max();
+    // Each edit's commit, from its write.
+    let mut pending: std::collections::HashMap<String, Instant> = written.into_iter().collect();
+    let mut edits = Vec::new();
+    watch.until(Duration::from_secs(600), |at, e| {
+        if e["event"] == "page_indexed"
+            && let Some(w) = e["slug"].as_str().and_then(|s| pending.remove(s))
+        {
+            edits.push(at.saturating_duration_since(w).as_secs_f64());
+        }
+        pending.is_empty()
+    });
+    watch.stop();
+    println!("## A long job beside searches and edits (issue 29)\n");
+    println!(
+        "`cairn duplicates` over {n} pages of one template: {job_s:.1} s, largest group {} pages; \
+         {beside} of the 100 searches ran wholly while it did.\n",
+        largest.unwrap_or(0)
+    );
+    println!("| searches | p50 ms | p99 ms | max ms |\n|---|---|---|---|");
+    for (what, v) in [("without the job", &alone), ("while the job runs", &during)] {
+        println!("| {what} | {:.0} | {:.0} | {:.0} |", pct(v, 0.5), pct(v, 0.99), pct(v, 1.0));
+    }
+    println!(
+        "\nextra wait at p99: {:.0} ms (goal ≤ 200); max: {:.0} ms\n",
+        pct(&during, 0.99) - pct(&alone, 0.99),
+        pct(&during, 1.0) - pct(&alone, 1.0)
+    );
+    println!(
+        "| edits | write → page_indexed p50 s | max s |\n|---|---|---|\n| {} | {:.2} | {:.2} |\n",
+        edits.len(),
+        pct(&edits, 0.5),
+        pct(&edits, 1.0)
+    );
 }
 
 /// `first` and `fair`: a fresh database, FOLDOC and a small source, watched from scratch.
