@@ -113,11 +113,14 @@ impl PoisonBook {
         }
         let marker =
             std::fs::OpenOptions::new().create(true).write(true).truncate(true).open(&marker_path)?;
+        // What this machine knows may never have reached the store (a process killed before its
+        // put): it is shared at the first put, after the store's book was merged in.
+        let unshared = died.max(u64::from(!entries.is_empty()));
         let book = Self {
             dir: Some(dir.to_path_buf()),
             entries: Mutex::new(entries),
             marker: Mutex::new(Some(marker)),
-            changes: AtomicU64::new(died),
+            changes: AtomicU64::new(unshared),
             shared: AtomicU64::new(0),
         };
         book.write();

@@ -71,10 +71,10 @@ impl Outbox {
     }
 }
 
-/// The database's book of pages that failed (`_cairn/poison.json`): written by the writer when
-/// its own book changed, read by every process at start and at each shipment, so a page that
-/// killed one machine's writer is known to the writer that takes over. One object, rewritten
-/// whole: only the lease holder parses pages, so only it changes the book.
+/// The database's book of pages that failed (`_cairn/poison.json`): put by the writer when its
+/// own book changed, merged by a process when it becomes the writer (before it parses a page),
+/// so a page that killed one machine's writer is known to the writer that takes over. One
+/// object, rewritten whole: only the lease holder parses pages, so only it changes the book.
 impl Outbox {
     /// Merge the store's book into `book` (a store that cannot be read is reported and left).
     pub async fn pull_book(&self, book: &crate::poison::PoisonBook) {
@@ -106,7 +106,7 @@ impl Outbox {
         }
     }
 
-    /// Share `book` every [`SHIP_EVERY`] (both ways) until aborted or the book is gone (holding
+    /// Put `book`'s changes every [`SHIP_EVERY`] until aborted or the book is gone (holding
     /// neither it nor this outbox's lines).
     pub fn keep_sharing(&self, book: &Arc<crate::poison::PoisonBook>) -> tokio::task::JoinHandle<()> {
         let me = Outbox::new(self.remote.clone(), self.machine.clone());
@@ -117,8 +117,6 @@ impl Outbox {
                 me.push_book(&b).await;
                 drop(b);
                 tokio::time::sleep(SHIP_EVERY).await;
-                let Some(b) = book.upgrade() else { return };
-                me.pull_book(&b).await;
             }
         })
     }
