@@ -208,8 +208,10 @@ fn relative_and_home_folders_are_the_ones_meant_where_the_command_ran() {
     let (home, db) = (tmp.path().join("home"), tmp.path().join("db"));
     vault(&home.join("sea"));
     vault(&home.join("work/bay"));
-    // The owner runs elsewhere (its working directory is the temporary folder's parent).
+    // The owner runs elsewhere (its working directory is the temporary folder's parent). It holds
+    // the database before the command below runs, or that command would be the owner itself.
     let (mut owner, mut events) = watch(&db, None, &[]);
+    events.wait_for("the owner up", |e| e["event"] == "system_started");
     let elsewhere = Command::new(cairn_bin())
         .current_dir(home.join("work"))
         .env("HOME", &home)
