@@ -77,19 +77,14 @@ impl Client {
                     format!("no owner listens on {}: {e}", self.socket.display()),
                 )
             })?;
-            match stream.peer_cred() {
-                Ok(c) if c.uid() == crate::server::own_uid() => {}
-                peer => {
-                    let who = peer
-                        .map_or_else(|e| format!("an unknown user ({e})"), |c| format!("uid {}", c.uid()));
-                    return Err(RemoteError::new(
-                        ErrorCode::Unavailable,
-                        format!(
-                            "{} is served by {who}, not by this user; not talking to it",
-                            self.socket.display()
-                        ),
-                    ));
-                }
+            if let Err(who) = crate::server::same_user(&stream) {
+                return Err(RemoteError::new(
+                    ErrorCode::Unavailable,
+                    format!(
+                        "{} is served by {who}, not by this user; not talking to it",
+                        self.socket.display()
+                    ),
+                ));
             }
             write_frame(&mut stream, &Request::Hello(Hello::new(&self.purpose))).await.map_err(io)?;
             let owner: OwnerInfo = read_reply(&mut stream, "hello").await?;

@@ -62,6 +62,15 @@ pub fn own_uid() -> u32 {
     *UID.get_or_init(|| std::fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(u32::MAX))
 }
 
+/// Whether the process at the other end of `stream` runs as this user; else who it is.
+pub fn same_user(stream: &UnixStream) -> Result<(), String> {
+    match stream.peer_cred() {
+        Ok(c) if c.uid() == own_uid() => Ok(()),
+        Ok(c) => Err(format!("uid {}", c.uid())),
+        Err(e) => Err(format!("an unknown user ({e})")),
+    }
+}
+
 /// Refuse a socket folder another user could have made or can enter: whoever controls it can
 /// listen in the owner's place.
 pub fn check_private(dir: &Path) -> std::io::Result<()> {
@@ -172,15 +181,10 @@ fn error(code: ErrorCode, message: impl Into<String>) -> Reply {
 }
 
 async fn connection(ctx: Ctx, mut stream: UnixStream, id: u64) {
-    match stream.peer_cred() {
-        Ok(c) if c.uid() == own_uid() => {}
-        peer => {
-            let who = peer.map_or_else(|e| format!("unknown ({e})"), |c| format!("uid {}", c.uid()));
-            tracing::warn!("socket: refused a connection from another user: {who}");
-            let _ =
-                send(&mut stream, &error(ErrorCode::BadRequest, "this owner serves its own user only")).await;
-            return;
-        }
+    if let Err(who) = same_user(&stream) {
+        tracing::warn!("socket: refused a connection from another user: {who}");
+        let _ = send(&mut stream, &error(ErrorCode::BadRequest, "this owner serves its own user only")).await;
+        return;
     }
     let Ok(_slot) = ctx.slots.clone().try_acquire_owned() else {
         let _ = send(
