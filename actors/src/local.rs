@@ -350,17 +350,17 @@ pub(crate) async fn reader(
     with_model: bool,
     told: Option<tokio::sync::mpsc::UnboundedSender<crate::config::SourceConfig>>,
 ) -> Result<Arc<ReaderApi>> {
-    let embedder = match with_model {
-        true => match query_model(config).await {
-            Ok(e) => Some(e),
-            // A reader still answers by name and keyword, and each answer says
-            // `embed_unavailable`; only the writer needs the model to do its work.
-            Err(e) => {
-                tracing::warn!("the query model cannot load ({e}); answering without the vector arm");
-                None
-            }
-        },
-        false => None,
+    // A reader whose model cannot load still answers by name and keyword, and each answer says
+    // `embed_unavailable`; only the writer needs the model to do its work.
+    let embedder = if with_model {
+        query_model(config)
+            .await
+            .map_err(|e| {
+                tracing::warn!("the query model cannot load ({e}); answering without the vector arm")
+            })
+            .ok()
+    } else {
+        None
     };
     let follower = Arc::new(Follower::open(config, embedder).await?);
     if follower.follows() {

@@ -664,21 +664,17 @@ fn embed_query(
             degraded.push("embed_unavailable".to_string());
             None
         }
-        (_, Some(e)) => {
-            match cairn_index::fault::contained(|| e.embed_query(&req.query)).unwrap_or_else(|p| {
-                Err(cairn_index::Error::Model {
-                    model: e.model_id().into(),
-                    message: format!("crashed: {p}"),
-                })
-            }) {
-                Ok(v) => Some(v),
-                Err(err) => {
-                    degraded.push("embed_unavailable".to_string());
-                    notes.push(format!("query not embedded: {err}"));
-                    None
-                }
+        (_, Some(e)) => match cairn_index::fault::contained(|| e.embed_query(&req.query))
+            .map_err(|p| format!("the model crashed: {p}"))
+            .and_then(|r| r.map_err(|err| err.to_string()))
+        {
+            Ok(v) => Some(v),
+            Err(err) => {
+                degraded.push("embed_unavailable".to_string());
+                notes.push(format!("query not embedded: {err}"));
+                None
             }
-        }
+        },
     }
 }
 
