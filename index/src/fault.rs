@@ -58,17 +58,19 @@ pub fn exit_on_panic() {
 /// The points armed by `CAIRN_TEST_FAULTS`: name → the pass that panics (0 = every pass).
 fn armed() -> &'static HashMap<String, (u64, AtomicU64)> {
     static ARMED: OnceLock<HashMap<String, (u64, AtomicU64)>> = OnceLock::new();
-    ARMED.get_or_init(|| {
-        let spec = std::env::var("CAIRN_TEST_FAULTS").unwrap_or_default();
-        spec.split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(|s| match s.split_once('@') {
-                Some((name, n)) => (name.to_string(), (n.parse().unwrap_or(1), AtomicU64::new(0))),
-                None => (s.to_string(), (0, AtomicU64::new(0))),
-            })
-            .collect()
-    })
+    ARMED.get_or_init(|| arming(&std::env::var("CAIRN_TEST_FAULTS").unwrap_or_default()))
+}
+
+/// The points a `CAIRN_TEST_FAULTS` value arms, each with the pass that fires (0 = every one).
+fn arming(spec: &str) -> HashMap<String, (u64, AtomicU64)> {
+    spec.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| match s.split_once('@') {
+            Some((name, n)) => (name.to_string(), (n.parse().unwrap_or(1), AtomicU64::new(0))),
+            None => (s.to_string(), (0, AtomicU64::new(0))),
+        })
+        .collect()
 }
 
 /// A test-only fault point: panics when `CAIRN_TEST_FAULTS` arms `name` (see the module).
@@ -116,9 +118,13 @@ mod tests {
     }
 
     #[test]
-    fn unarmed_points_do_nothing() {
-        for _ in 0..3 {
-            point("no.such.point");
-        }
+    fn a_fault_spec_arms_each_named_point_at_its_pass() {
+        let armed = arming(" writer.commit@3, embed.run ,,snapshot.save@x");
+        let at = |name: &str| armed.get(name).map(|(at, _)| *at);
+        assert_eq!(at("writer.commit"), Some(3));
+        assert_eq!(at("embed.run"), Some(0), "no pass: every pass");
+        assert_eq!(at("snapshot.save"), Some(1), "an unreadable pass: the first");
+        assert_eq!(armed.len(), 3);
+        assert!(arming("").is_empty());
     }
 }
