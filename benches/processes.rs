@@ -150,6 +150,17 @@ impl Watch {
     }
 }
 
+/// `cairn index --db DB --source ID=DIR ...`, which must succeed.
+fn index(db: &Path, sources: &[(&str, impl AsRef<Path>)]) {
+    let mut c = Command::new(bin());
+    c.args(["index", "--db", db.to_str().unwrap()]);
+    for (id, root) in sources {
+        c.arg("--source").arg(format!("{id}={}", root.as_ref().display()));
+    }
+    let out = c.output().unwrap();
+    assert!(out.status.success(), "cairn index: {}", String::from_utf8_lossy(&out.stderr));
+}
+
 /// `cairn search --json` (a client of the owner, or a reader when none runs).
 fn search(db: &Path, query: &str, mode: &str) -> Value {
     let out = Command::new(bin())
@@ -204,12 +215,7 @@ fn jobs(work: &Path) {
             std::fs::write(folder.join(format!("meeting-{k}.md")), text).unwrap();
         }
         let t = Instant::now();
-        let out = Command::new(bin())
-            .args(["index", "--db", db.to_str().unwrap(), "--source"])
-            .arg(format!("tpl={}", vault.display()))
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        index(&db, &[("tpl", &vault)]);
         println!("(first index of {n} template pages: {:.0} s)\n", t.elapsed().as_secs_f64());
     }
     let (mut watch, _) = Watch::start(&db, &[]);
@@ -449,16 +455,14 @@ fn owner(work: &Path) {
             .status()
             .unwrap();
         assert!(st.success());
-        let out = Command::new(bin())
-            .args(["index", "--db", db.to_str().unwrap(), "--source"])
-            .arg(format!("foldoc={}", shared("foldoc/vault").display()))
-            .arg("--source")
-            .arg(format!("cranfield={}", shared("cranfield/vault").display()))
-            .arg("--source")
-            .arg(format!("stubs={}", stubs.display()))
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        index(
+            &db,
+            &[
+                ("foldoc", &shared("foldoc/vault")),
+                ("cranfield", &shared("cranfield/vault")),
+                ("stubs", &stubs),
+            ],
+        );
     }
     let queries: Vec<String> = std::fs::read_to_string(shared("foldoc/queries-alias-dev.jsonl"))
         .unwrap()
@@ -603,12 +607,7 @@ fn soak(work: &Path) {
     }
     let (vault, db) = (dir.join("foldoc"), dir.join("db"));
     copy_dir(&shared("foldoc/vault"), &vault);
-    let out = Command::new(bin())
-        .args(["index", "--db", db.to_str().unwrap(), "--source"])
-        .arg(format!("foldoc={}", vault.display()))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    index(&db, &[("foldoc", &vault)]);
     let queries: Vec<String> = std::fs::read_to_string(shared("foldoc/queries-alias-dev.jsonl"))
         .unwrap()
         .lines()
@@ -689,12 +688,7 @@ fn soak(work: &Path) {
     let fresh = dir.join(format!("fresh-{n_done}"));
     if !fresh.join("complete").exists() {
         let _ = std::fs::remove_dir_all(&fresh);
-        let out = Command::new(bin())
-            .args(["index", "--db", fresh.to_str().unwrap(), "--source"])
-            .arg(format!("foldoc={}", vault.display()))
-            .output()
-            .unwrap();
-        assert!(out.status.success());
+        index(&fresh, &[("foldoc", &vault)]);
         std::fs::write(fresh.join("complete"), "").unwrap();
     }
     let fresh_mib = disk(&fresh).0;
