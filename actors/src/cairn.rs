@@ -234,6 +234,7 @@ impl Cairn {
                     }
                 };
                 tracing::info!("the owner of {} is gone; taking over", me.inner.config.db);
+                cairn_index::fault::point("take.locked");
                 let i = &me.inner;
                 match Local::take(&i.config, &i.paths, &i.opts.purpose, i.opts.standby, lock, i.roles.clone())
                     .await

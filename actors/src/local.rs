@@ -91,6 +91,7 @@ impl Local {
             version: env!("CARGO_PKG_VERSION").into(),
         };
         lock.publish(&info)?;
+        cairn_index::fault::point("take.published");
         let remote = Remote::of(&config.db, &config.storage).map_err(Error::Config)?;
         if remote.is_some() {
             // A bucket that is missing, unreachable or refuses the credentials is said here, in
@@ -98,6 +99,7 @@ impl Local {
             config.database().await?;
         }
         let listener = crate::server::bind(&socket)?;
+        cairn_index::fault::point("take.bound");
         let clients = Clients::default();
         let (told, mut given) = tokio::sync::mpsc::unbounded_channel();
         // The role is taken before serving (clients queue on the bound socket meanwhile).
@@ -153,6 +155,7 @@ impl Local {
         };
         let served: Served = Arc::new(std::sync::RwLock::new(answerer.clone()));
         let server = Server::start(listener, socket, served.clone(), info.clone(), clients.clone());
+        cairn_index::fault::point("take.serving");
         let local = Arc::new(Self {
             config: config.clone(),
             info,
@@ -326,6 +329,7 @@ impl Local {
     pub async fn shutdown(&self) -> Result<()> {
         self.closed.store(true, Ordering::SeqCst);
         self.server.stop();
+        cairn_index::fault::point("shutdown.server_stopped");
         match self.answerer() {
             Answerer::Owner(o) => o.pipeline().shutdown().await?,
             Answerer::Reader(r) => r.ship().await,
@@ -337,6 +341,7 @@ impl Local {
             w.publishing.lease.release().await;
         }
         self.lock.lock().unwrap_or_else(|p| p.into_inner()).take();
+        cairn_index::fault::point("shutdown.released");
         Ok(())
     }
 }

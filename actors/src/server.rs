@@ -252,6 +252,7 @@ async fn connection(ctx: Ctx, mut stream: UnixStream, id: u64) {
             (Some(_), request) => {
                 let limit = request.time_limit();
                 let verb = request.verb();
+                cairn_index::fault::point("server.request");
                 match tokio::time::timeout(limit, crate::api::dispatch(&ctx.answerer(), request)).await {
                     Ok(Ok(v)) => Reply::Ok(v),
                     Ok(Err(e)) => failed(e),

@@ -20,7 +20,7 @@ use crate::watcher::{Flush, Inject, Reconcile, ReconcileReport, StopWatching, Wa
 use crate::workers::Parser;
 use crate::writer::{AwaitVectors, Ready, SourceWriter, WriterOptions, WriterParts};
 use actix::prelude::*;
-use cairn_index::{Embedder, Manifest, OrtEmbedder, OrtOptions, SourceInfo};
+use cairn_index::{Embedder, Manifest, OrtEmbedder, OrtOptions, SourceInfo, fault};
 use cairn_ingest::{RawEvent, ScanOptions};
 use cairn_query::{SearchRequest, SearchResponse};
 use futures::stream::BoxStream;
@@ -212,6 +212,7 @@ impl Pipeline {
     ) -> Result<Self> {
         config.validate().map_err(Error::Config)?;
         let embedders = Embedders::load(&config).await?;
+        fault::point("pipeline.model");
         let (ready_tx, ready_rx) = oneshot::channel::<Result<Pipeline>>();
         let (stop_tx, stop_rx) = oneshot::channel::<oneshot::Sender<()>>();
         std::thread::Builder::new().name("cairn-actors".into()).spawn(move || {
@@ -234,6 +235,7 @@ impl Pipeline {
                     }
                 };
                 let me = cairn.clone();
+                fault::point("pipeline.started");
                 let _ = ready_tx.send(Ok(cairn));
                 // Wait for `shutdown()` or for the last outside handle to go.
                 let done = stop_rx.await.ok();
@@ -289,6 +291,7 @@ impl Pipeline {
 
         let db = config.database().await?;
         let stored = db.sources().await?;
+        fault::point("pipeline.tables");
         let folders = Arc::new(FolderBook::open(&config.paths().state()).unwrap_or_else(|e| {
             tracing::warn!(
                 "{}: {e}; the folders given here are remembered until restart only",
@@ -670,9 +673,11 @@ impl Pipeline {
         if self.inner.stopped.swap(true, std::sync::atomic::Ordering::SeqCst) {
             return;
         }
+        fault::point("drain.begin");
         for (_, r) in self.running() {
             let _ = r.watcher.send(StopWatching).await;
         }
+        fault::point("drain.watchers_stopped");
         let clean =
             matches!(wall_timeout(self.inner.shutdown, self.flush_with(false, false)).await, Some(Ok(())));
         if !clean {
@@ -681,8 +686,10 @@ impl Pipeline {
                 self.inner.shutdown.as_secs()
             );
         }
+        fault::point("drain.flushed");
         self.inner.emit.emit(SYSTEM_STREAM, vec![EventKind::SystemStopped { clean }]).await;
         let _ = self.inner.emit.log().send(SyncLog).await;
+        fault::point("drain.logged");
         if let Some(o) = &self.inner.outbox {
             o.ship().await;
             o.push_book(&self.inner.shared.book).await;
@@ -694,6 +701,7 @@ impl Pipeline {
         let writers: Vec<_> =
             self.running().into_iter().map(|(_, r)| r.writer.send(crate::writer::Retire)).collect();
         let closed = wall_timeout(self.inner.shutdown, futures::future::join_all(writers)).await.is_some();
+        fault::point("drain.retired");
         if closed {
             self.inner.keep.lock().unwrap_or_else(|p| p.into_inner()).clear();
         } else {
@@ -731,6 +739,7 @@ async fn start_source(
     let writer = Supervisor::start(move |_| SourceWriter::new(info, root, p));
     // Answered once the writer's start-up (opening the tables) has run.
     let _ = writer.send(Ready).await;
+    fault::point("source.loaded");
     let scan = ScanOptions { include: s.include.clone(), exclude: s.exclude.clone() };
     let w = Watcher::new(
         &s.id,

@@ -625,6 +625,7 @@ async fn reconcile(
             Err(e) => return unavailable(report, Unavailable::Unreadable { message: e.to_string() }),
         };
         let states = h.writer.send(States).await.map_err(stopped)?;
+        cairn_index::fault::point("reconcile.scanned");
         let mut events = Vec::new();
         for p in &scan.problems {
             let key = (p.path().map(rel_string).unwrap_or_default(), p.kind().to_string());

@@ -8,7 +8,9 @@
 //! [`point`] is the test-only fault hook that proves it: `CAIRN_TEST_FAULTS=name` panics at every
 //! pass through the point `name`, `name@N` only at the N-th (a comma-separated list of either).
 //! With `CAIRN_TEST_FAULTS_WHILE=FILE` too, a point fires only while that file exists (a test
-//! arms it once the process has reached the state it means to break).
+//! arms it once the process has reached the state it means to break). With
+//! `CAIRN_TEST_FAULTS_KILL=1` a point that fires is a `kill -9` of the process instead of a
+//! panic: no hook, no destructor, no flush runs (what a power cut or the OOM killer leaves).
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -93,7 +95,21 @@ pub fn point_after(name: &str, before: impl FnOnce()) {
     let pass = passes.fetch_add(1, Ordering::SeqCst) + 1;
     if *at == 0 || pass == *at {
         before();
+        if std::env::var_os("CAIRN_TEST_FAULTS_KILL").is_some() {
+            kill_me(&format!("injected kill at {name} (pass {pass})"));
+        }
         panic!("injected fault at {name} (pass {pass})");
+    }
+}
+
+/// `kill -9` of this process, after saying why on stderr. Never returns.
+fn kill_me(why: &str) -> ! {
+    eprintln!("cairn: {why}");
+    let pid = std::process::id().to_string();
+    let _ = std::process::Command::new("kill").args(["-KILL", &pid]).status();
+    loop {
+        // The signal is on its way; nothing more of this process may run.
+        std::thread::park();
     }
 }
 

@@ -5,6 +5,7 @@ mod backfill;
 mod cli;
 mod crash;
 mod faults;
+mod handover;
 mod hostile;
 mod index;
 mod machines;
