@@ -970,6 +970,7 @@ impl SourceWriter {
             self.since_upkeep = UPKEEP_EVERY;
         }
         let snapshot = self.snapshot().filter(|_| idle).zip(self.resident.clone());
+        let resident = self.resident.clone().filter(|_| idle);
         let exact_up_to = self.opts.exact_vectors_up_to;
         let shared = self.opts.publishing.is_some();
         let fut = async move {
@@ -981,9 +982,18 @@ impl SourceWriter {
                 false => store.prune(KEEP_VERSIONS, true).await?,
                 true => store.prune(KEEP_VERSIONS_SHARED, false).await?,
             };
+            // The chunk file copied without its dead records (the snapshot must then name the
+            // copy, though the tables did not move).
+            let compacted = match &resident {
+                Some(r) => r.compact_chunk_file().await?,
+                None => None,
+            };
+            if let Some((before, after)) = compacted {
+                tracing::info!("source `{id}`: chunk file compacted from {before} to {after} bytes");
+            }
             if let Some((path, resident)) = snapshot.filter(|(_, r)| !r.holds_text()) {
                 let stamp = store.stamp(exact_up_to).await?;
-                if ResidentIndex::stamp_of(&path) != Some(stamp) {
+                if compacted.is_some() || ResidentIndex::stamp_of(&path) != Some(stamp) {
                     resident.save(&path, stamp).await;
                 }
             }

@@ -175,7 +175,9 @@ impl Bm25 {
         self.removed.len() >= (self.docs / 8).max(1024)
     }
 
-    /// Drop the postings of removed documents, returning their slots (free to reuse now).
+    /// Drop the postings of removed documents, and the terms no document holds any more (the
+    /// vocabulary shrinks as the notes do), returning the removed documents' slots (free to
+    /// reuse now).
     fn purge(&mut self) -> Vec<u32> {
         if self.removed.is_empty() {
             return Vec::new();
@@ -188,6 +190,28 @@ impl Bm25 {
             if list.iter().any(|(d, _)| gone[d as usize]) {
                 list.retain(|d| !gone[d as usize]);
             }
+        }
+        // Terms renumbered in their order: ids are this index's own (a query looks terms up
+        // by name).
+        if self.postings.iter().any(Postings::is_empty) {
+            let mut renumbered = Vec::with_capacity(self.postings.len());
+            let mut kept = 0u32;
+            for l in &self.postings {
+                renumbered.push((!l.is_empty()).then(|| {
+                    kept += 1;
+                    kept - 1
+                }));
+            }
+            self.term_ids.retain(|_, id| match renumbered[*id as usize] {
+                Some(new) => {
+                    *id = new;
+                    true
+                }
+                None => false,
+            });
+            self.term_ids.shrink_to_fit();
+            self.postings.retain(|l| !l.is_empty());
+            self.postings.shrink_to_fit();
         }
         std::mem::take(&mut self.removed)
     }
@@ -500,7 +524,12 @@ impl ResidentIndex {
             // emptied now, so a scan of the codes passes it by.
             self.chunk_text.remove(c);
             self.put_vector(c, &[]);
-            let Some(embedded) = self.chunks[c as usize].as_ref().map(|s| s.embedded) else { continue };
+            let Some((embedded, at)) = self.chunks[c as usize].as_ref().map(|s| (s.embedded, s.at)) else {
+                continue;
+            };
+            if let Some(file) = self.file.as_mut().filter(|_| at != NOWHERE) {
+                file.forget(at);
+            }
             // Out of the maps while the slot still answers for its keys.
             self.by_id.remove(c, id_of(&self.chunks));
             self.by_text_hash.remove(c, text_hash_of(&self.chunks));
@@ -789,9 +818,53 @@ impl ResidentIndex {
             }
         }
         let (Some(file), Some(s)) = (self.file.as_mut(), self.chunks[slot as usize].as_mut()) else { return };
+        if s.at != NOWHERE {
+            file.forget(s.at);
+        }
         match file.append(&s.chunk_id.to_string(), v, text) {
             Ok(at) => s.at = at,
             Err(e) => self.lose_file(e),
+        }
+    }
+
+    /// Move to `copy`, a compaction's copy of the chunk file: `moved` says
+    /// each listed slot's record, where it was and where its copy is (`None`: no whole record
+    /// was there). A slot whose record changed since it was listed points to its old file's
+    /// record still, which is copied now. The new file's length; `None` when this index has no
+    /// chunk file any more, or lost it here (a write failed: what it held is read from the
+    /// tables).
+    fn move_to(&mut self, mut copy: ChunkFile, moved: Vec<(u32, u64, Option<u64>)>) -> Option<u64> {
+        let old = self.file.take()?;
+        let (from, _, from_len) = match old.source() {
+            Ok(s) => s,
+            Err(e) => {
+                self.lose_file(e);
+                return None;
+            }
+        };
+        let mut moved = moved.into_iter().peekable();
+        let mut renumber = || -> std::io::Result<()> {
+            for (i, s) in self.chunks.iter_mut().enumerate() {
+                while moved.next_if(|(slot, ..)| (*slot as usize) < i).is_some() {}
+                let Some(s) = s.as_mut().filter(|s| s.at != NOWHERE) else { continue };
+                s.at = match moved.next_if(|(slot, ..)| *slot as usize == i) {
+                    Some((_, at, to)) if at == s.at => to.unwrap_or(NOWHERE),
+                    // Appended after the list was made: its record is copied now.
+                    _ => copy.copy_record(&from, s.at, from_len)?.unwrap_or(NOWHERE),
+                };
+            }
+            copy.take_place_of()
+        };
+        match renumber() {
+            Ok(()) => {
+                let len = copy.len();
+                self.file = Some(copy);
+                Some(len)
+            }
+            Err(e) => {
+                self.lose_file(e);
+                None
+            }
         }
     }
 
@@ -1249,6 +1322,40 @@ impl Resident {
         self.index.write().unwrap_or_else(|p| p.into_inner()).apply_vectors(vectors);
     }
 
+    /// Compact the chunk file once most of it is dead (see [`chunk_file`]): the live records are
+    /// listed under a read lock, copied to a new file with no lock held (the old file is only
+    /// appended to, so what it holds below the listed length stays as it is), and the index
+    /// moves to the copy under the write lock, for as long as it takes to renumber the slots.
+    /// The caller (the writer's upkeep, which runs no commit meanwhile) then saves a snapshot
+    /// that names the new file. The file's lengths before and after, when it ran.
+    pub async fn compact_chunk_file(&self) -> crate::Result<Option<(u64, u64)>> {
+        let listed = {
+            let index = self.read();
+            let Some(file) = index.file.as_ref().filter(|f| f.compaction_due()) else { return Ok(None) };
+            let live: Vec<(u32, u64)> = index
+                .chunks
+                .iter()
+                .enumerate()
+                .filter_map(|(i, s)| s.as_ref().filter(|s| s.at != NOWHERE).map(|s| (i as u32, s.at)))
+                .collect();
+            (file.source()?, live)
+        };
+        let ((from, path, len), live) = listed;
+        let (copy, moved) = tokio::task::spawn_blocking(move || -> std::io::Result<_> {
+            let mut copy = ChunkFile::create_beside(path.as_deref())?;
+            let mut moved = Vec::with_capacity(live.len());
+            for (slot, at) in live {
+                moved.push((slot, at, copy.copy_record(&from, at, len)?));
+            }
+            copy.flush()?;
+            Ok((copy, moved))
+        })
+        .await
+        .map_err(|e| crate::Error::Io(std::io::Error::other(e)))??;
+        let mut index = self.index.write().unwrap_or_else(|p| p.into_inner());
+        Ok(index.move_to(copy, moved).map(|after| (len, after)))
+    }
+
     /// Read access (held for one synchronous read, never across an await).
     pub fn read(&self) -> RwLockReadGuard<'_, ResidentIndex> {
         self.index.read().unwrap_or_else(|p| p.into_inner())
@@ -1333,9 +1440,9 @@ mod tests {
         std::fs::write(&path, &bytes[..bytes.len() - 5]).unwrap();
         assert!(ResidentIndex::restore(&path, &stamp).is_err());
         let mut huge = bytes.clone();
-        // The place of the second part (after the name, the stamp and the chunk file's id and
-        // length).
-        huge[8 + 64..8 + 72].copy_from_slice(&u64::MAX.to_le_bytes());
+        // The place of the second part (after the name, the stamp and the chunk file's id,
+        // length and dead bytes).
+        huge[8 + 72..8 + 80].copy_from_slice(&u64::MAX.to_le_bytes());
         std::fs::write(&path, &huge).unwrap();
         assert!(ResidentIndex::restore(&path, &stamp).is_err());
     }
@@ -1382,6 +1489,84 @@ mod tests {
         assert!(ResidentIndex::restore(&path, &stamp).is_err());
         ResidentIndex::forget_snapshot(&path);
         assert!(!path.exists());
+    }
+
+    #[tokio::test]
+    async fn a_chunk_file_mostly_dead_is_compacted_and_its_snapshot_names_the_copy() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.snapshot");
+        let mut i = ResidentIndex::with_exact_vectors_up_to(2);
+        i.keep_chunks_beside(Some(&path));
+        // 200 pages of 4 KiB text each: 0.8 MiB live, then edited twice (1.6 MiB dead).
+        let pages = |round: usize| -> Vec<PreparedPage> {
+            (0..200)
+                .map(|p| {
+                    let text = format!("round {round} page {p} ").repeat(200);
+                    let v = vec![(p % 7) as f32 + 1.0, round as f32];
+                    page(&format!("p{p}"), "P", &[], &[(text.as_str(), v)])
+                })
+                .collect()
+        };
+        i.apply(Prepared::pages(pages(0)));
+        let live = i.file.as_ref().unwrap().len();
+        assert_eq!(i.file.as_ref().unwrap().dead(), 0);
+        i.apply(Prepared::pages(pages(1)));
+        assert!(!i.file.as_ref().unwrap().compaction_due(), "half dead is not yet most of it");
+        i.apply(Prepared::pages(pages(2)));
+        let file = i.file.as_ref().unwrap();
+        assert!(file.compaction_due(), "dead {} of {}", file.dead(), file.len());
+        let ids: Vec<String> = (0..200).map(|p| format!("p{p}#0")).collect();
+        let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+        let want = i.stored(&ids);
+        assert_eq!(want.len(), 200);
+        assert!(want["p5#0"].0.starts_with("round 2 page 5 "));
+
+        let r = Resident::new("s", i);
+        let (before, after) = r.compact_chunk_file().await.unwrap().expect("due");
+        assert!(after < before / 2 && after <= live + 64, "{before} → {after} bytes (live {live})");
+        assert_eq!(
+            std::fs::metadata(chunk_file::path_beside(&path)).unwrap().len(),
+            after,
+            "renamed in place"
+        );
+        assert!(r.compact_chunk_file().await.unwrap().is_none(), "nothing dead left");
+        assert_eq!(r.read().stored(&ids), want, "every chunk read back from the copy");
+        // The snapshot names the copy, and its dead bytes go on counting from there.
+        let stamp = snapshot::Stamp {
+            chunks_version: 3,
+            chunks_written_us: 1,
+            pages_version: 3,
+            chunk_rows: 200,
+            page_rows: 200,
+            exact_up_to: 2,
+        };
+        r.read().save(&path, &stamp).unwrap();
+        let mut back = ResidentIndex::restore(&path, &stamp).unwrap().expect("the stamp matches");
+        assert_eq!(back.stored(&ids), want);
+        back.apply(Prepared::pages(pages(3)));
+        assert_eq!(back.file.as_ref().unwrap().dead(), after - 16, "every record of the copy replaced");
+    }
+
+    #[test]
+    fn a_purge_drops_the_terms_no_document_holds_any_more() {
+        let t = |s: &str| s.split(' ').map(String::from).collect::<Vec<_>>();
+        let mut b = Bm25::default();
+        b.insert(0, &t("tide moon"));
+        b.insert(1, &t("comet"));
+        b.insert(2, &t("sun tide"));
+        b.remove(1);
+        b.remove(2);
+        assert_eq!(b.purge(), vec![1, 2]);
+        let mut terms: Vec<&str> = b.term_ids.keys().map(|k| &**k).collect();
+        terms.sort();
+        assert_eq!(terms, ["moon", "tide"]);
+        assert_eq!(b.postings.len(), 2);
+        let mut fresh = Bm25::default();
+        fresh.insert(0, &t("tide moon"));
+        assert_eq!(b.scores(&t("moon tide")), fresh.scores(&t("moon tide")));
+        b.insert(1, &t("comet sun"));
+        assert_eq!(b.scores(&t("comet")).len(), 1, "a term comes back with a document that holds it");
+        assert_eq!(b.scores(&t("tide")).len(), 1);
     }
 
     #[test]

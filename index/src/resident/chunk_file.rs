@@ -10,8 +10,10 @@
 //! not the process's memory.
 //!
 //! Like the snapshot it is a cache; the tables stay the record. A chunk slot names its record's
-//! place; a replaced chunk's record stays behind, unread, until the next full load writes the file
-//! afresh. The snapshot names the file (a random id in its header) and its length when it was
+//! place; a replaced chunk's record stays behind, unread and counted as dead, until the file is
+//! compacted: once the dead bytes outweigh the live ones, the writer's upkeep copies the live
+//! records to a new file (no lock held while it copies; see `Resident::compact_chunk_file`),
+//! renames it into place and saves a snapshot that names it. The snapshot names the file (a random id in its header) and its length when it was
 //! saved (flushed to disk before the snapshot), and a restore refuses a file that is not that one
 //! or is shorter, and cuts what was appended after. A record also carries a hash of its chunk's id,
 //! so a read that lands anywhere else finds nothing, and the caller reads the tables instead.
@@ -31,6 +33,10 @@ const RECORD_HEAD: usize = 16;
 /// Where a slot's record is: nowhere yet.
 pub(crate) const NOWHERE: u64 = u64::MAX;
 
+/// Dead bytes below which a file is never compacted, however much of it is dead (a copy costs a
+/// pass over the live records; under this it is not worth one).
+pub(crate) const COMPACT_FROM: u64 = 1 << 20;
+
 /// The chunk file beside the snapshot at `snapshot`.
 pub(crate) fn path_beside(snapshot: &Path) -> PathBuf {
     snapshot.with_extension("chunks")
@@ -48,6 +54,10 @@ pub(crate) struct ChunkFile {
     out: BufWriter<File>,
     id: u64,
     len: u64,
+    /// Bytes of records no slot names any more.
+    dead: u64,
+    /// Where it is (`None`: a temporary file with no name).
+    path: Option<PathBuf>,
 }
 
 impl ChunkFile {
@@ -71,17 +81,22 @@ impl ChunkFile {
         out.write_all(MAGIC)?;
         out.write_all(&id.to_le_bytes())?;
         out.flush()?;
-        Ok(Self { out, id, len: HEAD })
+        Ok(Self { out, id, len: HEAD, dead: 0, path: path.map(Path::to_path_buf) })
     }
 
-    /// The file at `path`, if it is the one with id `id` and holds at least `len` bytes; what
-    /// follows `len` (appended after the snapshot that names it) is cut.
-    pub fn reopen(path: &Path, id: u64, len: u64) -> io::Result<Self> {
+    /// The file at `path`, if it is the one with id `id` and holds at least `len` bytes (`dead`
+    /// of them dead); what follows `len` (appended after the snapshot that names it) is cut.
+    pub fn reopen(path: &Path, id: u64, len: u64, dead: u64) -> io::Result<Self> {
         let file = OpenOptions::new().read(true).write(true).open(path)?;
         let mut head = [0u8; HEAD as usize];
         file.read_exact_at(&mut head, 0)?;
         let found = u64::from_le_bytes(head[8..].try_into().expect("8 bytes"));
-        if &head[..8] != MAGIC || found != id || file.metadata()?.len() < len || len < HEAD {
+        if &head[..8] != MAGIC
+            || found != id
+            || file.metadata()?.len() < len
+            || len < HEAD
+            || dead > len - HEAD
+        {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!("{} is not the chunk file the snapshot was saved with", path.display()),
@@ -90,7 +105,7 @@ impl ChunkFile {
         file.set_len(len)?;
         let mut out = BufWriter::with_capacity(1 << 20, file);
         std::io::Seek::seek(&mut out, io::SeekFrom::Start(len))?;
-        Ok(Self { out, id, len })
+        Ok(Self { out, id, len, dead, path: Some(path.to_path_buf()) })
     }
 
     pub fn id(&self) -> u64 {
@@ -100,6 +115,78 @@ impl ChunkFile {
     /// Bytes written (flushed or not).
     pub fn len(&self) -> u64 {
         self.len
+    }
+
+    /// Bytes of records no slot names any more.
+    pub fn dead(&self) -> u64 {
+        self.dead
+    }
+
+    /// The record at `at` is named by no slot any more.
+    pub fn forget(&mut self, at: u64) {
+        if let Some(n) = self.record_len(at) {
+            self.dead = (self.dead + n).min(self.len - HEAD);
+        }
+    }
+
+    /// Whether a copy of the live records is due: more dead bytes than live ones, and at least
+    /// [`COMPACT_FROM`] of them.
+    pub fn compaction_due(&self) -> bool {
+        self.dead >= COMPACT_FROM && self.dead > self.len - HEAD - self.dead
+    }
+
+    /// The length of the record at `at` (head and body), from its head.
+    fn record_len(&self, at: u64) -> Option<u64> {
+        let mut head = [0u8; RECORD_HEAD];
+        self.out.get_ref().read_exact_at(&mut head, at).ok()?;
+        let dim = u32::from_le_bytes(head[8..12].try_into().ok()?) as u64;
+        let text_len = u32::from_le_bytes(head[12..].try_into().ok()?) as u64;
+        let n = RECORD_HEAD as u64 + dim * 4 + text_len;
+        (at + n <= self.len).then_some(n)
+    }
+
+    /// What a compaction reads from while the index goes on using this file: the file itself
+    /// (positional reads leave its writer alone), where it is, and its length now.
+    pub fn source(&self) -> io::Result<(File, Option<PathBuf>, u64)> {
+        Ok((self.out.get_ref().try_clone()?, self.path.clone(), self.len))
+    }
+
+    /// A new file beside `path` (or nameless), to copy live records into, renamed over `path`
+    /// by [`ChunkFile::take_place_of`].
+    pub fn create_beside(path: Option<&Path>) -> io::Result<Self> {
+        let mut file = Self::create(path.map(|p| p.with_extension("chunks-new")).as_deref())?;
+        file.path = path.map(Path::to_path_buf);
+        Ok(file)
+    }
+
+    /// Copy the record at `at` of `from` (a file of this layout) to the end of this one; where it
+    /// starts here. `None` when no whole record is there.
+    pub fn copy_record(&mut self, from: &File, at: u64, from_len: u64) -> io::Result<Option<u64>> {
+        let mut head = [0u8; RECORD_HEAD];
+        from.read_exact_at(&mut head, at)?;
+        let dim = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes")) as u64;
+        let text_len = u32::from_le_bytes(head[12..].try_into().expect("4 bytes")) as u64;
+        let n = RECORD_HEAD as u64 + dim * 4 + text_len;
+        if at + n > from_len {
+            return Ok(None);
+        }
+        let mut record = vec![0u8; n as usize];
+        from.read_exact_at(&mut record, at)?;
+        let to = self.len;
+        self.out.write_all(&record)?;
+        self.len += n;
+        Ok(Some(to))
+    }
+
+    /// Put this file (made by [`ChunkFile::create_beside`], flushed) in the place of the one it
+    /// was copied from: on disk first, then renamed over it.
+    pub fn take_place_of(&mut self) -> io::Result<()> {
+        self.out.flush()?;
+        self.sync()?;
+        if let Some(path) = &self.path {
+            std::fs::rename(path.with_extension("chunks-new"), path)?;
+        }
+        Ok(())
     }
 
     /// Append a chunk's record; returns where it starts.
@@ -175,16 +262,16 @@ mod tests {
         let c = f.append("c#0", &[0.0, 1.0], "after the snapshot").unwrap();
         f.flush().unwrap();
         drop(f);
-        assert!(ChunkFile::reopen(&path, id ^ 2, saved).is_err(), "another file's id");
-        assert!(ChunkFile::reopen(&path, id, saved + 10_000).is_err(), "shorter than named");
-        let mut f = ChunkFile::reopen(&path, id, saved).unwrap();
+        assert!(ChunkFile::reopen(&path, id ^ 2, saved, 0).is_err(), "another file's id");
+        assert!(ChunkFile::reopen(&path, id, saved + 10_000, 0).is_err(), "shorter than named");
+        let mut f = ChunkFile::reopen(&path, id, saved, 0).unwrap();
         assert_eq!(f.read(b, "b#0").map(|(t, _)| t), Some("βeta".to_string()));
         assert_eq!(f.read(c, "c#0"), None, "what followed the snapshot is cut");
         let d = f.append("d#0", &[0.5, 0.5], "").unwrap();
         f.flush().unwrap();
         assert_eq!(d, c);
         assert_eq!(f.read(d, "d#0"), Some((String::new(), vec![0.5, 0.5])));
-        assert!(ChunkFile::reopen(&dir.path().join("missing.chunks"), id, saved).is_err());
+        assert!(ChunkFile::reopen(&dir.path().join("missing.chunks"), id, saved, 0).is_err());
         let mut unnamed = ChunkFile::create(None).unwrap();
         let at = unnamed.append("e#0", &[1.0], "nameless").unwrap();
         unnamed.flush().unwrap();

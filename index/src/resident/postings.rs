@@ -63,6 +63,11 @@ impl Postings {
         self.len as usize
     }
 
+    /// Whether no document holds the term.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// Keep only the postings `keep` says yes to (by document), in their order.
     pub fn retain(&mut self, keep: impl Fn(u32) -> bool) {
         let mut kept = Postings { bytes: Vec::with_capacity(self.bytes.len()), ..Postings::default() };

@@ -44,8 +44,8 @@ const EMBEDDED: u8 = 2;
 const TEXT: u8 = 4;
 
 /// The file's first bytes: a name and the layout's version (a new layout is a new name; 5: body
-/// hashes became SHA-256).
-const MAGIC: &[u8; 8] = b"cairnRI5";
+/// hashes became SHA-256; 6: the chunk file's dead bytes, for its compaction).
+const MAGIC: &[u8; 8] = b"cairnRI6";
 
 /// A snapshot being written, and how many bytes so far.
 struct Out(BufWriter<File>, u64);
@@ -319,13 +319,14 @@ impl ResidentIndex {
         o.bytes(MAGIC)?;
         o.stamp(stamp)?;
         // The chunk file first (it must be on disk before a snapshot that names it), named by its
-        // id and length; 0 for none, and then no slot names a place in it.
+        // id, length and dead bytes; 0 for none, and then no slot names a place in it.
         let file = self.file.as_ref();
         if let Some(f) = file {
             f.sync()?;
         }
         o.u64(file.map_or(0, ChunkFile::id))?;
         o.u64(file.map_or(0, ChunkFile::len))?;
+        o.u64(file.map_or(0, ChunkFile::dead))?;
         let second_at = o.1;
         o.u64(0)?;
         o.len(self.chunks.len())?;
@@ -399,7 +400,7 @@ impl ResidentIndex {
         if &i.array::<8>()? != MAGIC || i.stamp()? != *stamp {
             return Ok(None);
         }
-        let (file_id, file_len) = (i.u64()?, i.u64()?);
+        let (file_id, file_len, file_dead) = (i.u64()?, i.u64()?, i.u64()?);
         let second = i.u64()?;
         let head = len - i.1;
         if second < head || second > len {
@@ -437,7 +438,7 @@ impl ResidentIndex {
         let beside = chunk_file::path_beside(path);
         match file_id {
             0 => index.chunk_home = super::ChunkHome::Beside(beside),
-            id => index.file = Some(ChunkFile::reopen(&beside, id, file_len)?),
+            id => index.file = Some(ChunkFile::reopen(&beside, id, file_len, file_dead)?),
         }
         Ok(Some(index))
     }
