@@ -394,7 +394,15 @@ pub async fn duplicates_job(
     let stopped = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let _stop = StopOnDrop(stopped.clone());
     tokio::task::spawn_blocking(move || {
-        host.duplicates(threshold, &|| stopped.load(std::sync::atomic::Ordering::SeqCst))
+        let stop = || {
+            cairn_index::fault::point("duplicates.check");
+            stopped.load(std::sync::atomic::Ordering::SeqCst)
+        };
+        let groups = host.duplicates(threshold, &stop);
+        if stopped.load(std::sync::atomic::Ordering::SeqCst) {
+            tracing::info!("duplicates: stopped early, its caller went");
+        }
+        groups
     })
     .await
     .map_err(|e| crate::Error::Pipeline(format!("duplicates failed: {e}")))

@@ -293,16 +293,16 @@ impl Handler<Links> for QueryActor {
     }
 }
 
-/// Duplicate candidates across every source.
+/// The sources as they are now, for a long job that runs in its caller's task (off the actor,
+/// and dropped with its caller: see [`crate::host::duplicates_job`]).
 #[derive(Debug, Message)]
-#[rtype(result = "crate::Result<Vec<cairn_query::duplicates::DuplicateGroup>>")]
-pub struct Duplicates(pub f32);
+#[rtype(result = "std::sync::Arc<QueryHost>")]
+pub struct HostNow;
 
-impl Handler<Duplicates> for QueryActor {
-    type Result = ResponseFuture<crate::Result<Vec<cairn_query::duplicates::DuplicateGroup>>>;
+impl Handler<HostNow> for QueryActor {
+    type Result = MessageResult<HostNow>;
 
-    fn handle(&mut self, msg: Duplicates, _: &mut Context<Self>) -> Self::Result {
-        // Off the actor: it reads every vector.
-        Box::pin(crate::host::duplicates_job(std::sync::Arc::new(self.host.clone()), msg.0))
+    fn handle(&mut self, _: HostNow, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(std::sync::Arc::new(self.host.clone()))
     }
 }

@@ -7,7 +7,8 @@
 //! closed; request frames of at most [`crate::ipc::MAX_REQUEST`] (a larger one is refused unread
 //! and the connection closed); every request within its time limit; every reply written within
 //! [`WRITE_WITHIN`] (a client that stops reading is dropped). Each connection is a task of its
-//! own.
+//! own. A client that goes while its request runs takes the request with it: the work is
+//! dropped (a long job such as `duplicates` stops at its next check), never finished for nobody.
 
 use crate::api::Answerer;
 use crate::api::owner::Clients;
@@ -198,9 +199,15 @@ async fn connection(ctx: Ctx, mut stream: UnixStream, id: u64) {
         return;
     };
     let mut hello: Option<Hello> = None;
+    // Bytes the client sent while its last request ran (its next request, early).
+    let mut early: Vec<u8> = Vec::new();
     loop {
         let wait = if hello.is_none() { HELLO_WITHIN } else { IDLE };
-        let frame = match tokio::time::timeout(wait, read_frame(&mut stream, MAX_REQUEST)).await {
+        let mut sent = std::io::Cursor::new(std::mem::take(&mut early));
+        let mut from = tokio::io::AsyncReadExt::chain(&mut sent, &mut stream);
+        let read = tokio::time::timeout(wait, read_frame(&mut from, MAX_REQUEST)).await;
+        early = sent.get_ref()[sent.position() as usize..].to_vec();
+        let frame = match read {
             Err(_) | Ok(Err(FrameError::Closed)) => break,
             Ok(Err(FrameError::TooLarge(n, max))) => {
                 let _ = send(
@@ -253,7 +260,16 @@ async fn connection(ctx: Ctx, mut stream: UnixStream, id: u64) {
                 let limit = request.time_limit();
                 let verb = request.verb();
                 cairn_index::fault::point("server.request");
-                match tokio::time::timeout(limit, crate::api::dispatch(&ctx.answerer(), request)).await {
+                let answerer = ctx.answerer();
+                let answer = tokio::time::timeout(limit, crate::api::dispatch(&answerer, request));
+                let answer = tokio::select! {
+                    a = answer => a,
+                    () = gone(&stream, &mut early) => {
+                        tracing::info!("socket: a client went while `{verb}` ran; its work is dropped");
+                        break;
+                    }
+                };
+                match answer {
                     Ok(Ok(v)) => Reply::Ok(v),
                     Ok(Err(e)) => failed(e),
                     Err(_) => {
@@ -267,6 +283,24 @@ async fn connection(ctx: Ctx, mut stream: UnixStream, id: u64) {
         }
     }
     ctx.clients.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+}
+
+/// Until the client has gone (its end closed, or a request frame's worth of bytes sent before
+/// its last reply); what it sends meanwhile is kept in `early` for the next read.
+async fn gone(stream: &UnixStream, early: &mut Vec<u8>) {
+    let mut buf = [0u8; 4096];
+    loop {
+        if stream.readable().await.is_err() {
+            return;
+        }
+        match stream.try_read(&mut buf) {
+            Ok(0) => return,
+            Ok(n) if early.len() + n > MAX_REQUEST + 4 => return,
+            Ok(n) => early.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => return,
+        }
+    }
 }
 
 fn check_hello(h: &Hello) -> Option<Reply> {

@@ -553,7 +553,9 @@ impl Pipeline {
 
     /// Groups of pages that look like one subject (see [`cairn_query::duplicates`]).
     pub async fn duplicates(&self, threshold: f32) -> Result<Vec<cairn_query::duplicates::DuplicateGroup>> {
-        self.inner.query.send(crate::query::Duplicates(threshold)).await.map_err(|_| Error::Stopped)?
+        // In this task, not the actor's: a caller that goes (its client left) stops the job.
+        let host = self.inner.query.send(crate::query::HostNow).await.map_err(|_| Error::Stopped)?;
+        crate::host::duplicates_job(host, threshold).await
     }
 
     /// One page with its body; `None` when the source has no such slug.

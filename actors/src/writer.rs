@@ -563,16 +563,15 @@ impl SourceWriter {
                 journal.record(&id, change).await;
             }
             // Into the resident index before anyone hears of it, so a `page_indexed` subscriber
-            // finds the page.
-            let batch = tokio::task::spawn_blocking(move || {
-                let prepared = Prepared::batch(&batch);
-                (batch, prepared)
+            // finds the page. On a blocking thread: the write lock waits for the searches reading
+            // now, and the arbiter's thread runs every other actor meanwhile.
+            let (batch, pending_total) = tokio::task::spawn_blocking(move || {
+                resident.apply(Prepared::batch(&batch));
+                let pending = resident.read().unembedded_count();
+                (batch, pending)
             })
             .await
-            .map_err(|e| format!("preparing the committed batch for reading: {e}"))?;
-            let (batch, prepared) = batch;
-            resident.apply(prepared);
-            let pending_total = resident.read().unembedded_count();
+            .map_err(|e| format!("applying the committed batch for reading: {e}"))?;
             let mut events = deferred;
             events.extend(batch.upserts.iter().map(|w| EventKind::PageIndexed {
                 path: w.page.path.clone(),
@@ -858,8 +857,13 @@ impl SourceWriter {
                 };
                 journal.record(&id, change).await;
             }
-            resident.apply_vectors(&ready);
-            let pending = resident.read().unembedded_count();
+            // On a blocking thread, as a page commit's (see there).
+            let pending = tokio::task::spawn_blocking(move || {
+                resident.apply_vectors(&ready);
+                resident.read().unembedded_count()
+            })
+            .await
+            .map_err(|e| format!("applying the committed vectors for reading: {e}"))?;
             let mut events = warnings;
             events.extend(complete.into_iter().map(|slug| EventKind::PageEmbedded { slug, version }));
             events.push(EventKind::Committed {

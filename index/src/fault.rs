@@ -11,6 +11,8 @@
 //! arms it once the process has reached the state it means to break). With
 //! `CAIRN_TEST_FAULTS_KILL=1` a point that fires is a `kill -9` of the process instead of a
 //! panic: no hook, no destructor, no flush runs (what a power cut or the OOM killer leaves).
+//! With `CAIRN_TEST_FAULTS_DELAY_MS=N` it is a wait of N ms where it stands instead (what a
+//! thread that waits for a lock, a disk or a peer does), said on stderr when it starts.
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -97,6 +99,11 @@ pub fn point_after(name: &str, before: impl FnOnce()) {
         before();
         if std::env::var_os("CAIRN_TEST_FAULTS_KILL").is_some() {
             kill_me(&format!("injected kill at {name} (pass {pass})"));
+        }
+        if let Some(ms) = std::env::var("CAIRN_TEST_FAULTS_DELAY_MS").ok().and_then(|v| v.parse().ok()) {
+            eprintln!("cairn: injected delay of {ms} ms at {name} (pass {pass})");
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+            return;
         }
         panic!("injected fault at {name} (pass {pass})");
     }

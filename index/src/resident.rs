@@ -1313,12 +1313,16 @@ impl Resident {
     }
 
     /// Apply a committed batch (tokenise it first with [`Prepared::batch`], outside the lock).
+    /// It waits for the write lock (for the searches reading now) and may write the chunk file:
+    /// call it on a blocking thread, never on an actor's.
     pub fn apply(&self, batch: Prepared) {
+        crate::fault::point("resident.apply");
         self.index.write().unwrap_or_else(|p| p.into_inner()).apply(batch);
     }
 
-    /// Apply vectors attached to chunks (by id).
+    /// Apply vectors attached to chunks (by id); like [`Resident::apply`], on a blocking thread.
     pub fn apply_vectors(&self, vectors: &[(String, Vec<f32>)]) {
+        crate::fault::point("resident.apply");
         self.index.write().unwrap_or_else(|p| p.into_inner()).apply_vectors(vectors);
     }
 

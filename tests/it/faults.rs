@@ -122,6 +122,82 @@ fn a_panic_in_the_model_costs_one_answer_its_vectors_and_never_the_owner() {
     owner.wait().unwrap();
 }
 
+/// `cairn.toml` of the database `db` over `root`, live edits at the default pace (the
+/// handover's config holds them a minute).
+fn live_config(tmp: &Path, root: &Path) -> (PathBuf, PathBuf) {
+    let (config, db) = crate::handover::config(tmp, "db", root);
+    let text = std::fs::read_to_string(&config).unwrap().replace("debounce_ms = 60000\n", "");
+    std::fs::write(&config, text).unwrap();
+    (config, db)
+}
+
+/// A client that goes while its `duplicates` runs takes the job with it: the owner drops the
+/// request, and the job stops at its next check (here each check waits 300 ms, a test hook),
+/// instead of running on for nobody; the owner serves on.
+#[test]
+fn a_long_job_stops_when_its_client_goes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("sea");
+    vault(&root);
+    let (config, db) = live_config(tmp.path(), &root);
+    let env: [(&str, &std::ffi::OsStr); 3] = [
+        ("CAIRN_TEST_FAULTS", "duplicates.check".as_ref()),
+        ("CAIRN_TEST_FAULTS_DELAY_MS", "300".as_ref()),
+        ("RUST_LOG", "warn,cairn_actors=info".as_ref()),
+    ];
+    let mut owner = crate::handover::Watch::with(&config, &env);
+    owner.wait_line("cairn: up to date", Duration::from_secs(300));
+    let mut client = Command::new(cairn_bin())
+        .args(["duplicates", "--db", db.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    owner.wait_line("injected delay of 300 ms at duplicates.check", Duration::from_secs(60));
+    client.kill().unwrap();
+    client.wait().unwrap();
+    owner.wait_line("a client went while `duplicates` ran; its work is dropped", Duration::from_secs(10));
+    owner.wait_line("duplicates: stopped early, its caller went", Duration::from_secs(10));
+    let answer = search_json(&db, "where are nets mended", &[]);
+    assert_eq!(answer["results"][0]["slug"], "nets", "{answer}");
+    owner.stop();
+}
+
+/// A commit whose resident-index update waits (for the write lock, behind long reads; here a
+/// test hook's 4 s wait where it takes the lock) holds up no search: the update runs on a
+/// blocking thread, never on the actors' thread that answers searches.
+#[test]
+fn a_commit_waiting_for_the_index_lock_holds_up_no_search() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (root, armed) = (tmp.path().join("sea"), tmp.path().join("armed"));
+    vault(&root);
+    let (config, db) = live_config(tmp.path(), &root);
+    let env: [(&str, &std::ffi::OsStr); 3] = [
+        ("CAIRN_TEST_FAULTS", "resident.apply".as_ref()),
+        ("CAIRN_TEST_FAULTS_WHILE", armed.as_os_str()),
+        ("CAIRN_TEST_FAULTS_DELAY_MS", "4000".as_ref()),
+    ];
+    let mut owner = crate::handover::Watch::with(&config, &env);
+    owner.wait_line("cairn: up to date", Duration::from_secs(300));
+    std::fs::write(&armed, "").unwrap();
+    write(&root, "gulls.md", "# Gulls\n\nGulls circle the quay at dawn.\n");
+    let waiting = owner.wait_line("injected delay of 4000 ms at resident.apply", Duration::from_secs(60));
+    let t0 = Instant::now();
+    let answer = search_json(&db, "where are nets mended", &[]);
+    let took = t0.elapsed();
+    std::fs::remove_file(&armed).unwrap();
+    assert_eq!(answer["results"][0]["slug"], "nets", "{answer}");
+    assert!(
+        took < Duration::from_secs(2) && waiting.elapsed() < Duration::from_secs(4),
+        "the search took {took:?} while a commit waited for the index"
+    );
+    owner.wait_line("committed 1 pages", Duration::from_secs(60));
+    owner.wait_line("0 to go", Duration::from_secs(60));
+    let answer = search_json(&db, "gulls circle the quay", &[]);
+    assert_eq!(answer["results"][0]["slug"], "gulls", "{answer}");
+    owner.stop();
+}
+
 /// `cairn ARGS --db DB` with `XDG_RUNTIME_DIR` set to `runtime`.
 fn cairn_in(runtime: &Path, db: &Path, args: &[&str]) -> Command {
     let mut c = Command::new(cairn_bin());

@@ -54,21 +54,33 @@ const STANDBY: [&str; 13] = [
 ];
 
 /// A `cairn watch` child: its stderr lines, read on a thread of their own, each with when it came.
-struct Watch {
+pub struct Watch {
     child: Child,
     lines: Receiver<(Instant, String)>,
     seen: Vec<String>,
 }
 
 impl Watch {
+    /// `cairn watch --config CONFIG`, a kill armed at `point` while the file `armed` exists.
     fn start(config: &Path, point: Option<(&str, &Path)>) -> Self {
+        match point {
+            Some((point, armed)) => Self::with(
+                config,
+                &[
+                    ("CAIRN_TEST_FAULTS", point.as_ref()),
+                    ("CAIRN_TEST_FAULTS_WHILE", armed.as_os_str()),
+                    ("CAIRN_TEST_FAULTS_KILL", "1".as_ref()),
+                ],
+            ),
+            None => Self::with(config, &[]),
+        }
+    }
+
+    /// `cairn watch --config CONFIG` with `env` set.
+    pub fn with(config: &Path, env: &[(&str, &std::ffi::OsStr)]) -> Self {
         let mut c = Command::new(cairn_bin());
         c.args(["watch", "--config", config.to_str().unwrap()]).stdout(Stdio::null()).stderr(Stdio::piped());
-        if let Some((point, armed)) = point {
-            c.env("CAIRN_TEST_FAULTS", point)
-                .env("CAIRN_TEST_FAULTS_WHILE", armed)
-                .env("CAIRN_TEST_FAULTS_KILL", "1");
-        }
+        c.envs(env.iter().copied());
         let mut child = c.spawn().unwrap();
         let stderr = child.stderr.take().unwrap();
         let (tx, lines) = std::sync::mpsc::channel();
@@ -85,7 +97,7 @@ impl Watch {
     }
 
     /// When a line containing `text` came (waiting for it, up to `within`).
-    fn wait_line(&mut self, text: &str, within: Duration) -> Instant {
+    pub fn wait_line(&mut self, text: &str, within: Duration) -> Instant {
         let deadline = Instant::now() + within;
         loop {
             match self.lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
@@ -128,7 +140,7 @@ impl Watch {
     }
 
     /// SIGTERM, and a clean exit.
-    fn stop(mut self) {
+    pub fn stop(mut self) {
         self.signal("-TERM");
         let status = self.child.wait().unwrap();
         assert!(status.success(), "{status}; said:\n{}", self.seen.join("\n"));
@@ -138,7 +150,7 @@ impl Watch {
 /// The database `name` of `vault`, past its exact-vector limit (int8 codes, a chunk file and a
 /// snapshot), with live edits held a minute: a trial's page is committed by the drain or by the
 /// next owner's catch-up, never before its handover.
-fn config(tmp: &Path, name: &str, vault: &Path) -> (PathBuf, PathBuf) {
+pub fn config(tmp: &Path, name: &str, vault: &Path) -> (PathBuf, PathBuf) {
     let path = tmp.join(format!("{name}.toml"));
     let db = tmp.join(name);
     let text = format!(
