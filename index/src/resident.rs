@@ -1525,8 +1525,20 @@ mod tests {
         assert_eq!(want.len(), 200);
         assert!(want["p5#0"].0.starts_with("round 2 page 5 "));
 
+        let old_stamp = snapshot::Stamp {
+            chunks_version: 2,
+            chunks_written_us: 1,
+            pages_version: 2,
+            chunk_rows: 200,
+            page_rows: 200,
+            exact_up_to: 2,
+        };
+        i.save(&path, &old_stamp).unwrap();
         let r = Resident::new("s", i);
         let (before, after) = r.compact_chunk_file().await.unwrap().expect("due");
+        // A death before the next snapshot: the old one is refused (another file now), so the
+        // next open loads the tables rather than read records where they no longer are.
+        assert!(ResidentIndex::restore(&path, &old_stamp).is_err());
         assert!(after < before / 2 && after <= live + 64, "{before} → {after} bytes (live {live})");
         assert_eq!(
             std::fs::metadata(chunk_file::path_beside(&path)).unwrap().len(),

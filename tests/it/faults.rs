@@ -163,6 +163,51 @@ fn a_long_job_stops_when_its_client_goes() {
     owner.stop();
 }
 
+/// While a long job runs (`duplicates`, each of its checks here waiting 1 s, a test hook: a job
+/// of many seconds), edits commit and no search waits on it: every search's own latency stays
+/// under 200 ms, and the job still runs when they are done.
+#[test]
+fn no_search_waits_on_a_long_job_and_edits_commit_meanwhile() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("sea");
+    vault(&root);
+    for i in 0..10 {
+        write(
+            &root,
+            &format!("meeting-{i}.md"),
+            "# Weekly meeting\n\nAgenda, decisions and actions of the week.\n",
+        );
+    }
+    let (config, db) = live_config(tmp.path(), &root);
+    let env: [(&str, &std::ffi::OsStr); 2] =
+        [("CAIRN_TEST_FAULTS", "duplicates.check".as_ref()), ("CAIRN_TEST_FAULTS_DELAY_MS", "1000".as_ref())];
+    let mut owner = crate::handover::Watch::with(&config, &env);
+    owner.wait_line("cairn: up to date", Duration::from_secs(300));
+    let mut job = Command::new(cairn_bin())
+        .args(["duplicates", "--json", "--db", db.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    owner.wait_line("injected delay of 1000 ms at duplicates.check", Duration::from_secs(60));
+    let mut latencies = Vec::new();
+    for i in 0..10 {
+        write(&root, &format!("edit-{i}.md"), &format!("# Edit {i}\n\nA note written while the job runs.\n"));
+        let answer = search_json(&db, "where are nets mended", &[]);
+        assert_eq!(answer["results"][0]["slug"], "nets", "{answer}");
+        latencies.push(answer["latency_ms"].as_f64().unwrap());
+    }
+    owner.wait_line("committed 1 pages", Duration::from_secs(60));
+    assert!(job.try_wait().unwrap().is_none(), "the job ended before the searches and an edit's commit");
+    let worst = latencies.iter().copied().fold(0.0, f64::max);
+    assert!(worst < 200.0, "a search took {worst} ms while the job ran: {latencies:?}");
+    // Its end is not this test's subject (the job's own tests are `duplicates`').
+    job.kill().unwrap();
+    job.wait().unwrap();
+    eprintln!("searches while the job ran: worst {worst:.1} ms of {latencies:?}");
+    owner.stop();
+}
+
 /// A commit whose resident-index update waits (for the write lock, behind long reads; here a
 /// test hook's 4 s wait where it takes the lock) holds up no search: the update runs on a
 /// blocking thread, never on the actors' thread that answers searches.
