@@ -1351,7 +1351,9 @@ impl Resident {
             for (slot, at) in live {
                 moved.push((slot, at, copy.copy_record(&from, at, len)?));
             }
+            // On disk here, not under the write lock (where only the renaming is left).
             copy.flush()?;
+            copy.sync()?;
             Ok((copy, moved))
         })
         .await
