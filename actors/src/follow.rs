@@ -421,13 +421,13 @@ async fn apply(live: &crate::host::LiveSource, change: &Change) -> cairn_index::
         })
         .await
         .map_err(|e| cairn_index::Error::Io(std::io::Error::other(e)))?;
-        live.resident.apply(prepared);
+        live.resident.apply(prepared).await?;
     }
     if !change.vectors.is_empty() {
         let ids: Vec<&str> = change.vectors.iter().map(String::as_str).collect();
         let vectors: Vec<(String, Vec<f32>)> =
             live.store.vectors_by(VectorKey::Id, &ids).await?.into_iter().collect();
-        live.resident.apply_vectors(&vectors);
+        live.resident.apply_vectors(vectors).await?;
     }
     Ok(())
 }

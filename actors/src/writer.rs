@@ -563,15 +563,15 @@ impl SourceWriter {
                 journal.record(&id, change).await;
             }
             // Into the resident index before anyone hears of it, so a `page_indexed` subscriber
-            // finds the page. On a blocking thread: the write lock waits for the searches reading
-            // now, and the arbiter's thread runs every other actor meanwhile.
-            let (batch, pending_total) = tokio::task::spawn_blocking(move || {
-                resident.apply(Prepared::batch(&batch));
-                let pending = resident.read().unembedded_count();
-                (batch, pending)
+            // finds the page.
+            let batch = tokio::task::spawn_blocking(move || {
+                let prepared = Prepared::batch(&batch);
+                (batch, prepared)
             })
             .await
-            .map_err(|e| format!("applying the committed batch for reading: {e}"))?;
+            .map_err(|e| format!("preparing the committed batch for reading: {e}"))?;
+            let (batch, prepared) = batch;
+            let pending_total = resident.apply(prepared).await.map_err(|e| e.to_string())?;
             let mut events = deferred;
             events.extend(batch.upserts.iter().map(|w| EventKind::PageIndexed {
                 path: w.page.path.clone(),
@@ -857,13 +857,7 @@ impl SourceWriter {
                 };
                 journal.record(&id, change).await;
             }
-            // On a blocking thread, as a page commit's (see there).
-            let pending = tokio::task::spawn_blocking(move || {
-                resident.apply_vectors(&ready);
-                resident.read().unembedded_count()
-            })
-            .await
-            .map_err(|e| format!("applying the committed vectors for reading: {e}"))?;
+            let pending = resident.apply_vectors(ready).await.map_err(|e| e.to_string())?;
             let mut events = warnings;
             events.extend(complete.into_iter().map(|slug| EventKind::PageEmbedded { slug, version }));
             events.push(EventKind::Committed {
@@ -973,8 +967,8 @@ impl SourceWriter {
         if vectors_busy {
             self.since_upkeep = UPKEEP_EVERY;
         }
-        let snapshot = self.snapshot().filter(|_| idle).zip(self.resident.clone());
         let resident = self.resident.clone().filter(|_| idle);
+        let snapshot = self.snapshot().zip(resident.clone());
         let exact_up_to = self.opts.exact_vectors_up_to;
         let shared = self.opts.publishing.is_some();
         let fut = async move {

@@ -1312,18 +1312,33 @@ impl Resident {
         &self.id
     }
 
-    /// Apply a committed batch (tokenise it first with [`Prepared::batch`], outside the lock).
-    /// It waits for the write lock (for the searches reading now) and may write the chunk file:
-    /// call it on a blocking thread, never on an actor's.
-    pub fn apply(&self, batch: Prepared) {
-        crate::fault::point("resident.apply");
-        self.index.write().unwrap_or_else(|p| p.into_inner()).apply(batch);
+    /// Apply a committed batch (tokenise it first with [`Prepared::batch`], outside the lock);
+    /// the chunks still waiting for a vector after it.
+    pub async fn apply(&self, batch: Prepared) -> crate::Result<usize> {
+        self.with_index_mut(move |index| index.apply(batch)).await
     }
 
-    /// Apply vectors attached to chunks (by id); like [`Resident::apply`], on a blocking thread.
-    pub fn apply_vectors(&self, vectors: &[(String, Vec<f32>)]) {
-        crate::fault::point("resident.apply");
-        self.index.write().unwrap_or_else(|p| p.into_inner()).apply_vectors(vectors);
+    /// Apply vectors attached to chunks (by id); the chunks still waiting for one after them.
+    pub async fn apply_vectors(&self, vectors: Vec<(String, Vec<f32>)>) -> crate::Result<usize> {
+        self.with_index_mut(move |index| index.apply_vectors(&vectors)).await
+    }
+
+    /// `f` over the index under its write lock, on a blocking thread: taking the lock waits for
+    /// the searches reading now, and a change may write the chunk file, so neither may hold an
+    /// actor's thread (which answers searches meanwhile) or one of the runtime's workers.
+    async fn with_index_mut(
+        &self,
+        f: impl FnOnce(&mut ResidentIndex) + Send + 'static,
+    ) -> crate::Result<usize> {
+        let index = self.index.clone();
+        tokio::task::spawn_blocking(move || {
+            crate::fault::point("resident.apply");
+            let mut index = index.write().unwrap_or_else(|p| p.into_inner());
+            f(&mut index);
+            index.unembedded_count()
+        })
+        .await
+        .map_err(|e| crate::Error::Io(std::io::Error::other(e)))
     }
 
     /// Compact the chunk file once most of it is dead (see [`chunk_file`]): the live records are
