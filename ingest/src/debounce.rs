@@ -4,6 +4,12 @@
 //! Raw events for vault-relative paths go in; settled per-path changes come out once a path has
 //! been quiet for the quiet period: an editor's write-temp-then-rename save is one `Changed`, a
 //! create-then-delete is nothing, a rename is `Renamed { from, to }`, a flood is one change.
+//!
+//! Removals wait longer, and together: each removal (a delete, or a file renamed away whose
+//! destination is not yet known) holds every pending removal until removals have been quiet for
+//! [`Debouncer::REMOVAL_QUIET_MS`]. An `rm` of thirty notes therefore settles as one batch even
+//! when the machine is loaded and the unlinks straggle, so the mass-removal guard judges it
+//! whole, not one page at a time.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -58,7 +64,17 @@ struct Entry {
     renamed_from: Option<PathBuf>,
     /// The file at this path was renamed away; the target carries what happens to it.
     moved_out: bool,
+    /// Renamed away by a cookie event whose partner has not come: gone, unless it arrives.
+    awaiting_pair: bool,
     deadline: u64,
+}
+
+impl Entry {
+    /// A file that was there before this window is gone, and no rename carries it elsewhere.
+    fn is_removal(&self) -> bool {
+        let held_a_file = self.existed_before || self.renamed_from.is_some();
+        !self.exists && held_a_file && (!self.moved_out || self.awaiting_pair)
+    }
 }
 
 /// The debouncer. Feed events with [`Debouncer::push`], call [`Debouncer::tick`] at or after
@@ -66,6 +82,9 @@ struct Entry {
 #[derive(Debug, Clone)]
 pub struct Debouncer {
     quiet_ms: u64,
+    removal_quiet_ms: u64,
+    /// Pending removals settle no earlier than this (the last removal plus `removal_quiet_ms`).
+    removals_until: u64,
     entries: BTreeMap<PathBuf, Entry>,
     /// Unpaired `RenameFrom`s by cookie: the path and the original path of its file.
     pending_from: HashMap<u64, (PathBuf, Option<PathBuf>)>,
@@ -77,10 +96,21 @@ pub struct Debouncer {
 impl Debouncer {
     /// Default quiet period.
     pub const DEFAULT_QUIET_MS: u64 = 150;
+    /// How long removals must be quiet before they settle (at least the quiet period). Long
+    /// enough for the unlinks of one command to arrive together on a loaded machine; a deleted
+    /// page stays findable this long.
+    pub const REMOVAL_QUIET_MS: u64 = 1_000;
 
     pub fn new(quiet_ms: u64) -> Self {
+        Self::with_removal_quiet(quiet_ms, Self::REMOVAL_QUIET_MS)
+    }
+
+    /// A debouncer whose removals wait `removal_quiet_ms` (never less than `quiet_ms`).
+    pub fn with_removal_quiet(quiet_ms: u64, removal_quiet_ms: u64) -> Self {
         Self {
             quiet_ms,
+            removal_quiet_ms: removal_quiet_ms.max(quiet_ms),
+            removals_until: 0,
             entries: BTreeMap::new(),
             pending_from: HashMap::new(),
             last_pair: None,
@@ -95,7 +125,12 @@ impl Debouncer {
 
     /// When the next change may settle.
     pub fn next_deadline(&self) -> Option<u64> {
-        self.entries.values().map(|e| e.deadline).chain(self.rescan_at).min()
+        self.entries.values().map(|e| self.due(e)).chain(self.rescan_at).min()
+    }
+
+    /// When an entry may settle: removals wait for the removals' quiet period.
+    fn due(&self, e: &Entry) -> u64 {
+        if e.is_removal() { e.deadline.max(self.removals_until) } else { e.deadline }
     }
 
     fn touch(&mut self, path: PathBuf, existed_if_new: bool, now: u64) -> &mut Entry {
@@ -105,6 +140,7 @@ impl Debouncer {
             exists: existed_if_new,
             renamed_from: None,
             moved_out: false,
+            awaiting_pair: false,
             deadline,
         });
         e.deadline = deadline;
@@ -136,6 +172,7 @@ impl Debouncer {
             RawEvent::Remove { path } => {
                 let e = self.touch(path, true, now);
                 e.exists = false;
+                self.removals_until = now + self.removal_quiet_ms;
             }
             RawEvent::RenameFrom { path, cookie } => {
                 let origin = self.origin(&path);
@@ -144,8 +181,10 @@ impl Debouncer {
                 e.renamed_from = None;
                 if let Some(cookie) = cookie {
                     e.moved_out = true;
+                    e.awaiting_pair = true;
                     self.pending_from.insert(cookie, (path, origin));
                 }
+                self.removals_until = now + self.removal_quiet_ms;
             }
             RawEvent::RenameTo { path, cookie } => {
                 match cookie.and_then(|c| self.pending_from.remove(&c)) {
@@ -155,6 +194,7 @@ impl Debouncer {
                         // The source's deadline moves with the pair, so both settle together.
                         if let Some(src) = self.entries.get_mut(&from) {
                             src.deadline = now + self.quiet_ms;
+                            src.awaiting_pair = false;
                         }
                     }
                     None => {
@@ -172,6 +212,7 @@ impl Debouncer {
                 src.exists = false;
                 src.renamed_from = None;
                 src.moved_out = true;
+                src.awaiting_pair = false;
                 self.arrive(to, origin, now);
             }
             RawEvent::Rescan => {
@@ -198,13 +239,13 @@ impl Debouncer {
             return vec![Settled::Rescan];
         }
         let mut ready: Vec<PathBuf> =
-            self.entries.iter().filter(|(_, e)| e.deadline <= now).map(|(p, _)| p.clone()).collect();
+            self.entries.iter().filter(|(_, e)| self.due(e) <= now).map(|(p, _)| p.clone()).collect();
         // A rename settles only with its source path (which may have been re-created).
         let blocked: Vec<PathBuf> = ready
             .iter()
             .filter_map(|p| {
                 let from = self.entries[p].renamed_from.as_ref()?;
-                let waiting = self.entries.get(from).is_some_and(|src| src.deadline > now);
+                let waiting = self.entries.get(from).is_some_and(|src| self.due(src) > now);
                 waiting.then(|| p.clone())
             })
             .collect();
