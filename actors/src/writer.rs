@@ -59,6 +59,10 @@ pub const KEEP_VERSIONS: Duration = Duration::from_secs(10);
 pub const KEEP_VERSIONS_SHARED: Duration = Duration::from_secs(600);
 const BACKOFF_START: Duration = Duration::from_millis(250);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// The longest a scan's pages wait in the buffer for more to fill a commit (an edit's wait is
+/// `commit_after`). Committing each parse group at the edit deadline made a first index of 47k
+/// pages take twice as long.
+const BULK_COMMIT_AFTER: Duration = Duration::from_secs(1);
 /// How long a removed page can still be matched, by content, with a new one as a move.
 const RENAME_WINDOW: Duration = Duration::from_secs(5);
 /// Vectors remembered by text hash after they are embedded, for chunks queued meanwhile with the
@@ -209,6 +213,8 @@ pub struct SourceWriter {
     /// The problems last reported per path, so a file re-read unchanged does not repeat them.
     reported: HashMap<String, Vec<String>>,
     timer: Option<SpawnHandle>,
+    /// When `timer` falls due.
+    timer_due: Option<Instant>,
     vectors: Vectors,
     since_upkeep: usize,
     chunks_since_upkeep: usize,
@@ -270,6 +276,7 @@ impl SourceWriter {
             reported: HashMap::new(),
             recently_removed: HashMap::new(),
             timer: None,
+            timer_due: None,
             vectors: Vectors::default(),
             since_upkeep: 0,
             chunks_since_upkeep: 0,
@@ -387,20 +394,34 @@ impl SourceWriter {
         self.status.done_in_flight(&self.id, done);
         self.detect_renames_by_hash(&msg.renamed);
         if self.buffered_chunks < self.opts.commit_chunks {
-            self.commit_later(ctx);
+            self.commit_later(msg.origin, ctx);
         }
         events
     }
 
     /// Commit what is buffered at its deadline (through the mailbox, so the commit is ordered with
-    /// every other message).
-    fn commit_later(&mut self, ctx: &mut Context<Self>) {
-        if (!self.buffer.is_empty() || !self.removals.is_empty()) && self.timer.is_none() {
-            self.timer = Some(ctx.run_later(self.opts.commit_after, |act, ctx| {
-                act.timer = None;
-                ctx.notify(CommitDue);
-            }));
+    /// every other message): `commit_after` once an edit waits, [`BULK_COMMIT_AFTER`] while only
+    /// a scan's pages do (the scan sends its own `Commit` when it is through, so its commits fill
+    /// to `commit_chunks` rather than to whatever one parse group held when the deadline fell).
+    fn commit_later(&mut self, origin: Origin, ctx: &mut Context<Self>) {
+        if self.buffer.is_empty() && self.removals.is_empty() {
+            return;
         }
+        let after = match origin {
+            Origin::Edit => self.opts.commit_after,
+            Origin::Scan => self.opts.commit_after.max(BULK_COMMIT_AFTER),
+        };
+        let due = Instant::now() + after;
+        if self.timer.is_some() && self.timer_due.is_some_and(|d| d <= due) {
+            return;
+        }
+        self.cancel_timer(ctx);
+        self.timer_due = Some(due);
+        self.timer = Some(ctx.run_later(after, |act, ctx| {
+            act.timer = None;
+            act.timer_due = None;
+            ctx.notify(CommitDue);
+        }));
     }
 
     /// Mark the page at `rel` (and, with `folder`, every page under it) for removal. False when
@@ -468,6 +489,7 @@ impl SourceWriter {
     }
 
     fn cancel_timer(&mut self, ctx: &mut Context<Self>) {
+        self.timer_due = None;
         if let Some(t) = self.timer.take() {
             ctx.cancel_future(t);
         }
@@ -956,10 +978,11 @@ impl SourceWriter {
             return;
         };
         // While vectors are being written, every vector commit rewrites rows of the chunks
-        // table: a compaction now would redo work the next commits undo. Old versions are still
-        // removed; compaction waits for the commit after the backfill. (Queued or in flight: a
-        // chunk the model refused stays without a vector for good and must not hold compaction
-        // off for ever.)
+        // table: a compaction now would redo work the next commits undo. The key indexes are
+        // still brought up to date (commits would otherwise read every row written since the
+        // backfill began) and old versions removed; compaction waits for the commit after the
+        // backfill. (Queued or in flight: a chunk the model refused stays without a vector for
+        // good and must not hold compaction off for ever.)
         let vectors_busy = self.vectors.out > 0
             || self.vectors.committing > 0
             || !self.vectors.edits.is_empty()
@@ -973,8 +996,9 @@ impl SourceWriter {
         let shared = self.opts.publishing.is_some();
         let fut = async move {
             let t0 = Instant::now();
-            if !vectors_busy {
-                store.optimize().await?;
+            match vectors_busy {
+                false => store.optimize().await?,
+                true => store.index_keys().await?,
             }
             let pruned = match shared {
                 false => store.prune(KEEP_VERSIONS, true).await?,
@@ -1212,7 +1236,7 @@ impl Actor for SourceWriter {
                     // Retry what failed before anything newer.
                     act.commit_now(ctx);
                 } else {
-                    act.commit_later(ctx);
+                    act.commit_later(Origin::Edit, ctx);
                 }
                 act.pump(ctx);
             }

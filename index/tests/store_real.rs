@@ -377,6 +377,49 @@ async fn the_upkeep_indexes_the_lookup_keys_and_drops_unread_indexes() {
     assert_eq!(again, want);
 }
 
+/// While a vector backfill keeps compaction off, the upkeep still indexes the keys: on a table
+/// never compacted, `index_keys` builds the B-tree indexes, brings them up to date with later
+/// commits, and leaves every other index alone; lookups by key answer the same throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_keys_are_indexed_without_a_compaction() {
+    use cairn_index::VectorKey;
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path().to_str().unwrap()).await.unwrap();
+    let store = db.open_source("notes", &manifest()).await.unwrap();
+    store.index_keys().await.unwrap();
+    assert!(store.indexes().await.unwrap().is_empty(), "nothing to index in empty tables");
+    let first = page_write("notes", "sourdough.md", SOURDOUGH);
+    store.write(&WriteBatch { upserts: vec![first.clone()], removals: vec![] }).await.unwrap();
+    store.build_text_indexes().await.unwrap();
+    store.index_keys().await.unwrap();
+    let kinds = |k: Vec<(String, String, Vec<String>)>| {
+        let mut k: Vec<String> =
+            k.into_iter().map(|(t, kind, c)| format!("{t}.{}:{kind}", c.join(","))).collect();
+        k.sort();
+        k
+    };
+    let want = [
+        "chunks.id:BTREE",
+        "chunks.search_text:FTS",
+        "chunks.slug:BTREE",
+        "chunks.text_hash:BTREE",
+        "pages.names:FTS",
+        "pages.slug:BTREE",
+    ];
+    assert_eq!(kinds(store.indexes().await.unwrap()), want, "keys indexed, the full-text indexes kept");
+    let later = page_write("notes", "projects/amphi.md", AMPHI);
+    store.write(&WriteBatch { upserts: vec![later.clone()], removals: vec![] }).await.unwrap();
+    let ids: Vec<&str> = [&first, &later].iter().map(|w| w.page.chunks[0].id.as_str()).collect();
+    for round in 0..2 {
+        let found = store.vectors_by(VectorKey::Id, &ids).await.unwrap();
+        assert_eq!(found.len(), 2, "round {round}");
+        assert_eq!(found[ids[1]], later.vectors[0].clone().unwrap());
+        assert_eq!(store.pages(&["sourdough", "projects/amphi"]).await.unwrap().len(), 2);
+        store.index_keys().await.unwrap();
+    }
+    assert_eq!(kinds(store.indexes().await.unwrap()), want);
+}
+
 /// A source past its limit saves its resident index when a load reads the tables, and the next
 /// open reads that snapshot back instead, answering exactly as the tables do (chunks waiting for
 /// a vector included). A commit since, or a damaged file, means the tables are read again.

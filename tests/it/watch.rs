@@ -329,3 +329,31 @@ async fn edits_during_upkeep_leave_no_stray_files() {
     let pages = check_tables(&store).await.unwrap();
     assert_eq!(pages.len(), 20);
 }
+
+/// A scan's pages are committed in batches of `commit_chunks`, not one commit for each group the
+/// parser hands over: 300 one-chunk pages with `commit_chunks = 100` are three commits, the
+/// first two at least full (the last holds what is left when the scan is through).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scan_commits_full_batches_not_one_per_parse_group() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (vault, db) = (tmp.path().join("vault"), tmp.path().join("db"));
+    for i in 0..300 {
+        write(&vault, &format!("n/{i:03}.md"), &format!("# Note {i}\n\nMarker{i} stands alone.\n"));
+    }
+    let mut config = Config::new(
+        db.to_str().unwrap(),
+        vec![SourceConfig { id: "n".into(), root: vault.clone(), include: vec![], exclude: vec![] }],
+    );
+    config.commit_chunks = 100;
+    cairn::index(config, false, false).await.unwrap();
+    let pages: Vec<usize> = cairn_actors::log::read_log(&db.join("events/events.jsonl"))
+        .unwrap()
+        .iter()
+        .filter_map(|e| match e.kind {
+            EventKind::Committed { pages, .. } if pages > 0 => Some(pages),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(pages.iter().sum::<usize>(), 300, "{pages:?}");
+    assert!(pages.len() == 3 && pages[..2].iter().all(|&n| n >= 100), "commits of {pages:?} pages");
+}
