@@ -333,11 +333,18 @@ async fn while_watching_rm_r_of_a_subfolder_applies_at_once_and_most_of_the_vaul
     watch.events.wait_for("the first commit", |e| e["event"] == "committed");
 
     std::fs::remove_dir_all(vault.join("sub")).unwrap();
-    let mut removed = 0;
-    watch.events.wait_for("the subfolder's pages removed", |e| {
+    // Its pages removed, and its files' delete events through the watcher. A scan that the
+    // `rm -r` set off (it may catch the folder half gone) can remove the pages before those
+    // events settle; the deletes below wait until the watcher has seen the whole `rm -r`, or a
+    // scan still running would see only the first of them gone and rightly apply it alone.
+    let (mut removed, mut seen) = (0, 0);
+    watch.events.wait_for("the subfolder's pages removed and its deletes seen", |e| {
         assert_ne!(e["event"], "removals_held", "{e}");
         removed += usize::from(e["event"] == "page_removed");
-        removed == 10
+        seen += usize::from(
+            e["event"] == "file_removed" && e["path"].as_str().is_some_and(|p| p.starts_with("sub/")),
+        );
+        removed == 10 && seen == 10
     });
 
     // Thirty of the forty left, deleted under the watch: held, not applied.

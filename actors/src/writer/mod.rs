@@ -9,6 +9,10 @@
 //!    of bulk work), at most two requests out at a time, and each answer is attached by a commit
 //!    of its own; `page_embedded` says when a page has all of its vectors.
 //!
+//! What a page commit holds is decided by the pure [`plan::Planner`] (changed or not, last
+//! version wins, removals, moves by content), replayed from fixtures; this actor sequences it
+//! with the store, the resident index and the model.
+//!
 //! A crash at any moment converges: the chunk rows carry their page's content hash, so rows a
 //! crash left disagreeing are found at the next start and redone; chunks left without vectors
 //! are embedded then (and only those).
@@ -17,32 +21,32 @@
 //! `stage_failed`, keeps its buffer, stops, and is restarted with exponential backoff (reloading
 //! the source from its tables); the other sources' writers are untouched.
 
+mod backlog;
+mod plan;
+mod upkeep;
+
 use crate::embedding::{EmbedScheduler, Priority};
 use crate::event::EventKind;
 use crate::log::Emitter;
 use crate::query::{AddSource, QueryActor};
-use crate::status::{FileFailure, StatusBoard};
+use crate::status::StatusBoard;
 use crate::workers::Parsed;
 use actix::prelude::*;
+use backlog::Backlog;
 use cairn_index::{
     Database, Manifest, PageState, PageWrite, Prepared, Resident, ResidentIndex, SourceInfo, SourceStore,
     WriteBatch,
 };
-use cairn_ingest::{ParsedPage, rel_string, slugify_path};
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use plan::Planner;
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
+use upkeep::{Upkeep, Work};
 
 /// Mailbox bound: a few parse groups may wait while a batch commits; beyond that the watcher's
 /// `send` waits, and so (through its bounded channel) does the file-system watcher.
 const MAILBOX: usize = 4;
-/// Embedding requests out at once: one being embedded, one queued behind it, so the model never
-/// waits for a commit.
-const MAX_EMBEDS_OUT: usize = 2;
-/// Commits, or chunks written, between upkeep runs (compaction, pruning).
-const UPKEEP_EVERY: usize = 32;
-const UPKEEP_CHUNKS: usize = 1000;
 /// Upkeep runs this long after it falls due (so a burst of commits finishes first).
 const UPKEEP_DELAY: Duration = Duration::from_secs(2);
 /// Table versions are kept this long after they are superseded: a reader that opened one can
@@ -63,13 +67,6 @@ const BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// `commit_after`). Committing each parse group at the edit deadline made a first index of 47k
 /// pages take twice as long.
 const BULK_COMMIT_AFTER: Duration = Duration::from_secs(1);
-/// How long a removed page can still be matched, by content, with a new one as a move.
-const RENAME_WINDOW: Duration = Duration::from_secs(5);
-/// Vectors remembered by text hash after they are embedded, for chunks queued meanwhile with the
-/// same text (committed vectors are found in the resident index).
-const FRESH_VECTORS: usize = 4096;
-/// The embedding rate is measured over this window.
-const RATE_WINDOW: Duration = Duration::from_secs(30);
 
 /// Writer knobs.
 #[derive(Debug, Clone)]
@@ -117,80 +114,6 @@ impl Origin {
     }
 }
 
-/// The chunks waiting for vectors, and the vectors on their way to the tables.
-#[derive(Debug, Default)]
-struct Vectors {
-    edits: VecDeque<String>,
-    bulk: VecDeque<String>,
-    queued: HashSet<String>,
-    out: usize,
-    /// Of those, requests of edits (one may go out beyond [`MAX_EMBEDS_OUT`]).
-    edits_out: usize,
-    /// Vector commits under way.
-    committing: usize,
-    /// Embedded (or found by text hash) and not yet committed: (chunk id, vector).
-    ready: Vec<(String, Vec<f32>)>,
-    /// Of those, the texts the model embedded, and its time for them.
-    embedded: usize,
-    model: Duration,
-    /// Warnings about those (chunks longer than the model's window), told with their commit.
-    warnings: Vec<EventKind>,
-    fresh: HashMap<String, Vec<f32>>,
-    /// Chunks still waiting, per page (for `page_embedded`).
-    left: HashMap<String, usize>,
-    /// `flush` callers waiting for every vector.
-    waiters: Vec<oneshot::Sender<()>>,
-    /// Recent vector commits: (when, chunks).
-    recent: VecDeque<(Instant, usize)>,
-}
-
-impl Vectors {
-    fn queue(&mut self, chunk_id: String, priority: Priority) {
-        if self.queued.insert(chunk_id.clone()) {
-            match priority {
-                Priority::Edit => self.edits.push_back(chunk_id),
-                Priority::Bulk => self.bulk.push_back(chunk_id),
-            }
-        } else if priority == Priority::Edit
-            && let Some(at) = self.bulk.iter().position(|c| *c == chunk_id)
-        {
-            // A page edited while its first index waits: its unchanged chunks, queued by the
-            // scan, go with the edit, or the page would have its vectors only at the end.
-            self.bulk.remove(at);
-            self.edits.push_back(chunk_id);
-        }
-    }
-
-    fn idle(&self) -> bool {
-        self.edits.is_empty()
-            && self.bulk.is_empty()
-            && self.out == 0
-            && self.ready.is_empty()
-            && self.committing == 0
-    }
-
-    fn remember(&mut self, hash: String, v: Vec<f32>) {
-        if self.fresh.len() >= FRESH_VECTORS {
-            self.fresh.clear();
-        }
-        self.fresh.insert(hash, v);
-    }
-
-    fn rate(&mut self) -> f64 {
-        let now = Instant::now();
-        while self.recent.front().is_some_and(|(t, _)| now.duration_since(*t) > RATE_WINDOW) {
-            self.recent.pop_front();
-        }
-        let chunks: usize = self.recent.iter().map(|(_, n)| n).sum();
-        match self.recent.front() {
-            Some((first, _)) if chunks > 0 => {
-                chunks as f64 / now.duration_since(*first).as_secs_f64().max(1.0)
-            }
-            _ => 0.0,
-        }
-    }
-}
-
 /// One source's writer.
 pub struct SourceWriter {
     id: String,
@@ -200,24 +123,15 @@ pub struct SourceWriter {
     manifest: Manifest,
     store: Option<SourceStore>,
     resident: Option<Resident>,
-    known: HashMap<String, PageState>,
-    buffer: Vec<(ParsedPage, i64, Origin)>,
-    buffered_chunks: usize,
-    removals: BTreeSet<String>,
-    /// Events decided at ingest time that become true with the next commit (renames by hash).
-    deferred: Vec<EventKind>,
-    /// Files behind the buffer and the removals, for the pending count.
-    items: usize,
-    /// Content hash → path and time of pages removed by recent commits (rename detection).
-    recently_removed: HashMap<String, (String, tokio::time::Instant)>,
-    /// The problems last reported per path, so a file re-read unchanged does not repeat them.
-    reported: HashMap<String, Vec<String>>,
+    /// What the next page commit holds, and the stored state of every page.
+    plan: Planner,
     timer: Option<SpawnHandle>,
     /// When `timer` falls due.
     timer_due: Option<Instant>,
-    vectors: Vectors,
-    since_upkeep: usize,
-    chunks_since_upkeep: usize,
+    /// The chunks waiting for vectors, and the vectors on their way to the tables.
+    vectors: Backlog,
+    /// When the upkeep is due, and what it does.
+    upkeep_due: Upkeep,
     upkeep: Option<SpawnHandle>,
     idle_upkeep: Option<SpawnHandle>,
     failures: u32,
@@ -236,10 +150,10 @@ impl std::fmt::Debug for SourceWriter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SourceWriter")
             .field("source", &self.id)
-            .field("known", &self.known.len())
-            .field("buffered_pages", &self.buffer.len())
-            .field("buffered_chunks", &self.buffered_chunks)
-            .field("removals", &self.removals.len())
+            .field("known", &self.plan.known().len())
+            .field("buffered_pages", &self.plan.buffered_pages())
+            .field("buffered_chunks", &self.plan.buffered_chunks())
+            .field("removals", &self.plan.pending_removals())
             .field("vectors_waiting", &self.vectors.queued.len())
             .finish()
     }
@@ -267,19 +181,11 @@ impl SourceWriter {
             manifest: parts.manifest,
             store: None,
             resident: None,
-            known: HashMap::new(),
-            buffer: Vec::new(),
-            buffered_chunks: 0,
-            removals: BTreeSet::new(),
-            deferred: Vec::new(),
-            items: 0,
-            reported: HashMap::new(),
-            recently_removed: HashMap::new(),
+            plan: Planner::default(),
             timer: None,
             timer_due: None,
-            vectors: Vectors::default(),
-            since_upkeep: 0,
-            chunks_since_upkeep: 0,
+            vectors: Backlog::default(),
+            upkeep_due: Upkeep::default(),
             upkeep: None,
             idle_upkeep: None,
             failures: 0,
@@ -316,87 +222,16 @@ impl SourceWriter {
     }
 
     fn ingest(&mut self, msg: Ingest, ctx: &mut Context<Self>) -> Vec<EventKind> {
-        let mut events = Vec::new();
-        let mut done = 0usize;
-        // Removals first: they describe the folder before the files just read.
-        for (rel, folder) in msg.removed {
-            if self.remove_path(&rel, folder) {
-                self.items += 1;
-            } else {
-                done += 1;
-            }
+        let now = tokio::time::Instant::now();
+        let out = self.plan.ingest(msg.removed, msg.parsed, &msg.renamed, msg.origin, now);
+        for f in out.failures {
+            self.status.failure(&self.id, f);
         }
-        for p in msg.parsed {
-            match p {
-                Parsed::Page { page, mtime_ms } => {
-                    let page = *page;
-                    let problems: Vec<String> = page.problems.iter().map(|e| e.to_string()).collect();
-                    if self.reported.get(&page.path) != Some(&problems) {
-                        events.extend(page.problems.iter().map(|e| EventKind::PageWarning {
-                            path: page.path.clone(),
-                            kind: e.kind().into(),
-                            reason: e.to_string(),
-                        }));
-                        self.reported.insert(page.path.clone(), problems);
-                    }
-                    let unchanged = self.known.get(&page.slug).is_some_and(|s| {
-                        s.content_hash == page.content_hash
-                            && s.path == page.path
-                            && !self.removals.contains(&page.slug)
-                    }) && !self.buffer.iter().any(|(b, _, _)| b.slug == page.slug);
-                    if unchanged {
-                        // Touched, not changed: remember the file as it is now, so the next scan's
-                        // stat check passes and does not read it again.
-                        if let Some(s) = self.known.get_mut(&page.slug) {
-                            s.mtime_ms = mtime_ms;
-                            s.bytes = page.bytes as i64;
-                        }
-                        events.push(EventKind::PageSkipped {
-                            path: page.path.clone(),
-                            slug: page.slug.clone(),
-                        });
-                        done += 1;
-                        continue;
-                    }
-                    events.push(EventKind::PageParsed {
-                        path: page.path.clone(),
-                        slug: page.slug.clone(),
-                        chunks: page.chunks.len(),
-                    });
-                    self.buffered_chunks += page.chunks.len();
-                    self.buffer.push((page, mtime_ms, msg.origin));
-                    self.items += 1;
-                }
-                Parsed::Failed { rel, error } => {
-                    let f = FileFailure {
-                        path: rel_string(&rel),
-                        kind: error.kind().into(),
-                        reason: error.to_string(),
-                    };
-                    self.status.failure(&self.id, f.clone());
-                    if self.reported.get(&f.path) != Some(&vec![f.reason.clone()]) {
-                        self.reported.insert(f.path.clone(), vec![f.reason.clone()]);
-                        events.push(EventKind::PageFailed { path: f.path, kind: f.kind, reason: f.reason });
-                    }
-                    done += 1;
-                }
-                // Only the page at that path: a folder standing there now holds new pages.
-                Parsed::Gone { rel } | Parsed::Directory { rel } => {
-                    self.reported.remove(&rel_string(&rel));
-                    if self.remove_path(&rel, false) {
-                        self.items += 1;
-                    } else {
-                        done += 1;
-                    }
-                }
-            }
-        }
-        self.status.done_in_flight(&self.id, done);
-        self.detect_renames_by_hash(&msg.renamed);
-        if self.buffered_chunks < self.opts.commit_chunks {
+        self.status.done_in_flight(&self.id, out.done);
+        if self.plan.buffered_chunks() < self.opts.commit_chunks {
             self.commit_later(msg.origin, ctx);
         }
-        events
+        out.events
     }
 
     /// Commit what is buffered at its deadline (through the mailbox, so the commit is ordered with
@@ -404,7 +239,7 @@ impl SourceWriter {
     /// a scan's pages do (the scan sends its own `Commit` when it is through, so its commits fill
     /// to `commit_chunks` rather than to whatever one parse group held when the deadline fell).
     fn commit_later(&mut self, origin: Origin, ctx: &mut Context<Self>) {
-        if self.buffer.is_empty() && self.removals.is_empty() {
+        if self.plan.is_empty() {
             return;
         }
         let after = match origin {
@@ -422,70 +257,6 @@ impl SourceWriter {
             act.timer_due = None;
             ctx.notify(CommitDue);
         }));
-    }
-
-    /// Mark the page at `rel` (and, with `folder`, every page under it) for removal. False when
-    /// nothing stored is there.
-    fn remove_path(&mut self, rel: &std::path::Path, folder: bool) -> bool {
-        let mut any = false;
-        for s in self.stored_at(rel, folder) {
-            any |= self.removals.insert(s);
-        }
-        // A page buffered for that path and not yet committed goes too.
-        let (path, prefix) = path_and_prefix(rel, folder);
-        let before = self.buffer.len();
-        self.buffer.retain(|(p, _, _)| p.path != path && !p.path.starts_with(&prefix));
-        any || before != self.buffer.len()
-    }
-
-    /// Slugs of the stored pages at `rel` (with `folder`, under it too).
-    fn stored_at(&self, rel: &std::path::Path, folder: bool) -> Vec<String> {
-        let (path, prefix) = path_and_prefix(rel, folder);
-        let slug = slugify_path(rel).unwrap_or_default();
-        self.known
-            .iter()
-            .filter(|(s, st)| **s == slug && st.path == path || st.path.starts_with(&prefix))
-            .map(|(s, _)| s.clone())
-            .collect()
-    }
-
-    /// A removal and a new page with the same content are a rename the path events did not show
-    /// (a delete + create pair, or a move while cairn was not running).
-    fn detect_renames_by_hash(&mut self, by_path: &[(String, String)]) {
-        // Removed pages: those waiting in this batch, and those committed moments ago (the two
-        // halves of a move can settle in different ticks).
-        let horizon = tokio::time::Instant::now().checked_sub(RENAME_WINDOW);
-        self.recently_removed.retain(|_, (_, at)| horizon.is_none_or(|h| *at >= h));
-        let mut gone: Vec<(String, String, String)> = self
-            .removals
-            .iter()
-            .filter_map(|s| self.known.get(s).map(|st| (s.clone(), st.path.clone(), st.content_hash.clone())))
-            .collect();
-        gone.extend(
-            self.recently_removed.iter().map(|(hash, (path, _))| (String::new(), path.clone(), hash.clone())),
-        );
-        for (slug, path, hash) in gone {
-            let moved = self.buffer.iter().find(|(p, _, _)| {
-                p.content_hash == hash
-                    && p.slug != slug
-                    && p.path != path
-                    && !self.known.contains_key(&p.slug)
-            });
-            if let Some((p, _, _)) = moved {
-                let already = by_path.iter().any(|(f, t)| *f == path && *t == p.path)
-                    || self
-                        .deferred
-                        .iter()
-                        .any(|e| matches!(e, EventKind::FileRenamed { to, .. } if *to == p.path));
-                if !already {
-                    self.deferred.push(EventKind::FileRenamed {
-                        from: path,
-                        to: p.path.clone(),
-                        by_hash: true,
-                    });
-                }
-            }
-        }
     }
 
     fn cancel_timer(&mut self, ctx: &mut Context<Self>) {
@@ -531,7 +302,7 @@ impl SourceWriter {
 
     /// The page commit of everything buffered, or `None` when there is nothing to write.
     fn commit_future(&mut self) -> Option<actix::fut::LocalBoxActorFuture<Self, Result<u64, String>>> {
-        if self.buffer.is_empty() && self.removals.is_empty() {
+        if self.plan.is_empty() {
             return None;
         }
         let (Some(store), Some(resident)) = (self.store.clone(), self.resident.clone()) else {
@@ -542,33 +313,22 @@ impl SourceWriter {
         }
         cairn_index::fault::point("writer.commit");
         let journal = self.opts.publishing.as_ref().map(|p| p.journal.clone());
-        // The last version of a page in the buffer wins.
-        let mut pages: Vec<(ParsedPage, i64, Origin)> = Vec::new();
-        for item in std::mem::take(&mut self.buffer) {
-            pages.retain(|(q, _, _)| q.slug != item.0.slug);
-            pages.push(item);
-        }
-        let removals: Vec<String> = std::mem::take(&mut self.removals)
-            .into_iter()
-            .filter(|s| !pages.iter().any(|(p, _, _)| p.slug == *s))
-            .collect();
-        let deferred = std::mem::take(&mut self.deferred);
-        let items = std::mem::take(&mut self.items);
-        self.buffered_chunks = 0;
+        let plan = self.plan.take()?;
         let mut reused = 0usize;
-        let upserts: Vec<PageWrite> = pages
+        let upserts: Vec<PageWrite> = plan
+            .pages
             .iter()
-            .map(|(page, mtime_ms, _)| {
+            .map(|w| {
                 let vectors: Vec<Option<Vec<f32>>> =
-                    page.chunks.iter().map(|c| self.known_vector(&c.text_hash)).collect();
+                    w.page.chunks.iter().map(|c| self.known_vector(&c.text_hash)).collect();
                 reused += vectors.iter().filter(|v| v.is_some()).count();
-                PageWrite { page: page.clone(), vectors, mtime_ms: *mtime_ms }
+                PageWrite { page: w.page.clone(), vectors, mtime_ms: w.mtime_ms }
             })
             .collect();
-        let batch = WriteBatch { upserts, removals: removals.clone() };
+        let batch = WriteBatch { upserts, removals: plan.removals.clone() };
         let (emit, id) = (self.emit.clone(), self.id.clone());
-        let origins: Vec<Origin> = pages.iter().map(|(_, _, o)| *o).collect();
-        let retry = (pages, removals, deferred.clone(), items);
+        let origins: Vec<Origin> = plan.pages.iter().map(|w| w.origin).collect();
+        let deferred = plan.deferred.clone();
         let fut = async move {
             let started = Instant::now();
             let mut batch = batch;
@@ -619,11 +379,8 @@ impl SourceWriter {
         let fut = actix::fut::wrap_future::<_, Self>(fut).map(move |res, act, ctx| match res {
             Ok((version, batch)) => {
                 act.failures = 0;
-                let now = tokio::time::Instant::now();
+                act.plan.committed(&batch, tokio::time::Instant::now());
                 for s in &batch.removals {
-                    if let Some(st) = act.known.remove(s) {
-                        act.recently_removed.insert(st.content_hash, (st.path, now));
-                    }
                     act.vectors.left.remove(s);
                 }
                 let mut chunks = 0;
@@ -646,35 +403,19 @@ impl SourceWriter {
                     for c in waiting {
                         act.vectors.queue(c.id.clone(), origin.priority());
                     }
-                    act.known.insert(
-                        p.slug.clone(),
-                        PageState {
-                            path: p.path.clone(),
-                            content_hash: p.content_hash.clone(),
-                            mtime_ms: w.mtime_ms,
-                            bytes: p.bytes as i64,
-                            clean: p.problems.is_empty(),
-                        },
-                    );
                 }
-                act.status.set_pages(&act.id, act.known.len());
+                act.status.set_pages(&act.id, act.plan.known().len());
                 act.status.set_version(&act.id, version);
                 act.publish_vectors();
-                act.status.done_in_flight(&act.id, items);
+                act.status.done_in_flight(&act.id, plan.items);
                 act.status.set_state(&act.id, "watching", None);
-                act.note_commit(chunks, ctx);
+                act.note_commit(chunks, 0, ctx);
                 act.pump(ctx);
                 Ok(version)
             }
             Err(e) => {
-                // Nothing is lost: the batch goes back in front of anything newer.
-                let (pages, removals, deferred, items) = retry;
-                let newer = std::mem::take(&mut act.buffer);
-                act.buffered_chunks = pages.iter().chain(newer.iter()).map(|(p, _, _)| p.chunks.len()).sum();
-                act.buffer = pages.into_iter().chain(newer).collect();
-                act.removals.extend(removals);
-                act.deferred.splice(0..0, deferred);
-                act.items += items;
+                // Nothing is lost: the plan goes back in front of anything newer.
+                act.plan.restore(plan);
                 act.fail(ctx, "writer", e.clone());
                 Err(e)
             }
@@ -682,42 +423,17 @@ impl SourceWriter {
         Some(Box::pin(fut))
     }
 
-    /// Send chunks waiting for vectors to the model: edits first, at most [`MAX_EMBEDS_OUT`]
+    /// Send chunks waiting for vectors to the model: edits first, at most [`backlog::MAX_EMBEDS_OUT`]
     /// requests out. Texts with a known vector skip the model.
     fn pump(&mut self, ctx: &mut Context<Self>) {
         let Some(resident) = self.resident.clone() else { return };
-        loop {
-            // An edit never waits for the bulk requests already out: it may be one more, and
-            // the scheduler embeds it at its next model batch.
-            let edit_turn = !self.vectors.edits.is_empty() && self.vectors.edits_out == 0;
-            if self.vectors.out >= MAX_EMBEDS_OUT && !edit_turn {
-                break;
-            }
-            let (from_edits, limit) = if self.vectors.edits.is_empty() {
-                (false, self.opts.commit_chunks.max(1))
-            } else {
-                (true, usize::MAX)
-            };
-            let mut ids = Vec::new();
-            {
-                let q = if from_edits { &mut self.vectors.edits } else { &mut self.vectors.bulk };
-                while ids.len() < limit
-                    && let Some(id) = q.pop_front()
-                {
-                    ids.push(id);
-                }
-            }
-            if ids.is_empty() {
-                break;
-            }
-            let priority = if from_edits { Priority::Edit } else { Priority::Bulk };
+        while let Some((ids, priority)) = self.vectors.next_request(self.opts.commit_chunks) {
             // Each distinct text once; texts already known skip the model.
             let (mut texts, mut hashes): (Vec<String>, Vec<String>) = (Vec::new(), Vec::new());
             let mut by_text: HashMap<String, (usize, Vec<String>)> = HashMap::new();
             {
                 let index = resident.read();
                 for id in ids {
-                    self.vectors.queued.remove(&id);
                     let Some((_, hash, text)) = index.waiting(&id) else { continue };
                     if let Some(v) = self.vectors.fresh.get(&hash).cloned().or_else(|| index.vector_of(&hash))
                     {
@@ -737,14 +453,12 @@ impl SourceWriter {
             if texts.is_empty() {
                 continue;
             }
-            self.vectors.out += 1;
-            self.vectors.edits_out += usize::from(from_edits);
+            self.vectors.sent(priority);
             let (scheduler, id, resident) = (self.embedder.clone(), self.id.clone(), resident.clone());
             let fut =
                 async move { embed_or_reuse(&scheduler, &resident, &id, priority, texts, hashes).await };
             ctx.spawn(actix::fut::wrap_future::<_, Self>(fut).map(move |res, act, ctx| {
-                act.vectors.out -= 1;
-                act.vectors.edits_out -= usize::from(from_edits);
+                act.vectors.answered(priority);
                 // An error means the scheduler stopped (shutting down): the chunks stay without
                 // vectors in the tables and are embedded at the next start.
                 if let Ok(reply) = res {
@@ -902,7 +616,7 @@ impl SourceWriter {
                 act.vectors.recent.push_back((Instant::now(), n));
                 act.publish_vectors();
                 debug_assert!(pending == act.resident.as_ref().map_or(0, |r| r.read().unembedded_count()));
-                act.note_commit(0, ctx);
+                act.note_commit(0, n, ctx);
                 act.settle_waiters();
             }
             // The chunks keep no vector in the tables; the restart reloads and embeds them again.
@@ -917,7 +631,7 @@ impl SourceWriter {
     fn publish_vectors(&mut self) {
         let (chunks, pending) =
             self.resident.as_ref().map_or((0, 0), |r| (r.read().chunk_count(), r.read().unembedded_count()));
-        let rate = self.vectors.rate();
+        let rate = self.vectors.rate(Instant::now());
         self.status.set_vectors(&self.id, chunks, pending, rate);
     }
 
@@ -928,7 +642,7 @@ impl SourceWriter {
 
     /// Answer `flush` callers once nothing waits for a vector.
     fn settle_waiters(&mut self) {
-        if self.vectors.idle() && self.buffer.is_empty() && self.removals.is_empty() {
+        if self.vectors.idle() && self.plan.is_empty() {
             for w in self.vectors.waiters.drain(..) {
                 let _ = w.send(());
             }
@@ -940,9 +654,8 @@ impl SourceWriter {
     /// the writer has been idle past the keep window, one more run compacts what the last
     /// commits left and removes every version but the current one, so a watch at rest takes
     /// the room of a fresh index.
-    fn note_commit(&mut self, chunks: usize, ctx: &mut Context<Self>) {
-        self.since_upkeep += 1;
-        self.chunks_since_upkeep += chunks;
+    fn note_commit(&mut self, chunks: usize, rewritten: usize, ctx: &mut Context<Self>) {
+        let due = self.upkeep_due.committed(chunks, rewritten);
         if let Some(idle) = self.idle_upkeep.take() {
             ctx.cancel_future(idle);
         }
@@ -950,9 +663,7 @@ impl SourceWriter {
             act.idle_upkeep = None;
             act.run_upkeep(true, ctx);
         }));
-        if self.upkeep.is_some()
-            || (self.since_upkeep < UPKEEP_EVERY && self.chunks_since_upkeep < UPKEEP_CHUNKS)
-        {
+        if self.upkeep.is_some() || !due {
             return;
         }
         self.upkeep = Some(ctx.run_later(UPKEEP_DELAY, |act, ctx| {
@@ -972,33 +683,29 @@ impl SourceWriter {
         if self.retired {
             return;
         }
-        self.since_upkeep = 0;
-        self.chunks_since_upkeep = 0;
         let (Some(store), id, emit) = (self.store.clone(), self.id.clone(), self.emit.clone()) else {
             return;
         };
         // While vectors are being written, every vector commit rewrites rows of the chunks
-        // table: a compaction now would redo work the next commits undo. The key indexes are
-        // still brought up to date (commits would otherwise read every row written since the
-        // backfill began) and old versions removed; compaction waits for the commit after the
-        // backfill. (Queued or in flight: a chunk the model refused stays without a vector for
-        // good and must not hold compaction off for ever.)
+        // table: a compaction now would redo work the next commits undo, so it waits for the
+        // commit after the backfill; the key indexes follow the table meanwhile (see
+        // [`Upkeep::run`]). (Queued or in flight: a chunk the model refused stays without a
+        // vector for good and must not hold compaction off for ever.)
         let vectors_busy = self.vectors.out > 0
             || self.vectors.committing > 0
             || !self.vectors.edits.is_empty()
             || !self.vectors.bulk.is_empty();
-        if vectors_busy {
-            self.since_upkeep = UPKEEP_EVERY;
-        }
+        let work = self.upkeep_due.run(vectors_busy);
         let resident = self.resident.clone().filter(|_| idle);
         let snapshot = self.snapshot().zip(resident.clone());
         let exact_up_to = self.opts.exact_vectors_up_to;
         let shared = self.opts.publishing.is_some();
         let fut = async move {
             let t0 = Instant::now();
-            match vectors_busy {
-                false => store.optimize().await?,
-                true => store.index_keys().await?,
+            match work {
+                Work::Compact => store.optimize().await?,
+                Work::IndexKeys => store.index_keys().await?,
+                Work::PruneOnly => {}
             }
             let pruned = match shared {
                 false => store.prune(KEEP_VERSIONS, true).await?,
@@ -1023,7 +730,7 @@ impl SourceWriter {
                 ms: t0.elapsed().as_millis() as u64,
                 versions_removed: pruned.old_versions,
                 bytes_removed: pruned.bytes_removed,
-                compacted: !vectors_busy,
+                compacted: work == Work::Compact,
             };
             emit.emit(&id, vec![ev]).await;
             Ok::<_, cairn_index::Error>(())
@@ -1214,12 +921,11 @@ impl Actor for SourceWriter {
             Ok((store, resident, loaded, version)) => {
                 act.store = Some(store);
                 act.status.set_version(&act.id, version);
-                act.known = loaded.states;
-                act.removals.extend(loaded.orphans);
+                act.plan.load(loaded.states, loaded.orphans);
                 // Chunks committed without vectors (a backfill a stop interrupted) resume, behind
                 // anything edited since.
                 act.vectors =
-                    Vectors { waiters: std::mem::take(&mut act.vectors.waiters), ..Vectors::default() };
+                    Backlog { waiters: std::mem::take(&mut act.vectors.waiters), ..Backlog::default() };
                 {
                     let index = resident.read();
                     for (chunk, _, _) in index.unembedded() {
@@ -1230,8 +936,9 @@ impl Actor for SourceWriter {
                     }
                     act.status.set_vectors(&act.id, index.chunk_count(), index.unembedded_count(), 0.0);
                 }
+                act.upkeep_due = Upkeep::new(resident.read().chunk_count());
                 act.resident = Some(resident);
-                act.status.set_pages(&act.id, act.known.len());
+                act.status.set_pages(&act.id, act.plan.known().len());
                 if act.failures > 0 {
                     // Retry what failed before anything newer.
                     act.commit_now(ctx);
@@ -1270,7 +977,7 @@ impl Handler<Ingest> for SourceWriter {
         let events = self.ingest(msg, ctx);
         let (emit, id) = (self.emit.clone(), self.id.clone());
         let logged = actix::fut::wrap_future::<_, Self>(async move { emit.emit(&id, events).await });
-        if self.buffered_chunks < self.opts.commit_chunks {
+        if self.plan.buffered_chunks() < self.opts.commit_chunks {
             return AtomicResponse::new(Box::pin(logged));
         }
         self.cancel_timer(ctx);
@@ -1329,12 +1036,6 @@ impl Handler<AwaitVectors> for SourceWriter {
 
 /// A path as stored, and the prefix of the paths under it when it may be a folder (else one no
 /// path has).
-fn path_and_prefix(rel: &std::path::Path, folder: bool) -> (String, String) {
-    let path = rel_string(rel);
-    let prefix = if folder { format!("{path}/") } else { "\0".into() };
-    (path, prefix)
-}
-
 /// The stored state of every page (for the watcher's catch-up comparison).
 #[derive(Debug, Message)]
 #[rtype(result = "HashMap<String, PageState>")]
@@ -1344,7 +1045,7 @@ impl Handler<States> for SourceWriter {
     type Result = MessageResult<States>;
 
     fn handle(&mut self, _: States, _: &mut Context<Self>) -> Self::Result {
-        MessageResult(self.known.clone())
+        MessageResult(self.plan.known().clone())
     }
 }
 
@@ -1358,9 +1059,7 @@ impl Handler<Covers> for SourceWriter {
     type Result = MessageResult<Covers>;
 
     fn handle(&mut self, msg: Covers, _: &mut Context<Self>) -> Self::Result {
-        let covered: HashSet<String> =
-            msg.0.iter().flat_map(|(rel, folder)| self.stored_at(rel, *folder)).collect();
-        MessageResult((covered.len(), self.known.len()))
+        MessageResult(self.plan.covers(&msg.0))
     }
 }
 
