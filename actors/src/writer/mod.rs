@@ -73,7 +73,8 @@ const BULK_COMMIT_AFTER: Duration = Duration::from_secs(1);
 pub struct WriterOptions {
     /// Commit pages once this many chunks are buffered; also the size of a bulk embedding request.
     pub commit_chunks: usize,
-    /// Commit at most this long after the first change was buffered.
+    /// Commit at most this long after an edit was buffered (a scan's pages wait up to
+    /// [`BULK_COMMIT_AFTER`] for more).
     pub commit_after: Duration,
     /// Chunks the source holds with exact vectors in memory (int8 codes past it).
     pub exact_vectors_up_to: usize,
