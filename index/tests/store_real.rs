@@ -338,12 +338,36 @@ async fn int8_vectors_re_scored_from_the_store_answer_as_exact_ones() {
     assert_eq!(exact.known_vectors(&[hash.as_str()]).await.unwrap().len(), 1);
 }
 
+/// Which upkeep [`later_rows_are_found_by_key`] runs between its lookups.
+enum Upkeep {
+    Optimize,
+    IndexKeys,
+}
+
+/// A page written after `first` (and after the indexes were built) is found by chunk id and by
+/// slug with `first`, before and after `upkeep` runs.
+async fn later_rows_are_found_by_key(store: &cairn_index::SourceStore, first: &PageWrite, upkeep: Upkeep) {
+    use cairn_index::VectorKey;
+    let later = page_write("notes", "projects/amphi.md", AMPHI);
+    store.write(&WriteBatch { upserts: vec![later.clone()], removals: vec![] }).await.unwrap();
+    let ids: Vec<&str> = [first, &later].iter().map(|w| w.page.chunks[0].id.as_str()).collect();
+    for round in 0..2 {
+        let found = store.vectors_by(VectorKey::Id, &ids).await.unwrap();
+        assert_eq!(found.len(), 2, "round {round}");
+        assert_eq!(found[ids[1]], later.vectors[0].clone().unwrap());
+        assert_eq!(store.pages(&["sourdough", "projects/amphi"]).await.unwrap().len(), 2);
+        match upkeep {
+            Upkeep::Optimize => store.optimize().await.unwrap(),
+            Upkeep::IndexKeys => store.index_keys().await.unwrap(),
+        }
+    }
+}
+
 /// The upkeep keeps a B-tree index on every key rows are looked up by, brought up to date
 /// with later commits, and drops the indexes nothing reads (full text); lookups by key answer
 /// the same before and after.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_upkeep_indexes_the_lookup_keys_and_drops_unread_indexes() {
-    use cairn_index::VectorKey;
     let dir = tempfile::tempdir().unwrap();
     let db = Database::open(dir.path().to_str().unwrap()).await.unwrap();
     let store = db.open_source("notes", &manifest()).await.unwrap();
@@ -362,16 +386,7 @@ async fn the_upkeep_indexes_the_lookup_keys_and_drops_unread_indexes() {
     ];
     assert_eq!(kinds, want, "the full-text indexes are dropped, the keys indexed");
     // Rows written after the index was built are found by key, before and after the next upkeep.
-    let later = page_write("notes", "projects/amphi.md", AMPHI);
-    store.write(&WriteBatch { upserts: vec![later.clone()], removals: vec![] }).await.unwrap();
-    let ids: Vec<&str> = [&first, &later].iter().map(|w| w.page.chunks[0].id.as_str()).collect();
-    for round in 0..2 {
-        let found = store.vectors_by(VectorKey::Id, &ids).await.unwrap();
-        assert_eq!(found.len(), 2, "round {round}");
-        assert_eq!(found[ids[1]], later.vectors[0].clone().unwrap());
-        assert_eq!(store.pages(&["sourdough", "projects/amphi"]).await.unwrap().len(), 2);
-        store.optimize().await.unwrap();
-    }
+    later_rows_are_found_by_key(&store, &first, Upkeep::Optimize).await;
     let mut again = store.indexes().await.unwrap();
     again.sort();
     assert_eq!(again, want);
@@ -382,7 +397,6 @@ async fn the_upkeep_indexes_the_lookup_keys_and_drops_unread_indexes() {
 /// commits, and leaves every other index alone; lookups by key answer the same throughout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_keys_are_indexed_without_a_compaction() {
-    use cairn_index::VectorKey;
     let dir = tempfile::tempdir().unwrap();
     let db = Database::open(dir.path().to_str().unwrap()).await.unwrap();
     let store = db.open_source("notes", &manifest()).await.unwrap();
@@ -407,16 +421,7 @@ async fn the_keys_are_indexed_without_a_compaction() {
         "pages.slug:BTREE",
     ];
     assert_eq!(kinds(store.indexes().await.unwrap()), want, "keys indexed, the full-text indexes kept");
-    let later = page_write("notes", "projects/amphi.md", AMPHI);
-    store.write(&WriteBatch { upserts: vec![later.clone()], removals: vec![] }).await.unwrap();
-    let ids: Vec<&str> = [&first, &later].iter().map(|w| w.page.chunks[0].id.as_str()).collect();
-    for round in 0..2 {
-        let found = store.vectors_by(VectorKey::Id, &ids).await.unwrap();
-        assert_eq!(found.len(), 2, "round {round}");
-        assert_eq!(found[ids[1]], later.vectors[0].clone().unwrap());
-        assert_eq!(store.pages(&["sourdough", "projects/amphi"]).await.unwrap().len(), 2);
-        store.index_keys().await.unwrap();
-    }
+    later_rows_are_found_by_key(&store, &first, Upkeep::IndexKeys).await;
     assert_eq!(kinds(store.indexes().await.unwrap()), want);
 }
 
