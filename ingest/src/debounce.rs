@@ -82,8 +82,8 @@ impl Entry {
 #[derive(Debug, Clone)]
 pub struct Debouncer {
     quiet_ms: u64,
-    removal_quiet_ms: u64,
-    /// Pending removals settle no earlier than this (the last removal plus `removal_quiet_ms`).
+    /// Pending removals settle no earlier than this (the last removal plus the removals' quiet
+    /// period).
     removals_until: u64,
     entries: BTreeMap<PathBuf, Entry>,
     /// Unpaired `RenameFrom`s by cookie: the path and the original path of its file.
@@ -102,14 +102,8 @@ impl Debouncer {
     pub const REMOVAL_QUIET_MS: u64 = 1_000;
 
     pub fn new(quiet_ms: u64) -> Self {
-        Self::with_removal_quiet(quiet_ms, Self::REMOVAL_QUIET_MS)
-    }
-
-    /// A debouncer whose removals wait `removal_quiet_ms` (never less than `quiet_ms`).
-    pub fn with_removal_quiet(quiet_ms: u64, removal_quiet_ms: u64) -> Self {
         Self {
             quiet_ms,
-            removal_quiet_ms: removal_quiet_ms.max(quiet_ms),
             removals_until: 0,
             entries: BTreeMap::new(),
             pending_from: HashMap::new(),
@@ -126,6 +120,11 @@ impl Debouncer {
     /// When the next change may settle.
     pub fn next_deadline(&self) -> Option<u64> {
         self.entries.values().map(|e| self.due(e)).chain(self.rescan_at).min()
+    }
+
+    /// How long removals wait: [`Debouncer::REMOVAL_QUIET_MS`], or the quiet period if longer.
+    fn removal_quiet(&self) -> u64 {
+        Self::REMOVAL_QUIET_MS.max(self.quiet_ms)
     }
 
     /// When an entry may settle: removals wait for the removals' quiet period.
@@ -172,7 +171,7 @@ impl Debouncer {
             RawEvent::Remove { path } => {
                 let e = self.touch(path, true, now);
                 e.exists = false;
-                self.removals_until = now + self.removal_quiet_ms;
+                self.removals_until = now + self.removal_quiet();
             }
             RawEvent::RenameFrom { path, cookie } => {
                 let origin = self.origin(&path);
@@ -184,7 +183,7 @@ impl Debouncer {
                     e.awaiting_pair = true;
                     self.pending_from.insert(cookie, (path, origin));
                 }
-                self.removals_until = now + self.removal_quiet_ms;
+                self.removals_until = now + self.removal_quiet();
             }
             RawEvent::RenameTo { path, cookie } => {
                 match cookie.and_then(|c| self.pending_from.remove(&c)) {
