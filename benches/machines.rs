@@ -158,12 +158,7 @@ impl Proc {
     }
 
     fn rss_mib(&self) -> f64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
-        status
-            .lines()
-            .find(|l| l.starts_with("VmRSS:"))
-            .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-            .map_or(f64::NAN, |kb| kb / 1024.0)
+        cairn_actors::status::Memory::of(self.child.id()).rss_mib.unwrap_or(f64::NAN)
     }
 }
 

@@ -208,7 +208,7 @@ async fn main() {
         "| {pages} | {chunks} | {:.1} | {searchable:.1} | {wall:.1} | {embed:.1} | {:.3} | {:.0} MiB |\n",
         loaded.as_secs_f64(),
         wall / embed.max(1e-9),
-        cairn::peak_rss_mib().unwrap_or(0.0)
+        cairn_actors::status::Memory::now().peak_rss_mib.unwrap_or(0.0)
     );
     println!("## Pipeline: edit one page → searchable ({edits} edits, debounce {} ms)\n", config.debounce_ms);
     println!(

@@ -561,12 +561,7 @@ fn owner(work: &Path) {
 }
 
 fn rss_mib(pid: u32) -> f64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    s.lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-        .unwrap_or(0.0)
-        / 1024.0
+    cairn_actors::status::Memory::of(pid).rss_mib.unwrap_or(0.0)
 }
 
 /// A database's room on disk, MiB: its tables (the index), and its event log apart (history,

@@ -24,6 +24,7 @@ mod common;
 #[path = "../tests/it/weed.rs"]
 #[allow(dead_code)] // the tests' SeaweedFS: each bench uses part of it
 mod weed;
+use cairn_actors::status::Memory;
 use cairn_index::{
     Database, Embedder, Manifest, OrtEmbedder, OrtOptions, PageWrite, Resident, SourceInfo, StorageOptions,
     WriteBatch,
@@ -45,15 +46,6 @@ const NOISE: f32 = 0.35;
 const PAGES_PER_COMMIT: usize = 2000;
 const SOURCE: &str = "synthetic";
 const QUERIES: usize = 64;
-
-fn status_mib(key: &str) -> f64 {
-    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    s.lines()
-        .find(|l| l.starts_with(key))
-        .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-        .unwrap_or(0.0)
-        / 1024.0
-}
 
 fn embedder() -> OrtEmbedder {
     OrtEmbedder::open(OrtOptions::default()).expect("the real model must load")
@@ -196,7 +188,7 @@ async fn build(
 /// The figures of an opening process (this one, started fresh): printed as one JSON line.
 async fn measure(db: &str) {
     let (e, texts) = (embedder(), sample_texts());
-    let base = status_mib("VmRSS:");
+    let base = Memory::now().rss_mib.unwrap_or(0.0);
     let started = Instant::now();
     let database = Database::open(db).await.unwrap();
     let store = database.open_existing(SOURCE).await.unwrap();
@@ -206,7 +198,7 @@ async fn measure(db: &str) {
     let (resident, _, restored) = Resident::open(&store, exact_up_to, &snapshot).await.unwrap();
     let open_s = started.elapsed().as_secs_f64();
     let (chunks, exact) = (resident.read().chunk_count(), resident.read().exact_vectors());
-    let rss_open = status_mib("VmRSS:") - base;
+    let rss_open = Memory::now().rss_mib.unwrap_or(0.0) - base;
     let queries: Vec<String> = texts.iter().step_by(SAMPLE / QUERIES).map(|t| words(t, 8)).collect();
     let mut modes = serde_json::Map::new();
     for (name, mode) in [("fast", Mode::Fast), ("balanced", Mode::Balanced), ("thorough", Mode::Thorough)] {
@@ -256,8 +248,8 @@ async fn measure(db: &str) {
             .collect::<serde_json::Map<_, _>>(),
         "open_s": open_s,
         "rss_open_mib": rss_open,
-        "rss_total_mib": status_mib("VmRSS:"),
-        "hwm_mib": status_mib("VmHWM:"),
+        "rss_total_mib": Memory::now().rss_mib.unwrap_or(0.0),
+        "hwm_mib": Memory::now().peak_rss_mib.unwrap_or(0.0),
         "modes": modes,
         "commit_ms": commit_ms.iter().map(|m| m.round()).collect::<Vec<_>>(),
         "tables_ms": tables_ms.iter().map(|m| m.round()).collect::<Vec<_>>(),

@@ -8,7 +8,7 @@
 
 use anyhow::{Context, Result, bail};
 use cairn_actors::event::{Event, EventKind};
-use cairn_ingest::{ParseOptions, PathFilter, ScanOptions, parse_page, scan};
+use cairn_ingest::{ParseOptions, PathFilter, ScanOptions, read_page, scan};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -208,14 +208,6 @@ impl IndexSummary {
     pub fn anything_indexed(&self) -> bool {
         self.counts.pages_indexed + self.counts.pages_unchanged > 0
     }
-}
-
-/// Peak resident set size of this process (`VmHWM`), in MiB.
-pub fn peak_rss_mib() -> Option<f64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let kb: f64 =
-        status.lines().find(|l| l.starts_with("VmHWM:"))?.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb / 1024.0)
 }
 
 /// The events of one run, summed per source. Pages are counted once each, however many
@@ -444,7 +436,7 @@ pub async fn index(config: Config, reindex: bool, progress: bool) -> Result<Inde
     summary.sources_failed = sources_failed;
     summary.role = Some(role);
     summary.seconds = started.elapsed().as_secs_f64();
-    summary.peak_rss_mib = peak_rss_mib();
+    summary.peak_rss_mib = cairn_actors::status::Memory::now().peak_rss_mib;
     Ok(summary)
 }
 
@@ -499,16 +491,7 @@ pub fn scan_source(id: &str, root: &Path, opts: &ParseOptions) -> Result<ScanSum
     let mut failures: Vec<Failure> = report.problems.iter().map(|e| Failure::of(id, e)).collect();
     let mut pages = Vec::new();
     for file in &report.files {
-        let parsed = match std::fs::read(root.join(&file.rel)) {
-            Ok(bytes) if bytes.len() as u64 > opts.max_page_bytes => Err(cairn_ingest::Error::TooLarge {
-                path: file.rel.clone(),
-                size: bytes.len() as u64,
-                cap: opts.max_page_bytes,
-            }),
-            Ok(bytes) => parse_page(id, &file.rel, &bytes, opts),
-            Err(e) => Err(cairn_ingest::Error::Io { path: file.rel.clone(), message: e.to_string() }),
-        };
-        match parsed {
+        match read_page(id, root, &file.rel, opts) {
             Ok(p) => pages.push(PageSummary {
                 problems: p.problems.iter().map(ToString::to_string).collect(),
                 slug: p.slug,

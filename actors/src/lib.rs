@@ -37,6 +37,7 @@ pub mod poison;
 pub mod query;
 pub mod remote;
 pub mod replay;
+mod retry;
 pub mod server;
 pub mod shipping;
 pub mod stats;

@@ -90,18 +90,10 @@ pub struct DayStats {
 
 pub use crate::history::log_files;
 
+/// The UTC day (`YYYY-MM-DD`) of a time.
 fn day_of(unix_ms: u64) -> String {
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = (unix_ms / 86_400_000) as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}")
+    jiff::Timestamp::from_millisecond(unix_ms as i64)
+        .map_or_else(|_| "?".into(), |t| t.to_zoned(jiff::tz::TimeZone::UTC).date().to_string())
 }
 
 fn median(v: &mut [f64]) -> f64 {

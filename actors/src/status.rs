@@ -236,8 +236,18 @@ pub struct Memory {
 }
 
 impl Memory {
+    /// This process's.
     pub fn now() -> Self {
-        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        Self::read("/proc/self/status")
+    }
+
+    /// Another process's (a child that a test or a bench started); empty when it is gone.
+    pub fn of(pid: u32) -> Self {
+        Self::read(&format!("/proc/{pid}/status"))
+    }
+
+    fn read(path: &str) -> Self {
+        let status = std::fs::read_to_string(path).unwrap_or_default();
         let field = |name: &str| -> Option<f64> {
             let kb: f64 =
                 status.lines().find(|l| l.starts_with(name))?.split_whitespace().nth(1)?.parse().ok()?;

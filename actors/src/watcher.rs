@@ -256,7 +256,7 @@ impl Watcher {
                 // The pipeline behind us failed (its own supervisor restarts it); go on, and
                 // reconcile later so nothing seen here is lost.
                 self.failures += 1;
-                let retry = backoff(self.failures);
+                let retry = crate::retry::after(self.failures);
                 tracing::warn!("source `{}`: {e}; reconciling in {} ms", self.h.id, retry.as_millis());
                 let (emit, id) = (self.h.emit.clone(), self.h.id.clone());
                 self.h.status.set_state(&self.h.id, "retrying", Some(e.clone()));
@@ -468,11 +468,6 @@ impl Watcher {
         }
         c
     }
-}
-
-fn backoff(failures: u32) -> Duration {
-    (Duration::from_millis(250) * 2u32.saturating_pow(failures.saturating_sub(1).min(8)))
-        .min(Duration::from_secs(30))
 }
 
 /// Changes of one tick.

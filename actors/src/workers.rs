@@ -31,13 +31,7 @@ impl Parser {
 
     /// Read and parse one file, through the poison book.
     fn page(&self, source: &str, root: &Path, rel: &Path) -> Result<ParsedPage, Error> {
-        let io = |e: std::io::Error| Error::io(rel, &e);
-        let abs = cairn_ingest::within_root(root, rel)?;
-        let size = std::fs::metadata(&abs).map_err(io)?.len();
-        if size > self.opts.max_page_bytes {
-            return Err(Error::TooLarge { path: rel.into(), size, cap: self.opts.max_page_bytes });
-        }
-        let bytes = std::fs::read(&abs).map_err(io)?;
+        let bytes = cairn_ingest::read_within(root, rel, self.opts.max_page_bytes)?;
         let (path, hash) = (rel_string(rel), file_hash(&bytes));
         if let Some(e) = self.book.check(source, &path, &hash) {
             return Err(Error::Poisoned { path: rel.into(), reason: e.reason });
@@ -56,7 +50,7 @@ impl Parser {
                 Err(e)
             }
             Err(what) => {
-                tracing::error!("parser panicked on {}: {what}", abs.display());
+                tracing::error!("parser panicked on {}: {what}", root.join(rel).display());
                 let reason = format!("the parser crashed on this file ({what}); please report it");
                 self.book.add(source, &path, &hash, "crashed", &reason);
                 Err(Error::Poisoned { path: rel.into(), reason })

@@ -27,6 +27,8 @@ pub use error::{Error, Result};
 pub use folder::{Consent, FolderIdentity, Glance, HeldRemovals, Reading, Unavailable, Verdict, judge};
 pub use hash::hex_digest;
 pub use markdown::Link;
-pub use page::{ParseOptions, ParsedPage, TitleSource, content_hash_of, parse_page, read_page, rel_string};
+pub use page::{
+    ParseOptions, ParsedPage, TitleSource, content_hash_of, parse_page, read_page, read_within, rel_string,
+};
 pub use scan::{PathFilter, ScanOptions, ScanReport, ScannedFile, scan, within_root};
 pub use slug::{is_markdown, normalize_name, slugify_id, slugify_path, tokens};

@@ -295,7 +295,7 @@ fn local_markdown_link(dest: &str, label: &str) -> Option<Link> {
         Some((p, h)) => (p, Some(h.to_string())),
         None => (dest, None),
     };
-    let decoded = percent_decode(path);
+    let decoded = percent_encoding::percent_decode_str(path).decode_utf8_lossy();
     let lower = decoded.to_ascii_lowercase();
     let stem = if lower.ends_with(".md") {
         &decoded[..decoded.len() - 3]
@@ -311,26 +311,6 @@ fn local_markdown_link(dest: &str, label: &str) -> Option<Link> {
         heading: heading.filter(|h| !h.is_empty()),
         embed: false,
     })
-}
-
-fn percent_decode(s: &str) -> String {
-    let hex = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%'
-            && i + 2 < bytes.len()
-            && let (Some(hi), Some(lo)) = (hex(bytes[i + 1]), hex(bytes[i + 2]))
-        {
-            out.push(hi * 16 + lo);
-            i += 3;
-            continue;
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Wikilinks in the raw body, outside code: `[[target]]`, `[[target|label]]`,

@@ -91,16 +91,29 @@ impl std::fmt::Debug for ParsedPage {
     }
 }
 
-/// Read and parse one file of a source. The size cap is checked before reading.
-pub fn read_page(source_id: &str, root: &Path, rel: &Path, opts: &ParseOptions) -> Result<ParsedPage> {
-    let abs = root.join(rel);
+/// The bytes of one file of a source: refused when it resolves outside `root` (a symlink out of
+/// the vault) or holds more than `cap` bytes. The cap is checked on the open file before reading
+/// and again while reading, so a file that grows meanwhile is refused, never read whole.
+pub fn read_within(root: &Path, rel: &Path, cap: u64) -> Result<Vec<u8>> {
+    use std::io::Read;
     let io = |e: std::io::Error| Error::io(rel, &e);
-    let meta = std::fs::metadata(&abs).map_err(io)?;
-    if meta.len() > opts.max_page_bytes {
-        return Err(Error::TooLarge { path: rel.into(), size: meta.len(), cap: opts.max_page_bytes });
+    let too_large = |size: u64| Error::TooLarge { path: rel.into(), size, cap };
+    let file = std::fs::File::open(crate::scan::within_root(root, rel)?).map_err(io)?;
+    let size = file.metadata().map_err(io)?.len();
+    if size > cap {
+        return Err(too_large(size));
     }
-    let bytes = std::fs::read(&abs).map_err(io)?;
-    parse_page(source_id, rel, &bytes, opts)
+    let mut bytes = Vec::with_capacity(size as usize);
+    file.take(cap.saturating_add(1)).read_to_end(&mut bytes).map_err(io)?;
+    if bytes.len() as u64 > cap {
+        return Err(too_large(bytes.len() as u64));
+    }
+    Ok(bytes)
+}
+
+/// Read ([`read_within`]) and parse one file of a source.
+pub fn read_page(source_id: &str, root: &Path, rel: &Path, opts: &ParseOptions) -> Result<ParsedPage> {
+    parse_page(source_id, rel, &read_within(root, rel, opts.max_page_bytes)?, opts)
 }
 
 /// Parse the bytes of a file at vault-relative path `rel`.

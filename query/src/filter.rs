@@ -41,21 +41,11 @@ pub struct PageFilter {
 
 /// Milliseconds since the Unix epoch of a `YYYY-MM-DD` day's start (UTC).
 pub fn day_start_ms(day: &str) -> Option<i64> {
-    let mut parts = day.split('-');
-    let (y, m, d): (i64, i64, i64) =
-        (parts.next()?.parse().ok()?, parts.next()?.parse().ok()?, parts.next()?.parse().ok()?);
-    if parts.next().is_some() || !(1..=12).contains(&m) || !(1..=31).contains(&d) || day.len() != 10 {
+    if day.len() != 10 {
         return None;
     }
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some(days * 86_400_000)
+    let date: jiff::civil::Date = day.parse().ok()?;
+    Some(date.to_zoned(jiff::tz::TimeZone::UTC).ok()?.timestamp().as_millisecond())
 }
 
 impl Filter {
@@ -144,6 +134,8 @@ mod tests {
         assert_eq!(day_start_ms("2024-05-01"), Some(1_714_521_600_000));
         assert_eq!(day_start_ms("2024-5-1"), None);
         assert_eq!(day_start_ms("2024-13-01"), None);
+        assert_eq!(day_start_ms("2023-02-29"), None, "not a day of that year");
+        assert_eq!(day_start_ms("2024-02-29"), Some(1_709_164_800_000));
     }
 
     #[test]

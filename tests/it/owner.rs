@@ -109,13 +109,7 @@ impl Mcp {
 }
 
 fn rss_mib(pid: u32) -> f64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kb: f64 = s
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        .unwrap_or(0.0);
-    kb / 1024.0
+    cairn_actors::status::Memory::of(pid).rss_mib.unwrap_or(0.0)
 }
 
 /// The results of an answer, without its timing.

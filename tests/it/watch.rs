@@ -187,7 +187,7 @@ async fn sources(cairn: &Cairn) -> Vec<cairn_actors::SourceStatus> {
 
 /// Peak resident memory of this process (Linux), MiB.
 fn peak_rss_mib() -> f64 {
-    cairn::peak_rss_mib().unwrap_or(0.0)
+    cairn_actors::status::Memory::now().peak_rss_mib.unwrap_or(0.0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -61,8 +61,6 @@ pub const KEEP_VERSIONS: Duration = Duration::from_secs(10);
 /// versions are kept this long there, and files no version references are never removed (they
 /// may be another process's commit in flight).
 pub const KEEP_VERSIONS_SHARED: Duration = Duration::from_secs(600);
-const BACKOFF_START: Duration = Duration::from_millis(250);
-const BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// The longest a scan's pages wait in the buffer for more to fill a commit (an edit's wait is
 /// `commit_after`). Committing each parse group at the edit deadline made a first index of 47k
 /// pages take twice as long.
@@ -200,15 +198,10 @@ impl SourceWriter {
         }
     }
 
-    fn backoff(&self) -> Duration {
-        let f = 2u32.saturating_pow(self.failures.saturating_sub(1).min(16));
-        (BACKOFF_START * f).min(BACKOFF_MAX)
-    }
-
     /// Report an infrastructure failure and stop; the supervisor restarts this actor.
     fn fail(&mut self, ctx: &mut Context<Self>, stage: &str, reason: String) {
         self.failures += 1;
-        let retry = self.backoff();
+        let retry = crate::retry::after(self.failures);
         tracing::error!(
             "source `{}`: {stage} failed: {reason}; retrying in {} ms",
             self.id,
@@ -847,7 +840,7 @@ impl Actor for SourceWriter {
         // Requests out before a restart were cancelled with the old context.
         self.vectors.out = 0;
         self.vectors.edits_out = 0;
-        let delay = if self.failures > 0 { self.backoff() } else { Duration::ZERO };
+        let delay = if self.failures > 0 { crate::retry::after(self.failures) } else { Duration::ZERO };
         let (db, manifest, info) = (self.db.clone(), self.manifest.clone(), self.info.clone());
         let exact_vectors_up_to = self.opts.exact_vectors_up_to;
         let snapshot = self.snapshot();
