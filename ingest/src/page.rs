@@ -293,6 +293,19 @@ mod tests {
     }
 
     #[test]
+    fn a_file_is_read_only_within_its_root_and_under_the_cap() {
+        let (vault, outside) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        std::fs::write(vault.path().join("a.md"), "12345").unwrap();
+        std::fs::write(outside.path().join("secret.md"), "x").unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret.md"), vault.path().join("link.md")).unwrap();
+        let read = |rel: &str, cap| read_within(vault.path(), Path::new(rel), cap);
+        assert_eq!(read("a.md", 5).unwrap(), b"12345");
+        assert!(matches!(read("a.md", 4), Err(Error::TooLarge { size: 5, cap: 4, .. })));
+        assert!(matches!(read("link.md", 5), Err(Error::SymlinkOutsideRoot { .. })));
+        assert!(matches!(read("gone.md", 5), Err(Error::Io { .. })));
+    }
+
+    #[test]
     fn title_precedence() {
         assert_eq!(parse("f.md", "---\ntitle: FM\n---\n# H1\n").unwrap().title, "FM");
         let h = parse("f.md", "```\n# code\n```\n# H1 here\n").unwrap();
