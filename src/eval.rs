@@ -84,6 +84,32 @@ pub struct EvalReport {
     pub misses: Vec<Miss>,
 }
 
+/// One row of metrics per family and overall (the misses are the caller's to list).
+impl std::fmt::Display for EvalReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let head = ["family", "n", "hit@1", "hit@3", "mrr10", "r@10", "r@100", "ndcg10", "fclean3"];
+        let [a, b, c, d, e, g, h, i, j] = head;
+        writeln!(f, "{a:<24} {b:>5} {c:>6} {d:>6} {e:>6} {g:>6} {h:>7} {i:>7} {j:>6}")?;
+        let named = self.families.iter().map(|(n, s)| (n.as_str(), s));
+        for (name, s) in named.chain([("overall", &self.overall)]) {
+            let m = &s.metrics;
+            writeln!(
+                f,
+                "{name:<24} {:>5} {:>6.3} {:>6.3} {:>6.3} {:>6.3} {:>7.3} {:>7.3} {:>6.3}",
+                s.n,
+                m.hit_at_1,
+                m.hit_at_3,
+                m.mrr_at_10,
+                m.recall_at_10,
+                m.recall_at_100,
+                m.ndcg_at_10,
+                m.forbidden_clean_at_3
+            )?;
+        }
+        Ok(())
+    }
+}
+
 /// Run every query (at most `k` results each; Recall@100 needs `k` = 100) and score the
 /// rankings. Queries run a few at a time: each spends most of its time waiting on LanceDB.
 pub async fn run(
@@ -222,6 +248,25 @@ pub struct ExistsReport {
     pub exists_recall: f64,
     /// Every false `exists` and every recall miss, for inspection.
     pub misses: Vec<ExistsMiss>,
+}
+
+/// One line: the false `exists` rate over held-out pages, and the recall over present titles.
+impl std::fmt::Display for ExistsReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "pages {} (held out {}): false exists {}/{} = {:.4} ({} more named by a present page); exists recall {}/{} = {:.4}",
+            self.pages,
+            self.held_out,
+            self.false_exists,
+            self.absent_queries,
+            self.false_exists_rate,
+            self.false_exists_named_elsewhere,
+            self.exists_found,
+            self.present_queries,
+            self.exists_recall
+        )
+    }
 }
 
 /// One query the measure counts against cairn.

@@ -462,26 +462,23 @@ pub struct PageSummary {
     pub problems: Vec<String>,
 }
 
-impl ScanSummary {
-    pub fn print_table(&self) {
-        println!(
-            "source {} ({}): {} pages, {} failures",
-            self.source,
-            self.root,
-            self.pages.len(),
-            self.failures.len()
-        );
+/// One line for the source, one per page (with its warnings), one per failure.
+impl std::fmt::Display for ScanSummary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (pages, failures) = (self.pages.len(), self.failures.len());
+        writeln!(f, "source {} ({}): {pages} pages, {failures} failures", self.source, self.root)?;
         for p in &self.pages {
             let aliases =
                 if p.aliases.is_empty() { String::new() } else { format!(" aliases={:?}", p.aliases) };
-            println!("  {:<40} {:<40} chunks={} links={}{}", p.slug, p.title, p.chunks, p.links, aliases);
+            writeln!(f, "  {:<40} {:<40} chunks={} links={}{aliases}", p.slug, p.title, p.chunks, p.links)?;
             for problem in &p.problems {
-                println!("    warning: {problem}");
+                writeln!(f, "    warning: {problem}")?;
             }
         }
-        for f in &self.failures {
-            println!("  failed: {}", f.reason);
+        for failed in &self.failures {
+            writeln!(f, "  failed: {}", failed.reason)?;
         }
+        Ok(())
     }
 }
 

@@ -56,7 +56,39 @@ pub struct SelftestReport {
     pub sources: Vec<String>,
     pub pages: usize,
     pub mode: Mode,
+    /// The most queries asked per family.
+    pub per_family: usize,
     pub families: Vec<FamilyReport>,
+}
+
+/// The families' Hit@1 as a table, then each miss with diagnose's verdict.
+impl std::fmt::Display for SelftestReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (sources, pages, mode, per_family) =
+            (self.sources.join(", "), self.pages, self.mode, self.per_family);
+        writeln!(
+            f,
+            "selftest of {sources} ({pages} pages, mode {mode}, at most {per_family} queries per family)"
+        )?;
+        let head = ("family", "queries", "hit@1", "exists", "ambiguous", "not indexed");
+        writeln!(f, "{:<10} {:>7} {:>6} {:>7} {:>9} {:>11}", head.0, head.1, head.2, head.3, head.4, head.5)?;
+        for r in &self.families {
+            let (fam, n, hit, ex, amb, ni) =
+                (&r.family, r.queries, r.hit_at_1, r.exists, r.ambiguous, r.not_indexed);
+            writeln!(f, "{fam:<10} {n:>7} {hit:>6.3} {ex:>7} {amb:>9} {ni:>11}")?;
+        }
+        for r in &self.families {
+            for m in &r.misses {
+                let top = m.top.as_deref().unwrap_or("nothing");
+                writeln!(
+                    f,
+                    "miss {} {:?}: expected {}, rank 1 {top} ({})",
+                    r.family, m.query, m.expected, m.verdict
+                )?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// One generated query: its family, its text and the page it names.
@@ -71,7 +103,8 @@ struct Probe {
 pub async fn selftest(cairn: &Cairn, opts: &SelftestOptions) -> Result<SelftestReport> {
     let parse = cairn.config().limits.parse_options();
     let registry = cairn.config().database().await?.sources().await?;
-    let mut report = SelftestReport { mode: opts.mode, ..SelftestReport::default() };
+    let mut report =
+        SelftestReport { mode: opts.mode, per_family: opts.per_family, ..SelftestReport::default() };
     let mut probes = Vec::new();
     for info in &registry {
         if opts.source.as_ref().is_some_and(|s| *s != info.id) {

@@ -71,6 +71,35 @@ pub struct Status {
     pub sources: Vec<SourceStatus>,
 }
 
+/// Who writes and owns the database, its clients, then each source.
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(w) = &self.writer {
+            writeln!(f, "writer: {w} since {}", crate::event::utc(w.since_unix_ms))?;
+        }
+        match (&self.role, &self.owner) {
+            (Role::Reader, _) => writeln!(
+                f,
+                "no cairn process owns this database (this one, pid {}, read its tables)",
+                self.pid
+            )?,
+            (_, Some(o)) => writeln!(
+                f,
+                "owner: pid {} (cairn {}){}; {} client(s)",
+                o.pid,
+                o.purpose,
+                if self.role == Role::Owner { ", this process" } else { "" },
+                self.clients.len()
+            )?,
+            (_, None) => {}
+        }
+        for c in &self.clients {
+            writeln!(f, "  client: pid {} (cairn {})", c.pid, c.purpose)?;
+        }
+        self.sources.iter().try_for_each(|s| write!(f, "{s}"))
+    }
+}
+
 /// The role this process has now; a standby's takeover swaps `Client` for `Local`.
 #[derive(Clone)]
 enum State {

@@ -30,6 +30,22 @@ pub struct PageWithBody {
     pub served_by: Option<cairn_query::ServedBy>,
 }
 
+/// The title and where the page is, its names and tags, a blank line, then the body.
+impl std::fmt::Display for PageWithBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let p = &self.page;
+        writeln!(f, "{} ({}:{}, {})", p.title, self.source, p.slug, p.path)?;
+        if !p.aliases.is_empty() {
+            writeln!(f, "aliases: {}", p.aliases.join(", "))?;
+        }
+        if !p.tags.is_empty() {
+            writeln!(f, "tags: {}", p.tags.join(", "))?;
+        }
+        writeln!(f)?;
+        writeln!(f, "{}", self.body)
+    }
+}
+
 /// The sources of one process and its query model.
 #[derive(Debug, Clone, Default)]
 pub struct QueryHost {

@@ -16,6 +16,24 @@ pub struct Stats {
     pub logs: Vec<String>,
 }
 
+/// Each source's counts and failing files, then the queries: counts, rank-1 groups, the drift
+/// and one row per day.
+impl std::fmt::Display for Stats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for src in &self.sources {
+            let (pages, chunks, failing) = (src.pages, src.chunks, src.failing.len());
+            writeln!(f, "{}: {pages} pages, {chunks} chunks, {failing} failing files", src.source)?;
+            for failing in &src.failing {
+                writeln!(f, "  failing {}: {}", failing.path, failing.reason)?;
+            }
+            for c in &src.alias_collisions {
+                writeln!(f, "  name `{}` is claimed by {}", c.name, c.slugs.join(", "))?;
+            }
+        }
+        write!(f, "{}", self.queries)
+    }
+}
+
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct SourceStats {
     pub source: String,
@@ -61,6 +79,67 @@ pub struct QueryStats {
     pub days: Vec<DayStats>,
     /// The window's mean rank-1 base score against the window before it (with `--days`).
     pub drift: Option<Drift>,
+}
+
+impl std::fmt::Display for QueryStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (p50, p99) = (self.p50_latency_ms, self.p99_latency_ms);
+        writeln!(
+            f,
+            "queries answered: {} ({} empty, {} degraded); latency p50 {p50:.1} ms, p99 {p99:.1} ms",
+            self.answered, self.empty, self.degraded
+        )?;
+        for (k, v) in &self.by_create_safety {
+            writeln!(f, "  rank 1 create_safety {k}: {v}")?;
+        }
+        for (k, v) in &self.top_score_buckets {
+            writeln!(f, "  rank 1 base score {k}: {v}")?;
+        }
+        for (k, v) in &self.empty_by_cause {
+            writeln!(f, "  empty ({k}): {v}")?;
+        }
+        let modes = self.by_mode.iter().map(|(k, m)| ("mode", k, m));
+        for (what, k, m) in modes.chain(self.by_source.iter().map(|(k, m)| ("rank 1 from source", k, m))) {
+            let buckets: Vec<String> = m.top_score_buckets.iter().map(|(b, n)| format!("{b}: {n}")).collect();
+            let (n, mean) = (m.queries, m.mean_top_base_score);
+            writeln!(
+                f,
+                "  {what} {k}: {n} queries, mean rank-1 base score {mean:.3} ({})",
+                buckets.join(", ")
+            )?;
+        }
+        if let Some(d) = &self.drift {
+            let (mean, days) = (d.mean_top_base_score, d.days);
+            match (d.previous_mean_top_base_score, d.change) {
+                (Some(p), Some(c)) => writeln!(
+                    f,
+                    "drift: mean rank-1 base score {mean:.3} over the last {days} day(s), {p:.3} the {days} before ({c:+.3})"
+                )?,
+                _ => writeln!(f, "drift: {mean:.3} over the last {days} day(s); no queries before")?,
+            }
+        }
+        if self.days.is_empty() {
+            return Ok(());
+        }
+        writeln!(
+            f,
+            "{:<12} {:>7} {:>10} {:>10} {:>8} {:>8}",
+            "day", "queries", "mean top", "median", "exists", "p50 ms"
+        )?;
+        for d in &self.days {
+            writeln!(
+                f,
+                "{:<12} {:>7} {:>10.3} {:>10.3} {:>8.2} {:>8.1}",
+                d.day,
+                d.queries,
+                d.mean_top_base_score,
+                d.median_top_base_score,
+                d.exists_at_rank_1,
+                d.p50_latency_ms
+            )?;
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]

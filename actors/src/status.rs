@@ -52,6 +52,35 @@ pub struct SourceStatus {
     pub held_removals: Option<cairn_ingest::HeldRemovals>,
 }
 
+/// One line of counts, then why it is unavailable, what removals it holds, and what fails.
+impl std::fmt::Display for SourceStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let eta = self.eta_secs.map_or(String::new(), |e| format!(", ETA {e:.0} s"));
+        writeln!(
+            f,
+            "{}: {} ({}), {} pages, {} chunks, {} waiting for vectors ({:.1}/s{eta}), {} pending changes",
+            self.source,
+            self.state,
+            self.root,
+            self.pages,
+            self.chunks,
+            self.vectors_pending,
+            self.embed_rate,
+            self.pending
+        )?;
+        if let Some(why) = self.error.as_ref().filter(|_| self.unavailable.is_some()) {
+            writeln!(f, "  {why}")?;
+        }
+        if let Some(held) = &self.held_removals {
+            writeln!(f, "  {}", held.describe(&self.source, &self.root))?;
+        }
+        for failing in &self.failures {
+            writeln!(f, "  failing {}: {}", failing.path, failing.reason)?;
+        }
+        Ok(())
+    }
+}
+
 /// A file that could not be indexed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileFailure {

@@ -46,6 +46,47 @@ pub struct Diagnosis {
     pub served_by: Option<crate::ServedBy>,
 }
 
+/// Where the page stands at each layer, then how it got into the index, then the verdict.
+impl std::fmt::Display for Diagnosis {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = |r: Option<usize>| r.map_or("-".to_string(), |r| r.to_string());
+        let (source, slug) = (&self.source, &self.slug);
+        match &self.page {
+            Some(p) => {
+                writeln!(f, "page {source}:{slug}: {} ({}), {} chunks", p.title, p.path, p.chunk_count)?
+            }
+            None => writeln!(f, "page {source}:{slug}: not in the index")?,
+        }
+        writeln!(f, "keyword arm rank: {}", n(self.keyword_rank))?;
+        let cosine = self.best_cosine.map_or("-".into(), |c| format!("{c:.3}"));
+        writeln!(f, "vector arm rank:  {} (best-chunk cosine {cosine})", n(self.vector_rank))?;
+        writeln!(f, "title arm rank:   {}", n(self.title_rank))?;
+        writeln!(f, "exact name:       {}", self.exact_name)?;
+        writeln!(f, "fused in source:  {} of {} slots", n(self.fused_rank), self.source_slots)?;
+        writeln!(f, "final rank:       {} (mode {}, limit {})", n(self.final_rank), self.mode, self.limit)?;
+        if let Some(i) = &self.ingest {
+            writeln!(
+                f,
+                "ingest:           {} ({}), {} chunks, {} rows stored, {} with vectors, table version {}{}",
+                i.state,
+                i.file.as_deref().unwrap_or("no file"),
+                n(i.chunks),
+                n(i.rows),
+                n(i.embedded),
+                i.table_version.map_or("-".into(), |v| v.to_string()),
+                i.indexed_at_version.map_or(String::new(), |v| format!(", indexed at version {v}"))
+            )?;
+            if let Some(p) = &i.problem {
+                writeln!(f, "problem:          {p}")?;
+            }
+            for h in &i.history {
+                writeln!(f, "  {h}")?;
+            }
+        }
+        writeln!(f, "verdict: {}", self.verdict)
+    }
+}
+
 /// One page's ingest state.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct IngestState {

@@ -38,6 +38,14 @@ pub struct DuplicateGroup {
     pub cosine: Option<f32>,
 }
 
+/// `kind: source:slug, … (evidence)`, one line.
+impl std::fmt::Display for DuplicateGroup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let pages: Vec<String> = self.pages.iter().map(|p| format!("{}:{}", p.source, p.slug)).collect();
+        writeln!(f, "{}: {} ({})", self.kind, pages.join(", "), self.evidence)
+    }
+}
+
 fn page_ref(source: &str, p: &PageRecord) -> PageRef {
     PageRef { source: source.into(), slug: p.slug.clone(), title: p.title.clone() }
 }

@@ -160,6 +160,27 @@ pub enum CreateSafety {
     Unknown,
 }
 
+/// The word a value has in the JSON output (`alias_hit`, `exists`, `balanced`): the same word
+/// in the text output.
+pub(crate) fn words(v: &impl serde::Serialize, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+    match serde_json::to_value(v) {
+        Ok(serde_json::Value::String(s)) => f.write_str(&s),
+        _ => Err(std::fmt::Error),
+    }
+}
+
+impl std::fmt::Display for Evidence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        words(self, f)
+    }
+}
+
+impl std::fmt::Display for CreateSafety {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        words(self, f)
+    }
+}
+
 /// How an exact lookup matched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -47,6 +47,26 @@ pub struct Links {
     pub backlinks: Vec<Backlink>,
 }
 
+/// Where each link leads, then the pages that link here.
+impl std::fmt::Display for Links {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "{} ({}:{})", self.title, self.source, self.slug)?;
+        writeln!(f, "links out ({}, {} unresolved):", self.outgoing.len(), self.unresolved)?;
+        for l in &self.outgoing {
+            let part = l.heading.as_ref().map_or(String::new(), |h| format!("#{h}"));
+            match (&l.resolved, &l.by) {
+                (Some(to), Some(by)) => writeln!(f, "  [[{}{part}]] -> {to} (by {by})", l.target)?,
+                _ => writeln!(f, "  [[{}{part}]] -> unresolved", l.target)?,
+            }
+        }
+        writeln!(f, "linked from ({}):", self.backlinks.len())?;
+        for b in &self.backlinks {
+            writeln!(f, "  {} ({}) as [[{}]]", b.slug, b.title, b.target)?;
+        }
+        Ok(())
+    }
+}
+
 /// One source's pages, indexed for resolving links.
 #[derive(Debug)]
 pub struct Resolver<'a> {

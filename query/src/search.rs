@@ -35,6 +35,12 @@ pub enum Mode {
     Thorough,
 }
 
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        crate::layers::words(self, f)
+    }
+}
+
 impl std::str::FromStr for Mode {
     type Err = QueryError;
     fn from_str(s: &str) -> Result<Self> {
@@ -303,6 +309,40 @@ pub struct SearchResponse {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub served_by: Option<ServedBy>,
     pub notes: Vec<String>,
+}
+
+/// The results as text, one line each with its best chunk (what `cairn search` prints; the
+/// degraded stages and notes are the caller's to say, on stderr).
+impl std::fmt::Display for SearchResponse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, r) in self.results.iter().enumerate() {
+            let ev: Vec<String> = r.evidence.iter().map(ToString::to_string).collect();
+            writeln!(
+                f,
+                "{:>2}. {}:{}  {}  score={:.3} cosine={} [{}] create_safety={}",
+                i + 1,
+                r.source,
+                r.slug,
+                r.title,
+                r.score,
+                r.cosine.map_or("-".into(), |c| format!("{c:.3}")),
+                ev.join(","),
+                r.create_safety
+            )?;
+            if let Some(c) = &r.chunk {
+                let line = c.text.lines().next().unwrap_or_default();
+                let line: String = line.chars().take(100).collect();
+                writeln!(f, "      {} (lines {}-{}): {line}", c.heading_path, c.line_start, c.line_end)?;
+            }
+            if let Some(x) = &r.explain {
+                writeln!(f, "      {}", x.why)?;
+            }
+        }
+        if self.results.is_empty() {
+            writeln!(f, "no results")?;
+        }
+        Ok(())
+    }
 }
 
 /// Each searched source's chunks without a vector (`lookup`), and the note an agent must not

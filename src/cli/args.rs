@@ -1,0 +1,298 @@
+//! The command line's words: the verbs and their flags.
+
+use super::Usage;
+use anyhow::Result;
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(name = "cairn", version, about = "A live hybrid index of folders of markdown notes")]
+pub struct Cli {
+    #[command(flatten)]
+    pub common: Common,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Where the index lives and how it is configured (every subcommand).
+#[derive(Args, Debug, Clone)]
+pub struct Common {
+    /// Database URI: a folder, or an object-store URI (s3://…) passed to LanceDB (default: the
+    /// config's, else the user's data directory).
+    #[arg(long, env = "CAIRN_DB", global = true)]
+    pub db: Option<String>,
+    /// A cairn.toml: database, sources, model, limits, debounce.
+    #[arg(long, global = true)]
+    pub config: Option<PathBuf>,
+}
+
+/// Which folders to index.
+#[derive(Args, Debug, Clone, Default)]
+pub struct SourcesArg {
+    /// Folders to index; each is a source whose id is the folder's name.
+    pub dirs: Vec<PathBuf>,
+    /// A source with an explicit id: ID=DIR (repeatable).
+    #[arg(long = "source", value_name = "ID=DIR")]
+    pub sources: Vec<String>,
+}
+
+/// How a search runs (search, diagnose).
+#[derive(Args, Debug, Clone)]
+pub struct SearchArgs {
+    /// Only these sources (repeatable).
+    #[arg(long = "source", value_name = "ID")]
+    sources: Vec<String>,
+    /// fast (no embedding), balanced, thorough.
+    #[arg(long, default_value = "balanced")]
+    mode: String,
+    #[arg(long, default_value_t = 10)]
+    limit: usize,
+    /// Only pages with this tag (a nested tag matches its children: `project` finds
+    /// `project/alpha`); repeatable: any of them.
+    #[arg(long = "tag", value_name = "TAG")]
+    tags: Vec<String>,
+    /// Only pages under this folder (`meetings/`) or matching this glob (`**/2024-*.md`);
+    /// repeatable: any of them.
+    #[arg(long = "path", value_name = "FOLDER|GLOB")]
+    paths: Vec<String>,
+    /// Only pages of this frontmatter `type`; repeatable: any of them.
+    #[arg(long = "type", value_name = "TYPE")]
+    types: Vec<String>,
+    /// Only pages modified on or after this day (YYYY-MM-DD).
+    #[arg(long, value_name = "YYYY-MM-DD")]
+    after: Option<String>,
+    /// Only pages modified before this day (YYYY-MM-DD).
+    #[arg(long, value_name = "YYYY-MM-DD")]
+    before: Option<String>,
+}
+
+impl SearchArgs {
+    pub fn request(&self, query: String, explain: bool) -> Result<cairn_query::SearchRequest, Usage> {
+        Ok(cairn_query::SearchRequest {
+            query,
+            sources: self.sources.clone(),
+            mode: super::mode(&self.mode)?,
+            limit: self.limit,
+            explain,
+            filter: cairn_query::Filter {
+                tags: self.tags.clone(),
+                paths: self.paths.clone(),
+                types: self.types.clone(),
+                after: self.after.clone(),
+                before: self.before.clone(),
+            },
+            pooled_baseline: false,
+        })
+    }
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Index folders into the database: one run of the pipeline `watch` runs (incremental;
+    /// unchanged pages cost nothing). Through the database's owner when one runs.
+    Index {
+        #[command(flatten)]
+        sources: SourcesArg,
+        /// One JSON summary on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Index folders, then keep the index current as files change (Ctrl-C stops, after
+    /// committing what is pending). When another process owns the database, its sources are
+    /// added to that owner and this one stands by to take over.
+    Watch {
+        #[command(flatten)]
+        sources: SourcesArg,
+        /// Every event as one JSON line on stdout.
+        #[arg(long)]
+        json: bool,
+        /// Catch up with the folders, commit, and exit (the pipeline's one-shot index).
+        #[arg(long)]
+        once: bool,
+    },
+    /// Serve the live index to agents over MCP (stdio). With no folders, the sources the
+    /// database holds.
+    Mcp {
+        #[command(flatten)]
+        sources: SourcesArg,
+    },
+    /// Replay a recorded scenario (fixtures/events/*.jsonl) into a folder and a database.
+    Replay {
+        log: PathBuf,
+        /// Where to write the scenario's files (default: a new temporary folder).
+        #[arg(long)]
+        into: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// What the index holds and how its answers have scored over time (from the event log).
+    Stats {
+        /// The event log folder (default: the database's).
+        #[arg(long)]
+        log: Option<PathBuf>,
+        /// Only the last N days of queries, with the drift against the N days before.
+        #[arg(long)]
+        days: Option<u32>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Who owns the database, and every source's state: pages, chunks waiting for vectors,
+    /// pending changes, failures.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Drop sources' tables and index them again from scratch: `cairn reindex ID`, a folder, or
+    /// `--source ID`.
+    Reindex {
+        /// Source ids (or folders).
+        targets: Vec<String>,
+        /// A source id, or ID=DIR (repeatable).
+        #[arg(long = "source", value_name = "ID")]
+        sources: Vec<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a source from the database: its tables and state (the notes are not touched).
+    Forget { id: String },
+    /// Wait until everything is searchable: through the writer, every change its watchers have
+    /// seen (by meaning too, unless --pages); through a reader of a database another machine
+    /// writes, everything that writer has committed.
+    Flush {
+        /// Only by name and keyword (do not wait for vectors).
+        #[arg(long)]
+        pages: bool,
+    },
+    /// Compare a source's folder with its index now and say what was applied, held or refused.
+    /// A scan that would remove most of a source, or a folder that is empty or another one than
+    /// was indexed, changes nothing until `--allow-removals` says yes.
+    Reconcile {
+        /// The source id.
+        id: String,
+        /// Apply the removals the scan finds, whatever they are (the pages whose files are gone
+        /// leave the index).
+        #[arg(long)]
+        allow_removals: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Search the index: results with evidence and create_safety.
+    Search {
+        query: String,
+        #[command(flatten)]
+        search: SearchArgs,
+        #[arg(long)]
+        json: bool,
+        /// Per result: each arm's rank and score, the fusion, boosts and why the evidence is what it is.
+        #[arg(long)]
+        explain: bool,
+    },
+    /// Run judged queries and report retrieval metrics; with --gate, fail below the floors.
+    Eval(EvalArgs),
+    /// Walk the query layers for one page, for the search as you ran it: where it was found or lost.
+    Diagnose {
+        query: String,
+        /// SOURCE:SLUG of the page that should have been found.
+        #[arg(long)]
+        target: String,
+        #[command(flatten)]
+        search: SearchArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Test data: write the source-swamp set's bulk source (near-empty stubs) into DIR.
+    SwampStubs {
+        dir: PathBuf,
+        #[arg(long, default_value_t = 5000)]
+        n: usize,
+    },
+    /// Print a stored page with its body: `cairn get SOURCE:SLUG`.
+    Get {
+        /// SOURCE:SLUG, e.g. notes:projects/amphitheater
+        target: String,
+        /// The record and body as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A page's links: where each of its links leads (unresolved ones listed as such), and the
+    /// pages that link to it.
+    Links {
+        /// SOURCE:SLUG
+        target: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Groups of pages that look like one subject, across the vault and across sources: a name
+    /// they share, identical content, or near-identical chunks. Read-only.
+    Duplicates {
+        /// Cosine at or above which two chunks count as near-identical.
+        #[arg(long, default_value_t = cairn_query::duplicates::NEAR_IDENTICAL)]
+        threshold: f32,
+        #[arg(long)]
+        json: bool,
+    },
+    /// How well the index finds your own pages: queries made from each page's title, aliases,
+    /// file name and headings, Hit@1 per family, each miss with diagnose's verdict.
+    Selftest {
+        /// Only this source.
+        #[arg(long)]
+        source: Option<String>,
+        /// At most this many queries per family (a fixed sample).
+        #[arg(long, default_value_t = 200)]
+        per_family: usize,
+        /// `fast`, `balanced` or `thorough`.
+        #[arg(long, default_value = "balanced")]
+        mode: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Scan and parse folders and print what cairn extracts from each page (nothing stored).
+    Scan {
+        #[arg(required = true)]
+        dirs: Vec<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+// No doc comment: the variant's above is the subcommand's help.
+#[derive(Args, Debug)]
+pub struct EvalArgs {
+    /// JSON Lines query file (or a bootstrap queries.json); not with --exists.
+    #[arg(required_unless_present = "exists")]
+    pub queries: Option<PathBuf>,
+    #[arg(long = "source")]
+    pub sources: Vec<String>,
+    #[arg(long, default_value = "balanced")]
+    pub mode: String,
+    /// Index this folder into a temporary database first and evaluate on it.
+    #[arg(long)]
+    pub vault: Option<PathBuf>,
+    /// Results per query (Recall@100 is measured over these; 100 at most).
+    #[arg(long, default_value_t = 100)]
+    pub k: usize,
+    /// Leave out queries whose boolean flag is true (e.g. --skip-flag ambiguous).
+    #[arg(long = "skip-flag")]
+    pub skip_flags: Vec<String>,
+    /// Evaluation baseline: all sources pooled into one candidate set (what per-source
+    /// gather prevents), instead of per-source gather.
+    #[arg(long)]
+    pub pooled_baseline: bool,
+    /// A TOML file of floors per family and metric.
+    #[arg(long)]
+    pub gate: Option<PathBuf>,
+    #[arg(long)]
+    pub json: bool,
+    /// Answer every query a second time with each source's vectors held as int8 codes (re-scored
+    /// from the stored vectors, as past `exact_vectors_up_to`), print both, and fail when a
+    /// figure moves by more than 0.005.
+    #[arg(long)]
+    pub int8_too: bool,
+    /// Instead of judged queries: measure `create_safety: exists` on --vault both ways (held-out
+    /// pages' names must not come back `exists`; present titles must). QUERIES is ignored.
+    #[arg(long)]
+    pub exists: bool,
+    /// With --exists: one page in N is held out, one present title in N is asked.
+    #[arg(long, default_value_t = 20)]
+    pub every: u64,
+}

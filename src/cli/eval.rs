@@ -1,0 +1,130 @@
+//! How well the index answers: `cairn eval` (judged queries, or `--exists`) and `cairn selftest`.
+
+use super::args::{Common, EvalArgs};
+use super::{Usage, attach, config_only, mode, report, show};
+use anyhow::Result;
+use cairn::Cairn;
+use cairn::eval::EvalReport;
+use std::path::Path;
+use std::process::ExitCode;
+
+/// `--exists`: on a copy of `--vault` with pages held out, how often `exists` is wrong.
+pub async fn exists(a: EvalArgs) -> Result<ExitCode> {
+    let mode = mode(&a.mode)?;
+    let vault = a.vault.ok_or_else(|| Usage("--exists needs --vault DIR".into()))?;
+    let work = std::env::temp_dir().join(format!("cairn-exists-{}", std::process::id()));
+    let r = cairn::eval::exists_trust(&vault, &work, a.every, mode).await;
+    let _ = std::fs::remove_dir_all(&work);
+    let r = r?;
+    report(&r, a.json)?;
+    if !a.json {
+        for m in r.misses.iter().take(20) {
+            eprintln!(
+                "{}: {:?} -> {:?} {:?} cosine {:?} (wanted {:?})",
+                m.kind, m.query, m.top, m.evidence, m.cosine, m.expected
+            );
+        }
+    }
+    gate(a.gate.as_deref(), |text| cairn::eval::check_exists_gates(&r, text))
+}
+
+/// Judged queries over the database, or over `--vault` indexed into a temporary one first.
+pub async fn eval(common: &Common, a: EvalArgs) -> Result<ExitCode> {
+    let mode = mode(&a.mode)?;
+    let queries = a.queries.as_ref().ok_or_else(|| Usage("name a query file".into()))?;
+    let judged = cairn::eval::load_queries(queries, &a.skip_flags)?;
+    let temp =
+        a.vault.as_ref().map(|_| std::env::temp_dir().join(format!("cairn-eval-{}", std::process::id())));
+    let c = match (&a.vault, &temp) {
+        (Some(dir), Some(t)) => index_into(config_only(common)?, dir, t).await?,
+        _ => config_only(common)?,
+    };
+    let with_model = mode != cairn_query::Mode::Fast;
+    let run = async |c: cairn::Config| -> Result<EvalReport> {
+        let cairn = Cairn::attach(c, "eval", with_model).await?;
+        cairn::eval::run(&cairn, &judged, &a.sources, mode, a.k, a.pooled_baseline).await
+    };
+    let exact = run(c.clone()).await?;
+    let int8 =
+        if a.int8_too { Some(run(cairn::Config { exact_vectors_up_to: 0, ..c }).await?) } else { None };
+    if let Some(t) = temp {
+        let _ = std::fs::remove_dir_all(t);
+    }
+    let moved = match &int8 {
+        Some(int8) => {
+            eprintln!("-- the same queries, int8-coded vectors re-scored from the stored ones:");
+            show(int8);
+            misses(int8);
+            eprintln!("-- exact vectors:");
+            cairn::eval::moved(&exact, int8, 0.005)
+        }
+        None => Vec::new(),
+    };
+    report(&exact, a.json)?;
+    if !a.json {
+        misses(&exact);
+    }
+    if gate(a.gate.as_deref(), |text| cairn::eval::check_gates(&exact, text))? != ExitCode::SUCCESS {
+        return Ok(ExitCode::from(1));
+    }
+    for m in &moved {
+        eprintln!("int8 path differs by more than 0.005: {m}");
+    }
+    if !moved.is_empty() {
+        return Ok(ExitCode::from(1));
+    }
+    if a.int8_too {
+        eprintln!("int8 path: every figure within 0.005 of the exact one");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Index `vault` into a new database at `db`; the configuration to read it with.
+async fn index_into(mut c: cairn::Config, vault: &Path, db: &Path) -> Result<cairn::Config> {
+    c.db = db.display().to_string();
+    c.sources = vec![cairn::SourceSpec::from_dir(vault)?.config()];
+    c.watch = false;
+    let summary = cairn::index(c.clone(), false, false).await?;
+    let (indexed, failed) = (summary.counts.pages_indexed, summary.counts.pages_failed);
+    eprintln!("indexed {indexed} pages ({failed} failed) into {}", c.db);
+    c.sources.clear();
+    Ok(c)
+}
+
+/// The first 20 misses, on stderr.
+fn misses(r: &EvalReport) {
+    for m in r.misses.iter().take(20) {
+        eprintln!("miss {}: {:?} wants {:?}, got {:?}", m.id, m.query, m.relevant, m.top);
+    }
+    if r.misses.len() > 20 {
+        eprintln!("… {} misses in all (--json lists every one)", r.misses.len());
+    }
+}
+
+/// Check the floors of the gate file, if one is given: exit 1 when one is breached.
+fn gate(file: Option<&Path>, check: impl FnOnce(&str) -> Result<Vec<String>>) -> Result<ExitCode> {
+    let Some(g) = file else { return Ok(ExitCode::SUCCESS) };
+    let text = std::fs::read_to_string(g).map_err(|e| anyhow::anyhow!("{}: {e}", g.display()))?;
+    let breaches = check(&text)?;
+    for b in &breaches {
+        eprintln!("gate breached: {b}");
+    }
+    if !breaches.is_empty() {
+        return Ok(ExitCode::from(1));
+    }
+    eprintln!("gates passed ({})", g.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn selftest(
+    common: &Common,
+    source: Option<String>,
+    per_family: usize,
+    m: &str,
+    json: bool,
+) -> Result<()> {
+    let mode = mode(m)?;
+    let cairn = attach(common, "selftest", mode != cairn_query::Mode::Fast).await?;
+    let opts = cairn::selftest::SelftestOptions { source, per_family, mode };
+    report(&cairn::selftest::selftest(&cairn, &opts).await?, json)
+}
