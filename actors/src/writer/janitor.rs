@@ -1,0 +1,141 @@
+//! The writer's upkeep, run in its own sequence (as its commits are): compaction or key
+//! indexes, old versions and stray files, the chunk file, the resident index's snapshot. When
+//! it falls due and what it does is [`super::upkeep`]'s policy.
+
+use super::upkeep::Work;
+use super::{KEEP_VERSIONS, KEEP_VERSIONS_SHARED, SourceWriter, UPKEEP_DELAY};
+use crate::event::EventKind;
+use crate::log::Emitter;
+use actix::prelude::*;
+use cairn_index::{Resident, ResidentIndex, SourceStore};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+impl SourceWriter {
+    /// Count a commit towards upkeep, and schedule it when it falls due (once: a steady stream
+    /// of commits must not postpone it for ever). Every commit also moves the idle upkeep: once
+    /// the writer has been idle past the keep window, one more run compacts what the last
+    /// commits left and removes every version but the current one, so a watch at rest takes
+    /// the room of a fresh index.
+    pub(super) fn note_commit(&mut self, chunks: usize, rewritten: usize, ctx: &mut Context<Self>) {
+        let due = self.upkeep_due.committed(chunks, rewritten);
+        if let Some(idle) = self.idle_upkeep.take() {
+            ctx.cancel_future(idle);
+        }
+        self.idle_upkeep = Some(ctx.run_later(KEEP_VERSIONS + UPKEEP_DELAY, |act, ctx| {
+            act.idle_upkeep = None;
+            act.run_upkeep(true, ctx);
+        }));
+        if self.upkeep.is_some() || !due {
+            return;
+        }
+        self.upkeep = Some(ctx.run_later(UPKEEP_DELAY, |act, ctx| {
+            act.upkeep = None;
+            act.run_upkeep(false, ctx);
+        }));
+    }
+
+    /// Compaction, then old versions and stray files removed, in the writer's own sequence (as
+    /// its commits are): no commit of this writer runs meanwhile, so a compaction never loses a
+    /// commit race (LanceDB would refuse it and its rewritten files would stay behind, unused),
+    /// and files no version references are strays of a crash or of an older build, safe to
+    /// remove. An edit arriving meanwhile waits for one compaction of the small fragments.
+    /// The run once the writer is `idle` also saves the resident index's snapshot, when the
+    /// source keeps one and it no longer matches the tables.
+    fn run_upkeep(&mut self, idle: bool, ctx: &mut Context<Self>) {
+        if self.retired {
+            return;
+        }
+        let Some(store) = self.store.clone() else { return };
+        // While vectors are being written, every vector commit rewrites rows of the chunks
+        // table: a compaction now would redo work the next commits undo, so it waits for the
+        // commit after the backfill; the key indexes follow the table meanwhile (see
+        // [`super::upkeep::Upkeep::run`]). (Queued or in flight: a chunk the model refused
+        // stays without a vector for good and must not hold compaction off for ever.)
+        let vectors_busy = self.vectors.out > 0
+            || self.vectors.committing > 0
+            || !self.vectors.edits.is_empty()
+            || !self.vectors.bulk.is_empty();
+        let resident = self.resident.clone().filter(|_| idle);
+        let run = Run {
+            work: self.upkeep_due.run(vectors_busy),
+            store,
+            snapshot: self.snapshot().zip(resident.clone()),
+            resident,
+            exact_up_to: self.opts.exact_vectors_up_to,
+            shared: self.opts.publishing.is_some(),
+        };
+        let (emit, id) = (self.emit.clone(), self.id.clone());
+        ctx.wait(actix::fut::wrap_future::<_, Self>(run.run(emit, id)).map(|res, act, _| {
+            if let Err(e) = res {
+                tracing::warn!(
+                    "source `{}`: upkeep failed (searches stay correct; the tables grow): {e}",
+                    act.id
+                )
+            }
+        }));
+    }
+
+    /// Where this source's resident-index snapshot is kept, if snapshots are.
+    pub(super) fn snapshot(&self) -> Option<PathBuf> {
+        self.opts.snapshots.as_ref().map(|dir| snapshot_path(dir, &self.id))
+    }
+}
+
+/// One upkeep run, cloned out of the writer.
+struct Run {
+    work: Work,
+    store: SourceStore,
+    /// The resident index, on the run once the writer is idle.
+    resident: Option<Resident>,
+    snapshot: Option<(PathBuf, Resident)>,
+    exact_up_to: usize,
+    /// On an object store (readers elsewhere): versions are kept longer, strays are kept.
+    shared: bool,
+}
+
+impl Run {
+    async fn run(self, emit: Emitter, id: String) -> Result<(), cairn_index::Error> {
+        let (store, work) = (&self.store, self.work);
+        let t0 = Instant::now();
+        match work {
+            Work::Compact => store.optimize().await?,
+            Work::IndexKeys => store.index_keys().await?,
+            Work::PruneOnly => {}
+        }
+        let pruned = match self.shared {
+            false => store.prune(KEEP_VERSIONS, true).await?,
+            true => store.prune(KEEP_VERSIONS_SHARED, false).await?,
+        };
+        // The chunk file copied without its dead records (the snapshot must then name the
+        // copy, though the tables did not move).
+        let compacted = match &self.resident {
+            Some(r) => r.compact_chunk_file().await?,
+            None => None,
+        };
+        if let Some((before, after)) = compacted {
+            tracing::info!("source `{id}`: chunk file compacted from {before} to {after} bytes");
+        }
+        if let Some((path, resident)) = self.snapshot.filter(|(_, r)| !r.holds_text()) {
+            let stamp = store.stamp(self.exact_up_to).await?;
+            if compacted.is_some() || ResidentIndex::stamp_of(&path) != Some(stamp) {
+                resident.save(&path, stamp).await;
+            }
+        }
+        let ev = EventKind::Optimized {
+            ms: t0.elapsed().as_millis() as u64,
+            versions_removed: pruned.old_versions,
+            bytes_removed: pruned.bytes_removed,
+            compacted: work == Work::Compact,
+        };
+        emit.emit(&id, vec![ev]).await;
+        Ok(())
+    }
+}
+
+/// The file of source `id`'s resident-index snapshot in the folder `dir`.
+pub(crate) fn snapshot_path(dir: &Path, id: &str) -> PathBuf {
+    let name: String =
+        id.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '~' }).collect();
+    dir.join(format!("{name}.snapshot"))
+}

@@ -1,0 +1,111 @@
+//! The writer's start-up (and restart): open or rebuild the source's tables, load its resident
+//! index (from a snapshot when one matches), and resume what a stop interrupted.
+
+use super::backlog::Backlog;
+use super::upkeep::Upkeep;
+use super::{Origin, SourceWriter};
+use crate::embedding::Priority;
+use crate::event::EventKind;
+use crate::journal::Change;
+use crate::query::AddSource;
+use actix::prelude::*;
+use cairn_index::{Loaded, Resident, SourceStore};
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+/// A source opened: its tables, its resident index, the pages stored, the table version.
+pub(super) type Opened = (SourceStore, Resident, Loaded, u64);
+
+impl SourceWriter {
+    /// Open the source (after the backoff, on a restart), for [`SourceWriter::opened`].
+    pub(super) fn open(&self) -> impl Future<Output = Result<Opened, String>> + 'static {
+        let delay = if self.failures > 0 { crate::retry::after(self.failures) } else { Duration::ZERO };
+        let (db, manifest, info) = (self.db.clone(), self.manifest.clone(), self.info.clone());
+        let exact_vectors_up_to = self.opts.exact_vectors_up_to;
+        let snapshot = self.snapshot();
+        let (query, root, emit) = (self.query.clone(), self.root.clone(), self.emit.clone());
+        let journal = self.opts.publishing.as_ref().map(|p| p.journal.clone());
+        async move {
+            tokio::time::sleep(delay).await;
+            let id = info.id.clone();
+            // Tables made here (new, or rebuilt) start an incarnation readers load whole.
+            let mut fresh = !db.source_ids().await.map_err(|e| e.to_string())?.contains(&id);
+            let store = match db.open_source(&id, &manifest).await {
+                Err(cairn_index::Error::ManifestMismatch { .. }) => {
+                    tracing::warn!("source `{id}` was built by another model or version; rebuilding it");
+                    if let Some(path) = &snapshot {
+                        let _ = std::fs::remove_file(path);
+                    }
+                    fresh = true;
+                    db.rebuild_source(&id, &manifest, &info).await
+                }
+                other => other,
+            }
+            .map_err(|e| e.to_string())?;
+            if let Some(journal) = journal.as_ref().filter(|_| fresh) {
+                let version = store.version().await.map_err(|e| e.to_string())?;
+                let change = Change {
+                    version,
+                    committed_unix_ms: crate::event::unix_ms(),
+                    reset: true,
+                    ..Default::default()
+                };
+                journal.record(&id, change).await;
+            }
+            store.register(&info).await.map_err(|e| e.to_string())?;
+            let started = Instant::now();
+            let (resident, loaded, from_snapshot) = match &snapshot {
+                Some(path) => Resident::open(&store, exact_vectors_up_to, path).await,
+                None => Resident::load(&store, exact_vectors_up_to).await.map(|(r, l)| (r, l, false)),
+            }
+            .map_err(|e| e.to_string())?;
+            let open_ms = started.elapsed().as_millis() as u64;
+            query
+                .send(AddSource { store: store.clone(), resident: resident.clone(), root: Some(root) })
+                .await
+                .map_err(|e| format!("query actor stopped: {e}"))?;
+            let (pages, vectors_pending) = (loaded.states.len(), resident.read().unembedded_count());
+            let version = store.version().await.map_err(|e| e.to_string())?;
+            emit.emit(&id, vec![EventKind::SourceStarted { pages, vectors_pending, from_snapshot, open_ms }])
+                .await;
+            if !loaded.inconsistent.is_empty() || !loaded.orphans.is_empty() {
+                tracing::warn!(
+                    "source `{id}`: {} page(s) whose rows a crash left disagreeing and {} orphan(s) are redone",
+                    loaded.inconsistent.len(),
+                    loaded.orphans.len()
+                );
+            }
+            Ok((store, resident, loaded, version))
+        }
+    }
+
+    /// The source is open: the plan knows what is stored, chunks committed without vectors (a
+    /// backfill a stop interrupted) resume behind anything edited since, and what failed
+    /// before is committed again first.
+    pub(super) fn opened(&mut self, (store, resident, loaded, version): Opened, ctx: &mut Context<Self>) {
+        self.store = Some(store);
+        self.status.set_version(&self.id, version);
+        self.plan.load(loaded.states, loaded.orphans);
+        self.vectors = Backlog { waiters: std::mem::take(&mut self.vectors.waiters), ..Backlog::default() };
+        {
+            let index = resident.read();
+            for (chunk, _, _) in index.unembedded() {
+                if let Some((slug, _, _)) = index.waiting(&chunk) {
+                    *self.vectors.left.entry(slug).or_default() += 1;
+                }
+                self.vectors.queue(chunk, Priority::Bulk);
+            }
+            self.status.set_vectors(&self.id, index.chunk_count(), index.unembedded_count(), 0.0);
+        }
+        self.upkeep_due = Upkeep::new(resident.read().chunk_count());
+        self.resident = Some(resident);
+        self.status.set_pages(&self.id, self.plan.known().len());
+        if self.failures > 0 {
+            // Retry what failed before anything newer.
+            self.commit_now(ctx);
+        } else {
+            self.commit_later(Origin::Edit, ctx);
+        }
+        self.pump(ctx);
+    }
+}
