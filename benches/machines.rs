@@ -21,7 +21,7 @@ mod common;
 mod weed;
 
 use cairn_actors::api::Search;
-use cairn_actors::client::Client;
+use cairn_actors::ownership::client::Client;
 use common::{pct, shared};
 use serde_json::Value;
 use std::io::{BufRead, Read, Write};
@@ -207,8 +207,9 @@ impl Machine {
 
     /// The socket the machine's owner published in its lock file.
     fn socket(&self, db: &str) -> PathBuf {
-        let paths = cairn_actors::paths::DbPaths::remote_under(&self.home.join("state"), db);
-        let info = cairn_actors::owner::read_info(&paths.lock()).expect("the owner published its socket");
+        let paths = cairn_actors::ownership::paths::DbPaths::remote_under(&self.home.join("state"), db);
+        let info =
+            cairn_actors::ownership::owner::read_info(&paths.lock()).expect("the owner published its socket");
         PathBuf::from(info.socket)
     }
 }
@@ -288,7 +289,7 @@ fn main() {
     );
 
     // Idle requests and memory.
-    std::thread::sleep(cairn_actors::follow::ACTIVE_FOR);
+    std::thread::sleep(cairn_actors::ownership::follow::ACTIVE_FOR);
     let idle = Duration::from_secs(env_num("CAIRN_BENCH_IDLE_SECS", 60));
     let (a0, b0) = (a.proxy.count(), b.proxy.count());
     std::thread::sleep(idle);

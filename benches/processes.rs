@@ -391,7 +391,7 @@ fn first_index(work: &Path, fair: bool) {
         .duration_since(t0)
         .as_secs_f64();
     // The model's own time: every vector commit's.
-    let log = cairn_actors::log::read_log(&db.join("events/events.jsonl")).unwrap();
+    let log = cairn_actors::ops::log::read_log(&db.join("events/events.jsonl")).unwrap();
     let model: f64 = log
         .iter()
         .map(|e| match e.kind {
@@ -672,7 +672,7 @@ fn soak(work: &Path) {
     watch.until(Duration::from_secs(600), |at, e| {
         e["event"] == "optimized"
             && e["compacted"] == true
-            && at.duration_since(idle) >= cairn_actors::writer::KEEP_VERSIONS
+            && at.duration_since(idle) >= cairn_actors::pipeline::writer::KEEP_VERSIONS
     });
     let rest_s = idle.elapsed().as_secs_f64();
     let rest = (disk(&db), table_files(&db, "foldoc"), query_latency(&db, &queries));

@@ -352,7 +352,7 @@ pub async fn index(config: Config, reindex: bool, progress: bool) -> Result<Inde
     // holder of the writer lease, maybe on another machine): one writer at a time.
     let status = cairn.status().await?;
     let writes_here = match (&status.writer, &status.owner) {
-        (Some(w), Some(o)) => w.pid == o.pid && w.host == cairn_actors::lease::host_name(),
+        (Some(w), Some(o)) => w.pid == o.pid && w.host == cairn_actors::ownership::lease::host_name(),
         (Some(_), None) => false,
         (None, _) => cairn.role() == Role::Owner,
     };

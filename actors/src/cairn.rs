@@ -1,25 +1,25 @@
 //! [`Cairn`]: the handle to a database, whichever process owns it.
 //!
-//! One process per machine holds a database's lock ([`crate::owner`]) and serves the machine's
-//! others on its socket ([`crate::server`]): as the database's writer (the pipeline: watchers,
+//! One process per machine holds a database's lock ([`crate::ownership::owner`]) and serves the machine's
+//! others on its socket ([`crate::ownership::server`]): as the database's writer (the pipeline: watchers,
 //! parser, model, writers, resident indexes), or, on an object store whose writer lease another
-//! process holds, as a reader following that writer's commits ([`crate::local`]). Every other
-//! process that opens the database is a client of it ([`crate::client`]): same calls, no model,
+//! process holds, as a reader following that writer's commits ([`crate::ownership::local`]). Every other
+//! process that opens the database is a client of it ([`crate::ownership::client`]): same calls, no model,
 //! no index of its own. A client opened with `standby` takes the lock when that process exits
 //! or is killed and serves from then on; calls in flight at that moment fail with a retryable
 //! error.
 
 use crate::api::{self, Answerer, ReaderApi, Verb};
-use crate::client::Client;
 use crate::config::{Config, SourceConfig};
 use crate::event::Event;
 use crate::host::PageWithBody;
-use crate::ipc::{ErrorCode, Hello, OwnerInfo, RemoteError};
-use crate::local::Local;
-use crate::owner::OwnerLock;
-use crate::paths::DbPaths;
+use crate::ownership::client::Client;
+use crate::ownership::ipc::{ErrorCode, Hello, OwnerInfo, RemoteError};
+use crate::ownership::local::Local;
+use crate::ownership::owner::OwnerLock;
+use crate::ownership::paths::DbPaths;
+use crate::pipeline::system::Pipeline;
 use crate::status::SourceStatus;
-use crate::system::Pipeline;
 use crate::{Error, Result};
 use cairn_query::{Role, SearchRequest, SearchResponse};
 use futures::stream::BoxStream;
@@ -139,7 +139,7 @@ fn remote(e: RemoteError) -> Error {
 
 /// The database is locked by a process that does not answer on its socket.
 fn not_answering(config: &Config, paths: &DbPaths, e: RemoteError) -> Error {
-    let holder = crate::owner::read_info(&paths.lock())
+    let holder = crate::ownership::owner::read_info(&paths.lock())
         .map_or_else(|| "another process".to_string(), |o| format!("pid {} (cairn {})", o.pid, o.purpose));
     Error::Remote(RemoteError::new(
         ErrorCode::Unavailable,
@@ -220,7 +220,9 @@ impl Cairn {
                 // Nobody holds the lock: read the tables here, holding nothing (a reader never
                 // becomes the owner, so it never leaves without draining one).
                 Err(_) if OwnerLock::try_acquire(&paths)?.is_some() => {
-                    break State::Reader(crate::local::reader(&config, None, with_model, None).await?);
+                    break State::Reader(
+                        crate::ownership::local::reader(&config, None, with_model, None).await?,
+                    );
                 }
                 // Locked, not answering: an owner starting (its socket is bound soon) or
                 // draining (it lets go of the lock soon).
@@ -354,7 +356,7 @@ impl Cairn {
         Ok(Status { pid: std::process::id(), role: self.role(), ..status })
     }
 
-    pub async fn stats(&self, days: Option<u32>) -> Result<crate::stats::Stats> {
+    pub async fn stats(&self, days: Option<u32>) -> Result<crate::ops::stats::Stats> {
         self.ask(api::Stats { days }).await
     }
 

@@ -245,8 +245,8 @@ impl Config {
     }
 
     /// The local files of the database (lock, socket, event log, state).
-    pub fn paths(&self) -> crate::paths::DbPaths {
-        crate::paths::DbPaths::of(&self.db)
+    pub fn paths(&self) -> crate::ownership::paths::DbPaths {
+        crate::ownership::paths::DbPaths::of(&self.db)
     }
 
     /// Where events are logged: `event_log`, else the database's `events/` folder (for a remote

@@ -71,7 +71,7 @@ impl QueryHost {
     /// Every source of a database, read from its tables into memory (a process with no owner).
     pub async fn open_read_only(
         db: &Database,
-        folders: &crate::folders::FolderBook,
+        folders: &crate::pipeline::folders::FolderBook,
         embedder: Option<Arc<dyn Embedder>>,
         log_dir: Option<PathBuf>,
         exact_vectors_up_to: usize,
@@ -91,7 +91,7 @@ impl QueryHost {
         &mut self,
         db: &Database,
         info: cairn_index::SourceInfo,
-        folders: &crate::folders::FolderBook,
+        folders: &crate::pipeline::folders::FolderBook,
         exact_vectors_up_to: usize,
     ) {
         use cairn_ingest::{Glance, Unavailable};
@@ -142,10 +142,10 @@ impl QueryHost {
     }
 
     /// How current each source of an answer is, for a process that only reads.
-    pub fn freshness(&self, id: &str) -> crate::query::Freshness {
+    pub fn freshness(&self, id: &str) -> crate::pipeline::query::Freshness {
         match self.unavailable.get(id) {
-            Some((_, message)) => crate::query::Freshness::Unavailable(message.clone()),
-            None => crate::query::Freshness::Unwatched,
+            Some((_, message)) => crate::pipeline::query::Freshness::Unavailable(message.clone()),
+            None => crate::pipeline::query::Freshness::Unwatched,
         }
     }
 
@@ -280,7 +280,8 @@ impl QueryHost {
         let d = cairn_query::diagnose(&refs, self.embedder.as_deref(), req, source, slug).await?;
         let Some(src) = self.sources.get(source) else { return Ok(d) };
         let ingest =
-            crate::history::ingest_state(&src.store, self.log_dir.as_deref(), slug, d.page.as_ref()).await;
+            crate::ops::history::ingest_state(&src.store, self.log_dir.as_deref(), slug, d.page.as_ref())
+                .await;
         Ok(d.with_ingest(ingest))
     }
 

@@ -14,7 +14,7 @@ pub async fn status(common: &Common, json: bool) -> Result<()> {
 /// From the owner's (or the tables') event log, or from the log folder given.
 pub async fn stats(common: &Common, log: Option<PathBuf>, days: Option<u32>, json: bool) -> Result<()> {
     let stats = match log {
-        Some(log) => cairn_actors::stats::collect(&config_only(common)?, Some(&log), days).await?,
+        Some(log) => cairn_actors::ops::stats::collect(&config_only(common)?, Some(&log), days).await?,
         None => attach(common, "stats", false).await?.stats(days).await?,
     };
     report(&stats, json)

@@ -29,7 +29,8 @@ pub async fn replay(common: &Common, log: PathBuf, into: Option<PathBuf>, json: 
     let base = std::env::temp_dir().join(format!("cairn-replay-{}", std::process::id()));
     let dir = into.unwrap_or_else(|| base.join("vault"));
     let db = common.db.clone().unwrap_or_else(|| base.join("db").display().to_string());
-    let r = tokio::task::spawn_blocking(move || cairn_actors::replay::replay_file(&log, &dir, &db)).await??;
+    let r = tokio::task::spawn_blocking(move || cairn_actors::ops::replay::replay_file(&log, &dir, &db))
+        .await??;
     if json {
         out!("{}", serde_json::to_string(&r)?);
         return Ok(());

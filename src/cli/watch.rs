@@ -81,7 +81,7 @@ async fn not_the_writer(cairn: &Cairn, db: &str, once: bool) -> Result<Option<Ex
             let watched: Vec<String> =
                 status.sources.iter().map(|s| format!("{}={}", s.source, s.root)).collect();
             let writes = match (&status.writer, &status.owner) {
-                (Some(w), Some(o)) => w.pid == o.pid && w.host == cairn_actors::lease::host_name(),
+                (Some(w), Some(o)) => w.pid == o.pid && w.host == cairn_actors::ownership::lease::host_name(),
                 _ => false,
             };
             if writes {

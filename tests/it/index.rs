@@ -231,7 +231,7 @@ async fn a_source_past_its_limit_opens_from_its_snapshot_while_its_tables_stay()
     run("spelt").await;
     let edited = run("spelt").await;
     assert_eq!(edited[0].0, "bread");
-    let log = cairn_actors::log::read_log(&db.path().join("events/events.jsonl")).unwrap();
+    let log = cairn_actors::ops::log::read_log(&db.path().join("events/events.jsonl")).unwrap();
     let opened: Vec<bool> = log
         .iter()
         .filter_map(|e| match e.kind {

@@ -274,17 +274,17 @@ async fn a_writer_on_one_machine_and_readers_on_two_others_follow_every_commit_a
     let _ = b_mcp.kill();
     let _ = b_watch.wait();
     let _ = b_mcp.wait();
-    let _ = std::fs::remove_dir_all(cairn_actors::paths::DbPaths::of(&db).dir());
+    let _ = std::fs::remove_dir_all(cairn_actors::ownership::paths::DbPaths::of(&db).dir());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_processes_racing_for_the_writer_lease_one_wins_every_time() {
-    use cairn_actors::lease::{LeaseStore, Taken, Watching, me};
+    use cairn_actors::ownership::lease::{LeaseStore, Taken, Watching, me};
     let tmp = tempfile::tempdir().unwrap();
     let weed = Weed::start(&tmp.path().join("weed"));
     for trial in 0..20 {
         let db = format!("s3://{BUCKET}/race-{trial}");
-        let remote = cairn_actors::remote::Remote::of(&db, &weed.options()).unwrap().unwrap();
+        let remote = cairn_actors::ownership::remote::Remote::of(&db, &weed.options()).unwrap().unwrap();
         let store = LeaseStore::of(&remote);
         // A lease nobody holds yet: both create it at once.
         let (first, second) = (me("first", Path::new("")), me("second", Path::new("")));

@@ -5,8 +5,8 @@
 
 use crate::support::{actix_paused, check_tables, fixture_dir, normalized_events};
 use cairn_actors::event::EventKind;
-use cairn_actors::log::read_log;
-use cairn_actors::replay::{self, Scenario};
+use cairn_actors::ops::log::read_log;
+use cairn_actors::ops::replay::{self, Scenario};
 use cairn_actors::{Embedders, Pipeline};
 use cairn_index::Database;
 use serde_json::{Value, json};

@@ -165,7 +165,7 @@ async fn watching_reflects_new_edited_renamed_and_deleted_pages_for_every_reader
     assert_eq!(after["served_by"]["role"], "reader");
     // Every answer is journaled once: the owner's (its own and its clients'), and the reader's
     // beside them (with `seq` 0: it belongs to no pipeline's sequence).
-    let log = cairn_actors::log::read_log(&db.join("events/events.jsonl")).unwrap();
+    let log = cairn_actors::ops::log::read_log(&db.join("events/events.jsonl")).unwrap();
     let answered: Vec<&cairn_actors::Event> = log
         .iter()
         .filter(|e| matches!(&e.kind, EventKind::QueryAnswered(a) if a.unix_ms.is_some()))
@@ -241,7 +241,7 @@ async fn ten_thousand_changes_at_once_overflow_into_a_rescan_that_reflects_them_
         peak_rss_mib()
     );
     cairn.shutdown().await.unwrap();
-    let log = cairn_actors::log::read_log(&db.join("events/events.jsonl")).unwrap();
+    let log = cairn_actors::ops::log::read_log(&db.join("events/events.jsonl")).unwrap();
     assert!(
         log.iter().any(|e| matches!(&e.kind, EventKind::Reconciled { reason, .. } if reason == "rescan")),
         "the overflow never turned into a rescan"
@@ -346,7 +346,7 @@ async fn a_scan_commits_full_batches_not_one_per_parse_group() {
     );
     config.commit_chunks = 100;
     cairn::index(config, false, false).await.unwrap();
-    let pages: Vec<usize> = cairn_actors::log::read_log(&db.join("events/events.jsonl"))
+    let pages: Vec<usize> = cairn_actors::ops::log::read_log(&db.join("events/events.jsonl"))
         .unwrap()
         .iter()
         .filter_map(|e| match e.kind {

@@ -7,7 +7,7 @@
 //!
 //! - the **owner** ([`OwnerApi`]: the process that holds the database's lock and runs the
 //!   pipeline) serves every verb;
-//! - a **client** ([`crate::client::Client`]) sends any verb over the owner's socket: one generic
+//! - a **client** ([`crate::ownership::client::Client`]) sends any verb over the owner's socket: one generic
 //!   implementation, nothing per verb;
 //! - a **reader** ([`ReaderApi`]: no owner runs, this process reads the tables) serves the `read`
 //!   verbs; the `write` ones are refused with what to start.
@@ -24,7 +24,7 @@ pub use reader::ReaderApi;
 
 use crate::config::SourceConfig;
 use crate::host::PageWithBody;
-use crate::ipc::Hello;
+use crate::ownership::ipc::Hello;
 use crate::{Error, ReconcileReport, Result};
 use cairn_query::SearchRequest;
 use futures::future::BoxFuture;
@@ -149,7 +149,7 @@ verbs! {
     read Links => Option<cairn_query::links::Links>, "links", Limit::Secs(60);
     read Duplicates => Vec<cairn_query::duplicates::DuplicateGroup>, "duplicates", Limit::Secs(600);
     read Status => crate::Status, "status", Limit::Secs(10);
-    read Stats => crate::stats::Stats, "stats", Limit::Secs(60);
+    read Stats => crate::ops::stats::Stats, "stats", Limit::Secs(60);
     read Flush => (), "flush", Limit::None;
     read AddSource => (), "add_source", Limit::Secs(300);
     write RemoveSource => (), "remove_source", Limit::Secs(300);

@@ -6,8 +6,8 @@ use super::{
     Stats, Status,
 };
 use crate::config::Config;
-use crate::ipc::{Hello, OwnerInfo};
-use crate::system::Pipeline;
+use crate::ownership::ipc::{Hello, OwnerInfo};
+use crate::pipeline::system::Pipeline;
 use crate::{ReconcileReport, Result};
 use cairn_query::{Role, ServedBy};
 use futures::future::BoxFuture;
@@ -31,7 +31,7 @@ impl OwnerApi {
     /// The writer `info` describes (`clients`: its socket's connections), with its pipeline.
     pub fn new(pipeline: Pipeline, config: Config, info: OwnerInfo, clients: Clients) -> Self {
         let writer = cairn_query::Writer {
-            host: crate::lease::host_name(),
+            host: crate::ownership::lease::host_name(),
             pid: info.pid,
             purpose: info.purpose.clone(),
             since_unix_ms: info.started_unix_ms,
@@ -119,10 +119,10 @@ impl Handle<Status> for OwnerApi {
 }
 
 impl Handle<Stats> for OwnerApi {
-    fn handle(&self, v: Stats) -> BoxFuture<'_, Result<crate::stats::Stats>> {
+    fn handle(&self, v: Stats) -> BoxFuture<'_, Result<crate::ops::stats::Stats>> {
         Box::pin(async move {
             let log = self.config.event_log_dir();
-            crate::stats::collect(&self.config, log.as_deref(), v.days).await
+            crate::ops::stats::collect(&self.config, log.as_deref(), v.days).await
         })
     }
 }

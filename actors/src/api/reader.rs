@@ -1,12 +1,12 @@
 //! A reader's answers: this process does not write the database (no process owns it, or the
 //! writer is another process, maybe on another machine), so it holds the tables in memory,
-//! following the writer's commits where there is one to follow ([`crate::follow`]), and answers
+//! following the writer's commits where there is one to follow ([`crate::ownership::follow`]), and answers
 //! the `read` verbs from them. The `write` verbs need the writer.
 
 use super::{AddSource, Diagnose, Duplicates, Flush, Get, Handle, Links, Search, Stats, Status};
 use crate::config::Config;
-use crate::follow::Follower;
-use crate::ipc::OwnerInfo;
+use crate::ownership::follow::Follower;
+use crate::ownership::ipc::OwnerInfo;
 use crate::{Error, Result};
 use cairn_query::{Role, ServedBy};
 use futures::future::BoxFuture;
@@ -23,15 +23,15 @@ pub struct ReaderApi {
     told: Option<tokio::sync::mpsc::UnboundedSender<crate::config::SourceConfig>>,
     /// On an object store: its answers' telemetry shipped to the store (by its own task for a
     /// long-lived reader, which ends once the reader is dropped; at once for a one-shot one).
-    outbox: Option<(crate::shipping::Outbox, Option<tokio::task::JoinHandle<()>>)>,
+    outbox: Option<(crate::ownership::shipping::Outbox, Option<tokio::task::JoinHandle<()>>)>,
 }
 
 impl ReaderApi {
     pub fn new(follower: Arc<Follower>, config: Config, local: Option<OwnerInfo>) -> Self {
         let outbox = follower.remote().map(|r| {
-            let outbox = crate::shipping::Outbox::new(
+            let outbox = crate::ownership::shipping::Outbox::new(
                 r.clone(),
-                crate::shipping::machine_name(&config.paths().state()),
+                crate::ownership::shipping::machine_name(&config.paths().state()),
             );
             let task = local.is_some().then(|| outbox.keep_shipping());
             (outbox, task)
@@ -87,7 +87,7 @@ impl Handle<Search> for ReaderApi {
             f.asked();
             let mut resp = f.host().search(&v.request, &f.unavailable_ids()).await?;
             resp.served_by = Some(self.served_by());
-            crate::query::apply_freshness(&mut resp, |id| f.freshness(id));
+            crate::pipeline::query::apply_freshness(&mut resp, |id| f.freshness(id));
             if f.writer().is_none() && self.local.is_none() {
                 resp.notes.push(format!(
                     "no cairn process owns {}: answered read-only by this process (pid {}) from the tables",
@@ -96,7 +96,7 @@ impl Handle<Search> for ReaderApi {
                 ));
             }
             // Journaled like the owner's answers (`cairn stats` counts it).
-            let kind = crate::EventKind::QueryAnswered(Box::new(crate::query::telemetry(&resp)));
+            let kind = crate::EventKind::QueryAnswered(Box::new(crate::pipeline::query::telemetry(&resp)));
             if let Some((outbox, task)) = &self.outbox {
                 let event = crate::Event {
                     seq: 0,
@@ -113,7 +113,7 @@ impl Handle<Search> for ReaderApi {
                 }
             }
             if let Some(dir) = self.config.event_log_dir()
-                && let Err(e) = crate::log::append_from_outside(&dir, crate::event::QUERY_STREAM, kind)
+                && let Err(e) = crate::ops::log::append_from_outside(&dir, crate::event::QUERY_STREAM, kind)
             {
                 tracing::warn!("event log {}: {e}; this answer is not journaled", dir.display());
             }
@@ -169,10 +169,10 @@ impl Handle<Status> for ReaderApi {
 }
 
 impl Handle<Stats> for ReaderApi {
-    fn handle(&self, v: Stats) -> BoxFuture<'_, Result<crate::stats::Stats>> {
+    fn handle(&self, v: Stats) -> BoxFuture<'_, Result<crate::ops::stats::Stats>> {
         Box::pin(async move {
             let log = self.config.event_log_dir();
-            crate::stats::collect(&self.config, log.as_deref(), v.days).await
+            crate::ops::stats::collect(&self.config, log.as_deref(), v.days).await
         })
     }
 }

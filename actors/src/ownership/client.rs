@@ -6,7 +6,7 @@
 //! nothing hangs.
 
 use crate::event::Event;
-use crate::ipc::{
+use crate::ownership::ipc::{
     ErrorCode, FrameError, Hello, MAX_REPLY, OwnerInfo, RemoteError, Reply, Request, read_frame, write_frame,
 };
 use futures::stream::BoxStream;
@@ -66,7 +66,7 @@ impl Client {
         let attempt = async {
             // Only an owner of this user's own, in a folder only this user controls.
             if let Some(dir) = self.socket.parent()
-                && let Err(e) = crate::server::check_private(dir)
+                && let Err(e) = crate::ownership::server::check_private(dir)
                 && e.kind() != std::io::ErrorKind::NotFound
             {
                 return Err(RemoteError::new(ErrorCode::Unavailable, e.to_string()));
@@ -77,7 +77,7 @@ impl Client {
                     format!("no owner listens on {}: {e}", self.socket.display()),
                 )
             })?;
-            if let Err(who) = crate::server::same_user(&stream) {
+            if let Err(who) = crate::ownership::server::same_user(&stream) {
                 return Err(RemoteError::new(
                     ErrorCode::Unavailable,
                     format!(

@@ -19,13 +19,13 @@
 //! fills, the notify thread blocks, and the kernel's own queue overflows into a rescan: memory
 //! never grows with the backlog.
 
-use crate::embedding::EmbedScheduler;
 use crate::event::EventKind;
-use crate::folders::FolderBook;
-use crate::log::Emitter;
+use crate::ops::log::Emitter;
+use crate::pipeline::embedding::EmbedScheduler;
+use crate::pipeline::folders::FolderBook;
+use crate::pipeline::workers::{PARSE_GROUP, Parse, Parsed, Parser, Scan};
+use crate::pipeline::writer::{Commit, Covers, Ingest, Origin, SourceWriter, States};
 use crate::status::StatusBoard;
-use crate::workers::{PARSE_GROUP, Parse, Parsed, Parser, Scan};
-use crate::writer::{Commit, Covers, Ingest, Origin, SourceWriter, States};
 use actix::prelude::*;
 use cairn_ingest::folder::{
     self, Consent, FolderIdentity, Glance, HeldRemovals, Reading, Unavailable, Verdict,
@@ -82,7 +82,7 @@ struct Handles {
     writer: Addr<SourceWriter>,
     emit: Emitter,
     status: StatusBoard,
-    /// Held while a scan's pages are committed (see [`crate::embedding`]).
+    /// Held while a scan's pages are committed (see [`crate::pipeline::embedding`]).
     embedder: EmbedScheduler,
     /// The folders given on this machine, with their identities.
     folders: Arc<FolderBook>,
@@ -256,7 +256,7 @@ impl Watcher {
                 // The pipeline behind us failed (its own supervisor restarts it); go on, and
                 // reconcile later so nothing seen here is lost.
                 self.failures += 1;
-                let retry = crate::retry::after(self.failures);
+                let retry = crate::pipeline::retry::after(self.failures);
                 tracing::warn!("source `{}`: {e}; reconciling in {} ms", self.h.id, retry.as_millis());
                 let (emit, id) = (self.h.emit.clone(), self.h.id.clone());
                 self.h.status.set_state(&self.h.id, "retrying", Some(e.clone()));

@@ -1,5 +1,5 @@
 //! A reader that follows the writer: the sources of a database in memory, kept current with
-//! what the writer commits (on any machine) through the journal ([`crate::journal`]).
+//! what the writer commits (on any machine) through the journal ([`crate::ownership::journal`]).
 //!
 //! It looks at the journal's head at most once a second while it is asked ([`ACTIVE_EVERY`])
 //! and rarely when idle ([`IDLE_EVERY`]); a head that did not change costs one conditional GET
@@ -13,11 +13,11 @@
 //! machine, and a reader of it (no owner runs) holds the tables as they were when it opened them.
 
 use crate::config::Config;
-use crate::folders::FolderBook;
 use crate::host::QueryHost;
-use crate::journal::{Change, Feed, Tip};
-use crate::lease::{Holder, LeaseStore};
-use crate::query::Freshness;
+use crate::ownership::journal::{Change, Feed, Tip};
+use crate::ownership::lease::{Holder, LeaseStore};
+use crate::pipeline::folders::FolderBook;
+use crate::pipeline::query::Freshness;
 use cairn_index::{Database, Embedder, Prepared, VectorKey};
 use cairn_query::AsOf;
 use std::collections::{BTreeMap, BTreeSet};
@@ -57,7 +57,7 @@ struct Track {
 /// A reader of a database, following its writer.
 pub struct Follower {
     db: Database,
-    remote: Option<crate::remote::Remote>,
+    remote: Option<crate::ownership::remote::Remote>,
     config: Config,
     folders: FolderBook,
     feed: Option<tokio::sync::Mutex<Feed>>,
@@ -78,7 +78,8 @@ impl Follower {
     /// Open every source of `config`'s database into memory, as of the journal's head.
     pub async fn open(config: &Config, embedder: Option<Arc<dyn Embedder>>) -> crate::Result<Self> {
         let db = config.database().await?;
-        let remote = crate::remote::Remote::of(&config.db, &config.storage).map_err(crate::Error::Config)?;
+        let remote = crate::ownership::remote::Remote::of(&config.db, &config.storage)
+            .map_err(crate::Error::Config)?;
         let mut feed = remote.clone().map(Feed::new);
         let mut track = Track::default();
         // The head before the tables: what is loaded is at least as new as the tips recorded.
@@ -144,7 +145,7 @@ impl Follower {
     }
 
     /// The database's store, when it is on one.
-    pub fn remote(&self) -> Option<&crate::remote::Remote> {
+    pub fn remote(&self) -> Option<&crate::ownership::remote::Remote> {
         self.remote.as_ref()
     }
 
@@ -388,7 +389,7 @@ impl Follower {
         t.writer_alive = match seen {
             Some((etag, held)) => {
                 let moved = match &t.lease {
-                    Some((last, since)) if *last == etag => since.elapsed() < crate::lease::TTL,
+                    Some((last, since)) if *last == etag => since.elapsed() < crate::ownership::lease::TTL,
                     _ => {
                         t.lease = Some((etag, Instant::now()));
                         true

@@ -3,10 +3,10 @@
 //!
 //! - the **writer**: it runs the pipeline (watchers, writers, the model, the resident indexes).
 //!   On a local folder the lock is all it takes. On an object store it also holds the writer
-//!   lease ([`crate::lease`]): every commit is made under it and told to the journal
-//!   ([`crate::journal`]) that readers on other machines follow;
+//!   lease ([`crate::ownership::lease`]): every commit is made under it and told to the journal
+//!   ([`crate::ownership::journal`]) that readers on other machines follow;
 //! - a **reader** (an object store whose lease another process holds, or a process with no
-//!   folder to write): it follows the writer's commits ([`crate::follow`]) and answers from them.
+//!   folder to write): it follows the writer's commits ([`crate::ownership::follow`]) and answers from them.
 //!   One that was given folders on this machine stands by: when the lease is given back, or its
 //!   holder stops renewing it, it takes it and becomes the writer. A writer that loses its lease
 //!   (taken over after it could not renew) stops committing at once and becomes a reader.
@@ -14,15 +14,15 @@
 use crate::api::owner::Clients;
 use crate::api::{Answerer, OwnerApi, ReaderApi};
 use crate::config::Config;
-use crate::follow::Follower;
-use crate::ipc::OwnerInfo;
-use crate::journal::{Journal, Publishing};
-use crate::lease::{LeaseStore, Taken, Watching};
-use crate::owner::OwnerLock;
-use crate::paths::DbPaths;
-use crate::remote::Remote;
-use crate::server::{Served, Server};
-use crate::system::Pipeline;
+use crate::ownership::follow::Follower;
+use crate::ownership::ipc::OwnerInfo;
+use crate::ownership::journal::{Journal, Publishing};
+use crate::ownership::lease::{LeaseStore, Taken, Watching};
+use crate::ownership::owner::OwnerLock;
+use crate::ownership::paths::DbPaths;
+use crate::ownership::remote::Remote;
+use crate::ownership::server::{Served, Server};
+use crate::pipeline::system::Pipeline;
 use crate::{Error, Result};
 use cairn_query::Role;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -67,7 +67,7 @@ impl std::fmt::Debug for Local {
 /// Whether this process has folders to write on this machine: given now, or before (the folder
 /// book).
 fn writes_here(config: &Config, paths: &DbPaths) -> bool {
-    !config.sources.is_empty() || !crate::folders::FolderBook::read(&paths.state()).is_empty()
+    !config.sources.is_empty() || !crate::pipeline::folders::FolderBook::read(&paths.state()).is_empty()
 }
 
 impl Local {
@@ -98,14 +98,14 @@ impl Local {
             // the words of the database's own check, before the lease is asked for.
             config.database().await?;
         }
-        let listener = crate::server::bind(&socket)?;
+        let listener = crate::ownership::server::bind(&socket)?;
         cairn_index::fault::point("take.bound");
         let clients = Clients::default();
         let (told, mut given) = tokio::sync::mpsc::unbounded_channel();
         // The role is taken before serving (clients queue on the bound socket meanwhile).
         let lease = match &remote {
             Some(r) if writes_here(config, paths) => {
-                let me = crate::lease::me(purpose, &paths.lock());
+                let me = crate::ownership::lease::me(purpose, &paths.lock());
                 match LeaseStore::of(r)
                     .try_take(&me, &mut Watching::default())
                     .await
@@ -185,7 +185,7 @@ impl Local {
         tokio::spawn(async move {
             while let Some(source) = given.recv().await {
                 let Some(local) = me.upgrade() else { return };
-                match crate::folders::FolderBook::open(&local.state_dir) {
+                match crate::pipeline::folders::FolderBook::open(&local.state_dir) {
                     Ok(book) => book.told(&source.id, &source.root),
                     Err(e) => tracing::warn!("{}: {e}", local.state_dir.display()),
                 }
@@ -277,12 +277,12 @@ impl Local {
             let store = LeaseStore::of(&remote);
             let mut watching = Watching::default();
             loop {
-                tokio::time::sleep(crate::lease::LOOK_EVERY).await;
+                tokio::time::sleep(crate::ownership::lease::LOOK_EVERY).await;
                 let Some(local) = me.upgrade() else { return };
                 if local.closed.load(Ordering::SeqCst) {
                     return;
                 }
-                let holder = crate::lease::me(&purpose, &lock);
+                let holder = crate::ownership::lease::me(&purpose, &lock);
                 let lease = match store.try_take(&holder, &mut watching).await {
                     Ok(Taken::Mine(lease)) => lease,
                     Ok(Taken::Theirs(_)) => continue,

@@ -1,6 +1,6 @@
 //! The object store under a database on `s3://…`, for what cairn keeps beside LanceDB's tables
-//! in the database's own prefix (`_cairn/`): the writer lease ([`crate::lease`]) and the changes
-//! the writer commits, which readers on other machines follow ([`crate::journal`]).
+//! in the database's own prefix (`_cairn/`): the writer lease ([`crate::ownership::lease`]) and the changes
+//! the writer commits, which readers on other machines follow ([`crate::ownership::journal`]).
 
 use object_store::ObjectStore;
 use object_store::path::Path as StorePath;

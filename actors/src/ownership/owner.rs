@@ -3,8 +3,8 @@
 //! killed, so a waiting process can take over and a lock can never be left stale. The file's
 //! contents say who holds it ([`OwnerInfo`]), for the messages of processes that find it taken.
 
-use crate::ipc::OwnerInfo;
-use crate::paths::DbPaths;
+use crate::ownership::ipc::OwnerInfo;
+use crate::ownership::paths::DbPaths;
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Seek, SeekFrom, Write};
 use std::path::Path;

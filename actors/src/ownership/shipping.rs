@@ -4,7 +4,7 @@
 //! no object is ever rewritten, so machines never contend). The local log stays the full journal
 //! of this machine; the store holds what was shipped, at most [`SHIP_EVERY`] behind.
 
-use crate::remote::Remote;
+use crate::ownership::remote::Remote;
 use object_store::{ObjectStoreExt, PutPayload};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -23,7 +23,7 @@ pub struct Outbox {
 /// This machine's name in the store: its host and its local state folder (two "machines" on one
 /// host in the tests; two users of one host).
 pub fn machine_name(state_dir: &std::path::Path) -> String {
-    let host: String = crate::lease::host_name()
+    let host: String = crate::ownership::lease::host_name()
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' })
         .collect();
@@ -77,7 +77,7 @@ impl Outbox {
 /// object, rewritten whole: only the lease holder parses pages, so only it changes the book.
 impl Outbox {
     /// Merge the store's book into `book` (a store that cannot be read is reported and left).
-    pub async fn pull_book(&self, book: &crate::poison::PoisonBook) {
+    pub async fn pull_book(&self, book: &crate::pipeline::poison::PoisonBook) {
         let path = self.remote.path("poison.json");
         match self.remote.store.get(&path).await {
             Ok(got) => match got.bytes().await {
@@ -97,7 +97,7 @@ impl Outbox {
     }
 
     /// Put `book` in the store if this process changed it since the last put.
-    pub async fn push_book(&self, book: &crate::poison::PoisonBook) {
+    pub async fn push_book(&self, book: &crate::pipeline::poison::PoisonBook) {
         let Some((body, changes)) = book.unshared() else { return };
         let path = self.remote.path("poison.json");
         match self.remote.store.put(&path, PutPayload::from(body)).await {
@@ -108,7 +108,10 @@ impl Outbox {
 
     /// Put `book`'s changes every [`SHIP_EVERY`] until aborted or the book is gone (holding
     /// neither it nor this outbox's lines).
-    pub fn keep_sharing(&self, book: &Arc<crate::poison::PoisonBook>) -> tokio::task::JoinHandle<()> {
+    pub fn keep_sharing(
+        &self,
+        book: &Arc<crate::pipeline::poison::PoisonBook>,
+    ) -> tokio::task::JoinHandle<()> {
         let me = Outbox::new(self.remote.clone(), self.machine.clone());
         let book = Arc::downgrade(book);
         tokio::spawn(async move {
@@ -151,7 +154,7 @@ pub async fn shipped(remote: &Remote) -> Result<Vec<crate::event::Event>, String
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::poison::PoisonBook;
+    use crate::pipeline::poison::PoisonBook;
 
     #[tokio::test]
     async fn a_page_failed_on_one_machine_is_skipped_by_the_writer_that_takes_over() {

@@ -2,7 +2,7 @@
 //! event log says happened to its file.
 
 use crate::event::{Event, EventKind};
-use crate::log::{EventLog, read_log};
+use crate::ops::log::{EventLog, read_log};
 use cairn_index::{PageRecord, SourceStore};
 use cairn_ingest::slugify_path;
 use cairn_query::IngestState;

@@ -33,7 +33,7 @@ pub struct EventLog {
     status: StatusBoard,
     failed: bool,
     /// On an object store: every line is shipped to the store too.
-    outbox: Option<crate::shipping::Outbox>,
+    outbox: Option<crate::ownership::shipping::Outbox>,
 }
 
 impl EventLog {
@@ -63,7 +63,7 @@ impl EventLog {
     }
 
     /// Ship every line to the store through `outbox` too.
-    pub fn shipping(self, outbox: Option<crate::shipping::Outbox>) -> Self {
+    pub fn shipping(self, outbox: Option<crate::ownership::shipping::Outbox>) -> Self {
         Self { outbox, ..self }
     }
 

@@ -5,7 +5,7 @@
 use super::upkeep::Work;
 use super::{KEEP_VERSIONS, KEEP_VERSIONS_SHARED, SourceWriter, UPKEEP_DELAY};
 use crate::event::EventKind;
-use crate::log::Emitter;
+use crate::ops::log::Emitter;
 use actix::prelude::*;
 use cairn_index::{Resident, ResidentIndex, SourceStore};
 use std::path::{Path, PathBuf};

@@ -3,8 +3,8 @@
 
 use super::{Origin, SourceWriter};
 use crate::event::EventKind;
-use crate::journal::{Change, Journal};
-use crate::log::Emitter;
+use crate::ops::log::Emitter;
+use crate::ownership::journal::{Change, Journal};
 use actix::prelude::*;
 use cairn_index::{PageWrite, Prepared, Resident, SourceStore, WriteBatch};
 use std::collections::HashMap;

@@ -10,8 +10,8 @@
 
 use super::Origin;
 use crate::event::EventKind;
+use crate::pipeline::workers::Parsed;
 use crate::status::FileFailure;
-use crate::workers::Parsed;
 use cairn_index::{PageState, WriteBatch};
 use cairn_ingest::{ParsedPage, rel_string, slugify_path};
 use std::collections::{BTreeSet, HashMap, HashSet};

@@ -9,7 +9,7 @@
 //! crash test) only makes it a suspect, which the next successful parse clears.
 //!
 //! On an object store the book is also the database's (`_cairn/poison.json`, see
-//! [`crate::shipping`]): the writer that takes over after a page killed the last one knows it.
+//! [`crate::ownership::shipping`]): the writer that takes over after a page killed the last one knows it.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

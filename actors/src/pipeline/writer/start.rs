@@ -4,10 +4,10 @@
 use super::backlog::Backlog;
 use super::upkeep::Upkeep;
 use super::{Origin, SourceWriter};
-use crate::embedding::Priority;
 use crate::event::EventKind;
-use crate::journal::Change;
-use crate::query::AddSource;
+use crate::ownership::journal::Change;
+use crate::pipeline::embedding::Priority;
+use crate::pipeline::query::AddSource;
 use actix::prelude::*;
 use cairn_index::{Loaded, Resident, SourceStore};
 use std::future::Future;
@@ -19,7 +19,8 @@ pub(super) type Opened = (SourceStore, Resident, Loaded, u64);
 impl SourceWriter {
     /// Open the source (after the backoff, on a restart), for [`SourceWriter::opened`].
     pub(super) fn open(&self) -> impl Future<Output = Result<Opened, String>> + 'static {
-        let delay = if self.failures > 0 { crate::retry::after(self.failures) } else { Duration::ZERO };
+        let delay =
+            if self.failures > 0 { crate::pipeline::retry::after(self.failures) } else { Duration::ZERO };
         let (db, manifest, info) = (self.db.clone(), self.manifest.clone(), self.info.clone());
         let exact_vectors_up_to = self.opts.exact_vectors_up_to;
         let snapshot = self.snapshot();

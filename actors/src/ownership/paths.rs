@@ -87,7 +87,7 @@ impl DbPaths {
     /// The socket a client connects to: the one the owner published in the lock file, else the
     /// one this process would bind.
     pub fn socket_to_reach(&self) -> PathBuf {
-        crate::owner::read_info(&self.lock())
+        crate::ownership::owner::read_info(&self.lock())
             .map(|o| PathBuf::from(o.socket))
             .filter(|p| p.is_absolute())
             .unwrap_or_else(|| self.socket())

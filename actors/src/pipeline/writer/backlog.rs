@@ -2,8 +2,8 @@
 //! requests out to the model, and the vectors on their way to the tables. Pure bookkeeping, with
 //! its own tests; the writer sends the requests and commits the answers.
 
-use crate::embedding::Priority;
 use crate::event::EventKind;
+use crate::pipeline::embedding::Priority;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;

@@ -31,12 +31,12 @@ mod vectors;
 
 pub(crate) use janitor::snapshot_path;
 
-use crate::embedding::{EmbedScheduler, Priority};
 use crate::event::EventKind;
-use crate::log::Emitter;
-use crate::query::QueryActor;
+use crate::ops::log::Emitter;
+use crate::pipeline::embedding::{EmbedScheduler, Priority};
+use crate::pipeline::query::QueryActor;
+use crate::pipeline::workers::Parsed;
 use crate::status::StatusBoard;
-use crate::workers::Parsed;
 use actix::prelude::*;
 use backlog::Backlog;
 use cairn_index::{Database, Manifest, PageState, Resident, SourceInfo, SourceStore};
@@ -84,7 +84,7 @@ pub struct WriterOptions {
     pub snapshots: Option<PathBuf>,
     /// On an object store: the writer lease commits are made under, and the journal readers on
     /// other machines follow (`None`: a local database, or a pipeline run without a lease).
-    pub publishing: Option<crate::journal::Publishing>,
+    pub publishing: Option<crate::ownership::journal::Publishing>,
 }
 
 impl Default for WriterOptions {
@@ -204,7 +204,7 @@ impl SourceWriter {
     /// Report an infrastructure failure and stop; the supervisor restarts this actor.
     fn fail(&mut self, ctx: &mut Context<Self>, stage: &str, reason: String) {
         self.failures += 1;
-        let retry = crate::retry::after(self.failures);
+        let retry = crate::pipeline::retry::after(self.failures);
         tracing::error!(
             "source `{}`: {stage} failed: {reason}; retrying in {} ms",
             self.id,

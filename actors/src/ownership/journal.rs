@@ -11,8 +11,8 @@
 //!
 //! Only the lease holder writes the journal, so its order is the commits' order.
 
-use crate::lease::Holder;
-use crate::remote::Remote;
+use crate::ownership::lease::Holder;
+use crate::ownership::remote::Remote;
 use object_store::path::Path as StorePath;
 use object_store::{GetOptions, ObjectStoreExt, PutPayload};
 use serde::{Deserialize, Serialize};
@@ -115,7 +115,7 @@ fn change_path(remote: &Remote, source: &str, epoch: u64, version: u64) -> Store
 /// commit once it is not valid) and the journal readers follow.
 #[derive(Debug, Clone)]
 pub struct Publishing {
-    pub lease: crate::lease::Lease,
+    pub lease: crate::ownership::lease::Lease,
     pub journal: Journal,
 }
 

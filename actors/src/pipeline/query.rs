@@ -8,7 +8,7 @@
 
 use crate::event::{EventKind, QUERY_STREAM, QueryAnswered, TopResult};
 use crate::host::{LiveSource, PageWithBody, QueryHost};
-use crate::log::Emitter;
+use crate::ops::log::Emitter;
 use crate::status::StatusBoard;
 use actix::prelude::*;
 use cairn_index::{Embedder, Resident, SourceStore};

@@ -167,7 +167,7 @@ pub struct DayStats {
     pub p50_latency_ms: f64,
 }
 
-pub use crate::history::log_files;
+pub use crate::ops::history::log_files;
 
 /// The UTC day (`YYYY-MM-DD`) of a time.
 fn day_of(unix_ms: u64) -> String {
@@ -342,16 +342,17 @@ pub fn from_events(
 pub async fn collect(config: &crate::Config, log_dir: Option<&Path>, days: Option<u32>) -> Result<Stats> {
     let mut stats = Stats::default();
     let mut events = Vec::new();
-    let remote = crate::remote::Remote::of(&config.db, &config.storage).map_err(crate::Error::Config)?;
+    let remote =
+        crate::ownership::remote::Remote::of(&config.db, &config.storage).map_err(crate::Error::Config)?;
     match (&remote, log_dir) {
         // Every machine's shipped events (this one's included, at most a shipment behind).
         (Some(r), None) | (Some(r), Some(_)) if log_dir == config.event_log_dir().as_deref() => {
-            events = crate::shipping::shipped(r).await.map_err(crate::Error::Pipeline)?;
+            events = crate::ownership::shipping::shipped(r).await.map_err(crate::Error::Pipeline)?;
             stats.logs.push(format!("{}/_cairn/events (every machine)", r.uri));
         }
         _ => {
             for f in log_dir.map(log_files).unwrap_or_default() {
-                events.extend(crate::log::read_log(&f)?);
+                events.extend(crate::ops::log::read_log(&f)?);
                 stats.logs.push(f.display().to_string());
             }
         }

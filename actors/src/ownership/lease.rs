@@ -131,7 +131,7 @@ impl Watching {
 
 impl LeaseStore {
     /// The lease of a database on an object store.
-    pub fn of(remote: &crate::remote::Remote) -> Self {
+    pub fn of(remote: &crate::ownership::remote::Remote) -> Self {
         Self { store: remote.store.clone(), uri: remote.uri.clone(), path: remote.path("lease.json") }
     }
 

@@ -13,7 +13,7 @@
 //! from the first committed batch on. The model starts as soon as the last such scan is done
 //! (it was waiting for those pages' chunks anyway); edits are never held.
 //!
-//! Bound: a source's writer keeps at most two requests out ([`crate::writer`]), so the queues
+//! Bound: a source's writer keeps at most two requests out ([`crate::pipeline::writer`]), so the queues
 //! hold at most two requests per source; the thread is the only consumer.
 
 use cairn_index::Embedder;

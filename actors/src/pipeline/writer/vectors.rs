@@ -3,9 +3,9 @@
 
 use super::SourceWriter;
 use super::commit::Sink;
-use crate::embedding::{EmbedReply, EmbedScheduler, Priority, Stopped};
 use crate::event::EventKind;
-use crate::journal::Change;
+use crate::ownership::journal::Change;
+use crate::pipeline::embedding::{EmbedReply, EmbedScheduler, Priority, Stopped};
 use actix::prelude::*;
 use cairn_index::Resident;
 use std::collections::HashMap;

@@ -8,17 +8,19 @@
 //! it is this pipeline when the process owns the database, a client of the owner otherwise.
 
 use crate::config::{Config, SourceConfig};
-use crate::embedding::EmbedScheduler;
 use crate::event::{Event, EventKind, SYSTEM_STREAM};
-use crate::folders::FolderBook;
 use crate::host::PageWithBody;
-use crate::log::{Emitter, EventLog, SyncLog};
-use crate::poison::PoisonBook;
-use crate::query::{AddSource, Get, QueryActor, RemoveSource, Search};
+use crate::ops::log::{Emitter, EventLog, SyncLog};
+use crate::pipeline::embedding::EmbedScheduler;
+use crate::pipeline::folders::FolderBook;
+use crate::pipeline::poison::PoisonBook;
+use crate::pipeline::query::{AddSource, Get, QueryActor, RemoveSource, Search};
+use crate::pipeline::watcher::{
+    Flush, Inject, Reconcile, ReconcileReport, StopWatching, Watcher, WatcherOptions,
+};
+use crate::pipeline::workers::Parser;
+use crate::pipeline::writer::{AwaitVectors, Ready, SourceWriter, WriterOptions, WriterParts};
 use crate::status::{SourceStatus, StatusBoard};
-use crate::watcher::{Flush, Inject, Reconcile, ReconcileReport, StopWatching, Watcher, WatcherOptions};
-use crate::workers::Parser;
-use crate::writer::{AwaitVectors, Ready, SourceWriter, WriterOptions, WriterParts};
 use actix::prelude::*;
 use cairn_index::{Embedder, Manifest, OrtEmbedder, OrtOptions, SourceInfo, fault};
 use cairn_ingest::{RawEvent, ScanOptions};
@@ -51,7 +53,7 @@ pub enum Error {
     Pipeline(String),
     /// The owner of the database answered with an error, or could not be reached.
     #[error(transparent)]
-    Remote(#[from] crate::ipc::RemoteError),
+    Remote(#[from] crate::ownership::ipc::RemoteError),
 }
 
 impl Error {
@@ -61,7 +63,11 @@ impl Error {
             Error::Query(q) => q.is_usage(),
             Error::Config(_) => true,
             Error::Remote(r) => {
-                matches!(r.code, crate::ipc::ErrorCode::Usage | crate::ipc::ErrorCode::VersionMismatch)
+                matches!(
+                    r.code,
+                    crate::ownership::ipc::ErrorCode::Usage
+                        | crate::ownership::ipc::ErrorCode::VersionMismatch
+                )
             }
             _ => false,
         }
@@ -144,7 +150,7 @@ struct Inner {
     keep: Mutex<Vec<Box<dyn std::any::Any + Send>>>,
     /// On an object store: the events shipped to the store, and the task that ships them (and
     /// the book of failed pages).
-    outbox: Option<crate::shipping::Outbox>,
+    outbox: Option<crate::ownership::shipping::Outbox>,
     shipping: Option<tokio::task::JoinHandle<()>>,
     /// The task that shares the book of failed pages through the store.
     sharing: Option<tokio::task::JoinHandle<()>>,
@@ -208,7 +214,7 @@ impl Pipeline {
     /// under `publishing`'s lease and told to its journal.
     pub async fn open_publishing(
         config: Config,
-        publishing: Option<crate::journal::Publishing>,
+        publishing: Option<crate::ownership::journal::Publishing>,
     ) -> Result<Self> {
         config.validate().map_err(Error::Config)?;
         let embedders = Embedders::load(&config).await?;
@@ -260,7 +266,7 @@ impl Pipeline {
     async fn start_publishing(
         config: Config,
         embedders: Embedders,
-        publishing: Option<crate::journal::Publishing>,
+        publishing: Option<crate::ownership::journal::Publishing>,
     ) -> Result<Self> {
         config.validate().map_err(Error::Config)?;
         let status = StatusBoard::default();
@@ -271,10 +277,15 @@ impl Pipeline {
                 .map_err(|e| Error::Config(format!("event log {}: {e}", d.display())))?;
         }
         let (tx, st, max) = (events.clone(), status.clone(), config.log_max_mib * 1024 * 1024);
-        let outbox = crate::remote::Remote::of(&config.db, &config.storage)
+        let outbox = crate::ownership::remote::Remote::of(&config.db, &config.storage)
             .map_err(Error::Config)?
-            .map(|r| crate::shipping::Outbox::new(r, crate::shipping::machine_name(&config.paths().state())));
-        let shipping = outbox.as_ref().map(crate::shipping::Outbox::keep_shipping);
+            .map(|r| {
+                crate::ownership::shipping::Outbox::new(
+                    r,
+                    crate::ownership::shipping::machine_name(&config.paths().state()),
+                )
+            });
+        let shipping = outbox.as_ref().map(crate::ownership::shipping::Outbox::keep_shipping);
         let to_ship = outbox.clone();
         let log = SyncArbiter::start(1, move || {
             EventLog::open(log_dir.as_deref(), max, tx.clone(), st.clone())
@@ -478,17 +489,17 @@ impl Pipeline {
             let _ = r.watcher.send(StopWatching).await;
             if !forget {
                 // What was seen before the stop is kept.
-                let _ = r.writer.send(crate::writer::Commit).await;
+                let _ = r.writer.send(crate::pipeline::writer::Commit).await;
             }
-            let _ = r.watcher.send(crate::watcher::Close).await;
+            let _ = r.watcher.send(crate::pipeline::watcher::Close).await;
             // Sent, not awaited: the supervisor ends once no address of the writer is left.
-            r.writer.do_send(crate::writer::Close);
+            r.writer.do_send(crate::pipeline::writer::Close);
         }
         self.inner.status.remove(id);
         if forget {
             self.inner.shared.parts.db.drop_source(id).await?;
             if let Some(dir) = &self.inner.shared.parts.opts.snapshots {
-                cairn_index::ResidentIndex::forget_snapshot(&crate::writer::snapshot_path(dir, id));
+                cairn_index::ResidentIndex::forget_snapshot(&crate::pipeline::writer::snapshot_path(dir, id));
             }
             self.inner.shared.book.forget_source(id);
             self.inner.shared.folders.forget(id);
@@ -537,7 +548,7 @@ impl Pipeline {
         source: &str,
         slug: &str,
     ) -> Result<cairn_query::Diagnosis> {
-        let msg = crate::query::Diagnose { request, source: source.into(), slug: slug.into() };
+        let msg = crate::pipeline::query::Diagnose { request, source: source.into(), slug: slug.into() };
         Ok(self.inner.query.send(msg).await.map_err(|_| Error::Stopped)??)
     }
 
@@ -545,7 +556,7 @@ impl Pipeline {
     pub async fn links(&self, source: &str, slug: &str) -> Result<Option<cairn_query::links::Links>> {
         self.inner
             .query
-            .send(crate::query::Links { source: source.into(), slug: slug.into() })
+            .send(crate::pipeline::query::Links { source: source.into(), slug: slug.into() })
             .await
             .map_err(|_| Error::Stopped)?
             .map_err(Error::Config)
@@ -554,7 +565,8 @@ impl Pipeline {
     /// Groups of pages that look like one subject (see [`cairn_query::duplicates`]).
     pub async fn duplicates(&self, threshold: f32) -> Result<Vec<cairn_query::duplicates::DuplicateGroup>> {
         // In this task, not the actor's: a caller that goes (its client left) stops the job.
-        let host = self.inner.query.send(crate::query::HostNow).await.map_err(|_| Error::Stopped)?;
+        let host =
+            self.inner.query.send(crate::pipeline::query::HostNow).await.map_err(|_| Error::Stopped)?;
         crate::host::duplicates_job(host, threshold).await
     }
 
@@ -701,7 +713,7 @@ impl Pipeline {
         }
         // The lock goes only once no writer can commit any more (see `Retire`).
         let writers: Vec<_> =
-            self.running().into_iter().map(|(_, r)| r.writer.send(crate::writer::Retire)).collect();
+            self.running().into_iter().map(|(_, r)| r.writer.send(crate::pipeline::writer::Retire)).collect();
         let closed = wall_timeout(self.inner.shutdown, futures::future::join_all(writers)).await.is_some();
         fault::point("drain.retired");
         if closed {

@@ -1,10 +1,10 @@
-//! The owner's socket: serves [`crate::ipc`] requests from the other cairn processes on the same
+//! The owner's socket: serves [`crate::ownership::ipc`] requests from the other cairn processes on the same
 //! database, with the owner's pipeline.
 //!
 //! Bounds, so that one slow or broken client never stalls the others: at most
 //! [`MAX_CONNECTIONS`] at once (the next is told `busy` and closed); `hello` within
 //! [`HELLO_WITHIN`] and each later request within [`IDLE`] of the last, else the connection is
-//! closed; request frames of at most [`crate::ipc::MAX_REQUEST`] (a larger one is refused unread
+//! closed; request frames of at most [`crate::ownership::ipc::MAX_REQUEST`] (a larger one is refused unread
 //! and the connection closed); every request within its time limit; every reply written within
 //! [`WRITE_WITHIN`] (a client that stops reading is dropped). Each connection is a task of its
 //! own. A client that goes while its request runs takes the request with it: the work is
@@ -12,7 +12,7 @@
 
 use crate::api::Answerer;
 use crate::api::owner::Clients;
-use crate::ipc::{
+use crate::ownership::ipc::{
     ErrorCode, FrameError, Hello, MAX_REQUEST, OwnerInfo, PROTOCOL_VERSION, RemoteError, Reply, Request,
     read_frame, write_frame,
 };

@@ -12,7 +12,7 @@
 //! would; notify itself is off.
 
 use crate::config::{Config, SourceConfig};
-use crate::system::{Embedders, Error, Pipeline, Result};
+use crate::pipeline::system::{Embedders, Error, Pipeline, Result};
 use cairn_ingest::RawEvent;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};

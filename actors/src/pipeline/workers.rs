@@ -1,11 +1,11 @@
 //! The parsing stage, a `SyncArbiter` pool so that reading, parsing and chunking never run on an
 //! async thread: [`Parser`] (read, hash, parse, chunk; also the folder scans). The model runs in
-//! [`crate::embedding`].
+//! [`crate::pipeline::embedding`].
 //!
 //! Bounds: `SyncArbiter` queues are unbounded inside actix, so callers keep the bound: each
 //! source's watcher has one parse request (≤ [`PARSE_GROUP`] files) in flight.
 
-use crate::poison::{PoisonBook, file_hash};
+use crate::pipeline::poison::{PoisonBook, file_hash};
 use actix::prelude::*;
 use cairn_ingest::{
     Error, ParseOptions, ParsedPage, PathFilter, ScanOptions, ScanReport, parse_page, rel_string, scan,

@@ -1,0 +1,7 @@
+//! What operators read: the event log, `cairn stats`, a page's ingest history, replays of
+//! recorded scenarios.
+
+pub mod history;
+pub mod log;
+pub mod replay;
+pub mod stats;
