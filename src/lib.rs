@@ -421,7 +421,11 @@ pub async fn index(config: Config, reindex: bool, progress: bool) -> Result<Inde
         status.sources.iter().filter(|s| ids.is_empty() || ids.contains(&s.source)).cloned().collect();
     let mut summary = summarize(&run, &named);
     for s in &named {
-        if let Some(error) = s.error.as_ref().filter(|_| s.state == "retrying" || s.unavailable.is_some()) {
+        if let Some(error) = s
+            .error
+            .as_ref()
+            .filter(|_| s.state == cairn_actors::status::SourceState::Retrying || s.unavailable.is_some())
+        {
             sources_failed.push(Failure {
                 source: s.source.clone(),
                 path: s.root.clone(),

@@ -3,6 +3,7 @@
 //! wraps one, kept current by the writers; a process with no owner opens one read-only from the
 //! tables. Both answer with the same code.
 
+use crate::status::SourceState;
 use cairn_index::{Database, Embedder, PageRecord, Resident, SourceStore};
 use cairn_query::{QueryError, SearchRequest, SearchResponse};
 use std::collections::BTreeMap;
@@ -189,7 +190,7 @@ impl QueryHost {
                 crate::status::SourceStatus {
                     source: s.store.id().to_string(),
                     root: s.root.as_ref().map(|r| r.display().to_string()).unwrap_or_default(),
-                    state: if away.is_some() { "unavailable" } else { "not_watched" }.into(),
+                    state: if away.is_some() { SourceState::Unavailable } else { SourceState::NotWatched },
                     pages: index.page_count(),
                     chunks: index.chunk_count(),
                     vectors_pending: index.unembedded_count(),
@@ -200,7 +201,7 @@ impl QueryHost {
             })
             .chain(self.broken.iter().map(|(id, why)| crate::status::SourceStatus {
                 source: id.clone(),
-                state: "failed".into(),
+                state: SourceState::Failed,
                 error: Some(why.clone()),
                 ..Default::default()
             }))

@@ -7,13 +7,62 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use tokio::time::Instant;
 
+/// What a source's pipeline is doing (the word is the same in JSON and in text).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SourceState {
+    /// Opening its tables.
+    #[default]
+    Starting,
+    /// Comparing its folder with its tables.
+    Scanning,
+    /// Up to date with its folder, and following its changes.
+    Watching,
+    /// A stage failed; it is retried with backoff (`error` says what failed).
+    Retrying,
+    /// Its folder cannot be read now (`unavailable` says why); the index answers as last seen.
+    Unavailable,
+    /// The watch ended.
+    Stopped,
+    /// Held in the database, and not watched by this process.
+    NotWatched,
+    /// Its tables could not be opened (`error` says why).
+    Failed,
+    /// A reader's source, current with the writer's commits.
+    Following,
+    /// A reader's source, behind the writer's commits.
+    Behind,
+}
+
+impl SourceState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Starting => "starting",
+            Self::Scanning => "scanning",
+            Self::Watching => "watching",
+            Self::Retrying => "retrying",
+            Self::Unavailable => "unavailable",
+            Self::Stopped => "stopped",
+            Self::NotWatched => "not_watched",
+            Self::Failed => "failed",
+            Self::Following => "following",
+            Self::Behind => "behind",
+        }
+    }
+}
+
+impl std::fmt::Display for SourceState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// One source's state, as `status()` reports it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SourceStatus {
     pub source: String,
     pub root: String,
-    /// `starting`, `scanning`, `watching`, `retrying`, `unavailable` or `stopped`.
-    pub state: String,
+    pub state: SourceState,
     /// Pages stored (searchable by name and keyword).
     pub pages: usize,
     /// Chunks stored, and how many of them still wait for a vector.
@@ -129,7 +178,7 @@ impl StatusBoard {
     pub fn register(&self, source: &str, root: &str) {
         self.with(source, |e| {
             e.status.root = root.into();
-            e.status.state = "starting".into();
+            e.status.state = SourceState::Starting;
         });
     }
 
@@ -138,9 +187,9 @@ impl StatusBoard {
         self.inner.lock().unwrap_or_else(|p| p.into_inner()).remove(source);
     }
 
-    pub fn set_state(&self, source: &str, state: &str, error: Option<String>) {
+    pub fn set_state(&self, source: &str, state: SourceState, error: Option<String>) {
         self.with(source, |e| {
-            e.status.state = state.into();
+            e.status.state = state;
             e.status.error = error;
         });
     }
@@ -249,7 +298,7 @@ fn snapshot(e: &Entry) -> SourceStatus {
     s.lag_ms = e.pending_since.map_or(0, |t| t.elapsed().as_millis() as u64);
     s.failures = e.failures.values().cloned().collect();
     if let Some(why) = &e.unavailable {
-        s.state = "unavailable".into();
+        s.state = SourceState::Unavailable;
         s.error = Some(why.describe(&s.source, &s.root));
         s.unavailable = Some(why.clone());
     }

@@ -65,7 +65,8 @@ pub async fn watch(config: cairn::Config, json: bool, once: bool) -> Result<Exit
 
 /// A source that cannot be watched: it keeps failing, or its folder is unavailable here.
 fn failing(s: &cairn_actors::SourceStatus) -> bool {
-    s.state == "retrying" || s.unavailable.as_ref().is_some_and(|u| *u != cairn_ingest::Unavailable::NotHere)
+    s.state == cairn_actors::status::SourceState::Retrying
+        || s.unavailable.as_ref().is_some_and(|u| *u != cairn_ingest::Unavailable::NotHere)
 }
 
 /// Say who writes the database when this process does not. `Some`: the watch ends here (a

@@ -267,7 +267,7 @@ async fn a_source_whose_folder_is_missing_is_unavailable_while_the_others_go_on(
     let owls = cairn.search(SearchRequest::new("barn owls")).await.unwrap();
     assert_eq!((owls.results[0].source.as_str(), owls.results[0].slug.as_str()), ("good", "owls"));
     let later = sources(&cairn).await.into_iter().find(|s| s.source == "later").unwrap();
-    assert_eq!(later.state, "unavailable", "{later:?}");
+    assert_eq!(later.state.as_str(), "unavailable", "{later:?}");
     assert!(later.error.as_deref().unwrap_or_default().contains("later"), "{later:?}");
 
     // The folder appears: the next glance at it picks it up.

@@ -18,6 +18,7 @@ use crate::ownership::journal::{Change, Feed, Tip};
 use crate::ownership::lease::{Holder, LeaseStore};
 use crate::pipeline::folders::FolderBook;
 use crate::pipeline::query::Freshness;
+use crate::status::SourceState;
 use cairn_index::{Database, Embedder, Prepared, VectorKey};
 use cairn_query::AsOf;
 use std::collections::{BTreeMap, BTreeSet};
@@ -216,12 +217,12 @@ impl Follower {
                 }
                 match freshness {
                     Freshness::Followed => {
-                        st.state = "following".into();
+                        st.state = SourceState::Following;
                         st.unavailable = None;
                         st.error = None;
                     }
                     Freshness::Behind { note, .. } => {
-                        st.state = "behind".into();
+                        st.state = SourceState::Behind;
                         st.error = Some(note);
                     }
                     _ => {}

@@ -25,6 +25,7 @@ use crate::pipeline::embedding::EmbedScheduler;
 use crate::pipeline::folders::FolderBook;
 use crate::pipeline::workers::{PARSE_GROUP, Parse, Parsed, Parser, Scan};
 use crate::pipeline::writer::{Commit, Covers, Ingest, Origin, SourceWriter, States};
+use crate::status::SourceState;
 use crate::status::StatusBoard;
 use actix::prelude::*;
 use cairn_ingest::folder::{
@@ -259,7 +260,7 @@ impl Watcher {
                 let retry = crate::pipeline::retry::after(self.failures);
                 tracing::warn!("source `{}`: {e}; reconciling in {} ms", self.h.id, retry.as_millis());
                 let (emit, id) = (self.h.emit.clone(), self.h.id.clone());
-                self.h.status.set_state(&self.h.id, "retrying", Some(e.clone()));
+                self.h.status.set_state(&self.h.id, SourceState::Retrying, Some(e.clone()));
                 let ev = EventKind::StageFailed {
                     stage: "watcher".into(),
                     reason: e,
@@ -595,10 +596,10 @@ async fn reconcile(
     consent: Consent,
 ) -> (Result<ReconcileReport, String>, HashSet<(String, String)>) {
     let res: Result<ReconcileReport, String> = async {
-        h.status.set_state(&h.id, "scanning", None);
+        h.status.set_state(&h.id, SourceState::Scanning, None);
         let mut report = ReconcileReport { source: h.id.clone(), ..ReconcileReport::default() };
         let unavailable = |mut report: ReconcileReport, why: Unavailable| {
-            h.status.set_state(&h.id, "watching", None);
+            h.status.set_state(&h.id, SourceState::Watching, None);
             report.unavailable = Some(why);
             Ok(report)
         };
@@ -701,12 +702,12 @@ async fn reconcile(
         // Names and keywords first: the model waits until these pages are committed.
         let _hold = (!to_parse.is_empty()).then(|| h.embedder.hold_bulk());
         apply(&h, Changes { to_parse, removed, ..Changes::default() }).await?;
-        h.status.set_state(&h.id, "watching", None);
+        h.status.set_state(&h.id, SourceState::Watching, None);
         Ok(report)
     }
     .await;
     if let Err(e) = &res {
-        h.status.set_state(&h.id, "retrying", Some(e.clone()));
+        h.status.set_state(&h.id, SourceState::Retrying, Some(e.clone()));
     }
     (res, reported)
 }
@@ -859,7 +860,7 @@ impl Handler<StopWatching> for Watcher {
     fn handle(&mut self, _: StopWatching, _: &mut Context<Self>) {
         self.notify = None;
         self.stopped = true;
-        self.h.status.set_state(&self.h.id, "stopped", None);
+        self.h.status.set_state(&self.h.id, SourceState::Stopped, None);
     }
 }
 

@@ -5,6 +5,7 @@ use super::{Origin, SourceWriter};
 use crate::event::EventKind;
 use crate::ops::log::Emitter;
 use crate::ownership::journal::{Change, Journal};
+use crate::status::SourceState;
 use actix::prelude::*;
 use cairn_index::{PageWrite, Prepared, Resident, SourceStore, WriteBatch};
 use std::collections::HashMap;
@@ -72,7 +73,7 @@ impl SourceWriter {
             Ok((version, batch)) => {
                 let chunks = act.pages_committed(version, batch, origins);
                 act.status.done_in_flight(&act.id, plan.items);
-                act.status.set_state(&act.id, "watching", None);
+                act.status.set_state(&act.id, SourceState::Watching, None);
                 act.note_commit(chunks, 0, ctx);
                 act.pump(ctx);
                 Ok(version)

@@ -36,6 +36,7 @@ use crate::ops::log::Emitter;
 use crate::pipeline::embedding::{EmbedScheduler, Priority};
 use crate::pipeline::query::QueryActor;
 use crate::pipeline::workers::Parsed;
+use crate::status::SourceState;
 use crate::status::StatusBoard;
 use actix::prelude::*;
 use backlog::Backlog;
@@ -210,7 +211,7 @@ impl SourceWriter {
             self.id,
             retry.as_millis()
         );
-        self.status.set_state(&self.id, "retrying", Some(reason.clone()));
+        self.status.set_state(&self.id, SourceState::Retrying, Some(reason.clone()));
         let (emit, id) = (self.emit.clone(), self.id.clone());
         let ev = EventKind::StageFailed { stage: stage.into(), reason, retry_ms: retry.as_millis() as u64 };
         // Spawned on the arbiter, not on this context: stopping must not cancel the report.
