@@ -2,6 +2,7 @@
 //! BM25 over the union, the title-phrase boost, and evidence. Tested without a runtime.
 
 use cairn_index::ChunkHit;
+pub use cairn_index::resident::terms;
 use cairn_ingest::tokens;
 use std::collections::HashMap;
 
@@ -32,8 +33,9 @@ pub const TEMPLATE_PAGES: u32 = 3;
 
 /// Bumped whenever scoring changes, so telemetry of different versions is never compared.
 /// 2026-12-01.1: `exists` from names only, exact names of any length, template pages instead of
-/// thin ones, the keyword arm's stop words.
-pub const SCORING_VERSION: &str = "2026-12-01.1";
+/// thin ones, the keyword arm's stop words. 2026-12-04.1: the union re-scoring reads words with
+/// the keyword arm's analyzer (Snowball stems) instead of a suffix stripper of its own.
+pub const SCORING_VERSION: &str = "2026-12-04.1";
 
 /// Each page's best chunk, pages in order of their best chunk (hits must be sorted best first,
 /// as the store returns them). A page is its best chunk, never whichever chunk came first.
@@ -70,34 +72,15 @@ pub fn rrf<'a>(rankings: &[Vec<&'a str>]) -> HashMap<&'a str, f32> {
     fused
 }
 
-/// A light English suffix stripper, so that the union re-scoring matches what the keyword arm's
-/// stemmed index matched (`debating` ~ `debate`, `forums` ~ `forum`). Only for comparing
-/// words, never shown.
-pub fn stem(word: &str) -> String {
-    const SUFFIXES: [&str; 9] = ["ingly", "edly", "ing", "ies", "ed", "es", "ly", "s", "e"];
-    for suffix in SUFFIXES {
-        if let Some(base) = word.strip_suffix(suffix)
-            && base.chars().count() >= 3
-        {
-            return if suffix == "ies" { format!("{base}y") } else { base.to_string() };
-        }
-    }
-    word.to_string()
-}
-
-/// Stemmed tokens of a text.
-pub fn stems(s: &str) -> Vec<String> {
-    tokens(s).iter().map(|t| stem(t)).collect()
-}
-
 /// BM25 of the query against each document, with term statistics taken over these documents:
 /// the candidates of every source together, so scores are comparable across sources (each
-/// source's own BM25 uses its own statistics and is not).
+/// source's own BM25 uses its own statistics and is not). Words are the keyword arm's terms
+/// ([`terms`]: one analyzer, so both agree on which words match).
 pub fn union_bm25(query: &str, docs: &[String]) -> Vec<f32> {
     const K1: f32 = 1.2;
     const B: f32 = 0.75;
-    let q: Vec<String> = content_tokens(query).iter().map(|t| stem(t)).collect();
-    let docs: Vec<Vec<String>> = docs.iter().map(|d| stems(d)).collect();
+    let q = terms(query);
+    let docs: Vec<Vec<String>> = docs.iter().map(|d| terms(d)).collect();
     let n = docs.len() as f32;
     if docs.is_empty() || q.is_empty() {
         return vec![0.0; docs.len()];
@@ -117,11 +100,6 @@ pub fn union_bm25(query: &str, docs: &[String]) -> Vec<f32> {
                 .sum()
         })
         .collect()
-}
-
-/// Query tokens without stop words (the keyword arm's English list: LanceDB's tokenizer).
-pub fn content_tokens(s: &str) -> Vec<String> {
-    tokens(s).into_iter().filter(|t| !cairn_index::resident::is_stop_word(t)).collect()
 }
 
 /// Whether the query is the title, or a contiguous run of the title's tokens holding at least
@@ -283,11 +261,11 @@ mod tests {
     }
 
     #[test]
-    fn stems_meet_in_the_middle() {
-        assert_eq!(stem("debating"), stem("debate"));
-        assert_eq!(stem("forums"), stem("forum"));
-        assert_eq!(stem("libraries"), "library");
-        assert_eq!(stem("is"), "is");
+    fn forms_of_a_word_meet_as_the_keyword_arm_stems_them() {
+        assert_eq!(terms("debating"), terms("debate"));
+        assert_eq!(terms("forums"), terms("forum"));
+        assert_eq!(terms("libraries"), terms("library"));
+        assert!(terms("the of").is_empty(), "stop words are no terms");
         let s =
             union_bm25("debating in public forums", &["a forum for public debate".into(), "bread".into()]);
         assert!(s[0] > 0.0 && s[1] == 0.0);

@@ -6,8 +6,8 @@ use crate::error::{QueryError, Result};
 use crate::filter::{Filter, PageFilter};
 use crate::layers::{
     self, CreateSafety, Evidence, ExactKind, HIGH_VECTOR_FLOOR, KEYWORD_WEIGHT, RELEVANCE_FLOOR,
-    SCORING_VERSION, Signals, TEMPLATE_FACTOR, TEMPLATE_PAGES, TITLE_PHRASE_BOOST, content_tokens, evidence,
-    max_pool, rrf, title_phrase_match, union_bm25,
+    SCORING_VERSION, Signals, TEMPLATE_FACTOR, TEMPLATE_PAGES, TITLE_PHRASE_BOOST, evidence, max_pool, rrf,
+    title_phrase_match, union_bm25,
 };
 use crate::reader::SourceReader;
 use cairn_index::{ChunkHit, Embedder, PageRecord};
@@ -834,7 +834,7 @@ fn score_union(req: &SearchRequest, union: Vec<Candidate>) -> Vec<SearchResult> 
         .collect();
     let bm25 = union_bm25(&req.query, &docs);
     let max_bm25 = bm25.iter().copied().fold(0.0f32, f32::max);
-    let query_terms: Vec<String> = content_tokens(&req.query).iter().map(|t| layers::stem(t)).collect();
+    let query_terms = layers::terms(&req.query);
     union
         .into_iter()
         .zip(bm25)
@@ -842,7 +842,7 @@ fn score_union(req: &SearchRequest, union: Vec<Candidate>) -> Vec<SearchResult> 
         .map(|((c, bm), doc)| {
             let union_keyword = if max_bm25 > 0.0 { bm / max_bm25 } else { 0.0 };
             let all_terms_present = !query_terms.is_empty() && {
-                let doc_tokens = layers::stems(&doc);
+                let doc_tokens = layers::terms(&doc);
                 query_terms.iter().all(|t| doc_tokens.contains(t))
             };
             scored_result(req, c, union_keyword, all_terms_present)
