@@ -19,7 +19,7 @@ pub use filter::{Allowed, Filter, PageFilter, day_start_ms};
 pub use layers::{CreateSafety, Evidence, ExactKind};
 pub use reader::SourceReader;
 pub use search::{
-    AsOf, Health, Mode, Role, SearchRequest, SearchResponse, SearchResult, ServedBy, SourceStatus, Stale,
+    AsOf, Health, Mode, Role, SearchRequest, SearchResponse, SearchResult, ServedBy, SourceHealth, Stale,
     Writer, mark_stale, note_vectors_pending, search,
 };
 

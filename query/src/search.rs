@@ -159,7 +159,7 @@ pub enum Health {
 
 /// How one source took part.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct SourceStatus {
+pub struct SourceHealth {
     pub source: String,
     pub status: Health,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -292,7 +292,7 @@ pub struct SearchResponse {
     pub query: String,
     pub mode: Mode,
     pub results: Vec<SearchResult>,
-    pub sources: Vec<SourceStatus>,
+    pub sources: Vec<SourceHealth>,
     /// Stages that did not run: `embed_unavailable`, `source_failed:<id>`.
     pub degraded: Vec<String>,
     pub alias_collisions: Vec<AliasCollision>,
@@ -724,12 +724,12 @@ fn merge_sources<R: SourceReader>(
     readers: &[&R],
     gathered: Vec<cairn_index::Result<Gathered>>,
     degraded: &mut Vec<String>,
-) -> Result<(Vec<Candidate>, Vec<SourceStatus>)> {
+) -> Result<(Vec<Candidate>, Vec<SourceHealth>)> {
     let mut statuses = Vec::new();
     let mut union: Vec<Candidate> = Vec::new();
     let mut errors = Vec::new();
     for (r, g) in readers.iter().zip(gathered) {
-        let mut status = SourceStatus {
+        let mut status = SourceHealth {
             source: r.id().into(),
             status: Health::Ok,
             error: None,

@@ -75,7 +75,7 @@ impl Default for WatcherOptions {
 
 /// What every step of a watcher needs; cloned into its futures.
 #[derive(Debug, Clone)]
-struct Handles {
+struct WatchParts {
     id: String,
     root: Arc<PathBuf>,
     scan: ScanOptions,
@@ -101,7 +101,7 @@ struct Away {
 
 /// One source's watcher.
 pub struct Watcher {
-    h: Handles,
+    h: WatchParts,
     filter: Arc<PathFilter>,
     debouncer: Debouncer,
     opts: WatcherOptions,
@@ -144,7 +144,7 @@ impl Watcher {
     ) -> Result<Self, cairn_ingest::Error> {
         let filter = Arc::new(PathFilter::new(&scan)?);
         Ok(Self {
-            h: Handles {
+            h: WatchParts {
                 id: id.into(),
                 root: Arc::new(root),
                 scan,
@@ -487,7 +487,7 @@ struct Changes {
 /// Log the file events, parse in groups, hand everything to the writer in order; then rescan if
 /// a folder appeared, events were lost, or removals were not ordinary (the rescan's reconcile
 /// judges them with the whole folder in view).
-async fn process(h: Handles, mut c: Changes) -> Result<Option<ReconcileReport>, String> {
+async fn process(h: WatchParts, mut c: Changes) -> Result<Option<ReconcileReport>, String> {
     if !c.rescan && !c.removed.is_empty() && !removals_are_ordinary(&h, &c).await? {
         c.rescan = true;
     }
@@ -509,7 +509,7 @@ async fn process(h: Handles, mut c: Changes) -> Result<Option<ReconcileReport>, 
 
 /// Whether a tick's removals may apply at once: the folder is still the one indexed, and they
 /// take neither most of the source nor all of it (a folder emptied under a running watch).
-async fn removals_are_ordinary(h: &Handles, c: &Changes) -> Result<bool, String> {
+async fn removals_are_ordinary(h: &WatchParts, c: &Changes) -> Result<bool, String> {
     let recorded = h.folders.get(&h.id).and_then(|r| r.identity);
     match FolderIdentity::read(&h.root) {
         Err(_) => return Ok(false),
@@ -528,7 +528,7 @@ async fn removals_are_ordinary(h: &Handles, c: &Changes) -> Result<bool, String>
 }
 
 /// Returns whether a directory stood where a file was expected.
-async fn apply(h: &Handles, mut c: Changes) -> Result<bool, String> {
+async fn apply(h: &WatchParts, mut c: Changes) -> Result<bool, String> {
     h.emit.emit(&h.id, std::mem::take(&mut c.events)).await;
     h.status.add_in_flight(&h.id, c.to_parse.len() + c.removed.len());
     let mut found_dir = false;
@@ -564,7 +564,7 @@ async fn apply(h: &Handles, mut c: Changes) -> Result<bool, String> {
 
 /// The changes of a tick are all with the writer: commit them now rather than at its deadline.
 /// A failed commit is the writer's to report and retry; only a stopped writer is an error here.
-async fn commit(h: &Handles) -> Result<(), String> {
+async fn commit(h: &WatchParts) -> Result<(), String> {
     h.writer.send(Commit).await.map(|_| ()).map_err(|e| format!("pipeline stopped: {e}"))
 }
 
@@ -590,7 +590,7 @@ pub struct ReconcileReport {
 /// doc). Files whose path, size and modification time are those they were indexed with are not
 /// read (a stat cache, as git's).
 async fn reconcile(
-    h: Handles,
+    h: WatchParts,
     reason: &'static str,
     mut reported: HashSet<(String, String)>,
     consent: Consent,

@@ -72,7 +72,7 @@ impl SourceWriter {
         let fut = actix::fut::wrap_future::<_, Self>(write).map(move |res, act, ctx| match res {
             Ok((version, batch)) => {
                 let chunks = act.pages_committed(version, batch, origins);
-                act.status.done_in_flight(&act.id, plan.items);
+                act.status.done_in_flight(&act.id, plan.files);
                 act.status.set_state(&act.id, SourceState::Watching, None);
                 act.note_commit(chunks, 0, ctx);
                 act.pump(ctx);

@@ -48,7 +48,8 @@ pub struct Plan {
     pub pages: Vec<Waiting>,
     pub removals: Vec<String>,
     pub deferred: Vec<EventKind>,
-    pub items: usize,
+    /// The files it settles (for the pending count).
+    pub files: usize,
 }
 
 /// The planner's state (see the module's doc).
@@ -61,7 +62,7 @@ pub struct Planner {
     /// Events decided at ingest time that become true with the next commit (renames by hash).
     deferred: Vec<EventKind>,
     /// Files behind the buffer and the removals, for the pending count.
-    items: usize,
+    files: usize,
     /// Content hash → path and time of pages removed by recent commits.
     recently_removed: HashMap<String, (String, Instant)>,
     /// The problems last reported per path, so a file re-read unchanged does not repeat them.
@@ -149,7 +150,7 @@ impl Planner {
     /// A removal either waits for the commit or had nothing to remove.
     fn count(&mut self, waits: bool, out: &mut Ingested) {
         match waits {
-            true => self.items += 1,
+            true => self.files += 1,
             false => out.done += 1,
         }
     }
@@ -185,7 +186,7 @@ impl Planner {
         });
         self.buffered_chunks += page.chunks.len();
         self.buffer.push(Waiting { page, mtime_ms, origin });
-        self.items += 1;
+        self.files += 1;
     }
 
     /// Mark the page at `rel` (and, with `folder`, every page under it) for removal. False when
@@ -279,7 +280,7 @@ impl Planner {
             pages,
             removals,
             deferred: std::mem::take(&mut self.deferred),
-            items: std::mem::take(&mut self.items),
+            files: std::mem::take(&mut self.files),
         })
     }
 
@@ -311,7 +312,7 @@ impl Planner {
         self.buffered_chunks = self.buffer.iter().map(|w| w.page.chunks.len()).sum();
         self.removals.extend(plan.removals);
         self.deferred.splice(0..0, plan.deferred);
-        self.items += plan.items;
+        self.files += plan.files;
     }
 }
 
@@ -386,7 +387,7 @@ mod replay {
         removals: Vec<String>,
         #[serde(default)]
         events: Vec<String>,
-        items: usize,
+        files: usize,
     }
 
     fn parse(f: &File) -> ParsedPage {
@@ -475,7 +476,7 @@ mod replay {
                             .collect(),
                         removals: p.removals.clone(),
                         events: p.deferred.iter().map(render).collect(),
-                        items: p.items,
+                        files: p.files,
                     });
                     assert_eq!(&got, want, "{}", at(step));
                 }
