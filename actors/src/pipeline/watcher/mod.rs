@@ -23,19 +23,26 @@ use crate::event::EventKind;
 use crate::ops::log::Emitter;
 use crate::pipeline::embedding::EmbedScheduler;
 use crate::pipeline::folders::FolderBook;
-use crate::pipeline::workers::{PARSE_GROUP, Parse, Parsed, Parser, Scan};
-use crate::pipeline::writer::{Commit, Covers, Ingest, Origin, SourceWriter, States};
+use crate::pipeline::workers::Parser;
+use crate::pipeline::writer::{Commit, Origin, SourceWriter};
 use crate::status::SourceState;
 use crate::status::StatusBoard;
 use actix::prelude::*;
-use cairn_ingest::folder::{
-    self, Consent, FolderIdentity, Glance, HeldRemovals, Reading, Unavailable, Verdict,
-};
+use cairn_ingest::folder::{Consent, Glance, HeldRemovals, Unavailable};
 use cairn_ingest::{Debouncer, PathFilter, RawEvent, ScanOptions, Settled, rel_string};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
+
+mod changes;
+mod reconcile;
+mod translate;
+
+use changes::{Changes, process};
+pub use reconcile::ReconcileReport;
+use reconcile::reconcile;
+use translate::translate;
 
 /// Raw events buffered between notify's thread and this actor. A `git checkout` of thousands of
 /// files makes about two events per file; this absorbs such a burst while the debouncer catches
@@ -468,291 +475,6 @@ impl Watcher {
             }
         }
         c
-    }
-}
-
-/// Changes of one tick.
-#[derive(Debug, Default)]
-struct Changes {
-    to_parse: Vec<PathBuf>,
-    /// With whether the path may be a folder.
-    removed: Vec<(PathBuf, bool)>,
-    renamed: Vec<(String, String)>,
-    events: Vec<EventKind>,
-    rescan: bool,
-    /// File events (someone is editing) or a scan.
-    origin: Origin,
-}
-
-/// Log the file events, parse in groups, hand everything to the writer in order; then rescan if
-/// a folder appeared, events were lost, or removals were not ordinary (the rescan's reconcile
-/// judges them with the whole folder in view).
-async fn process(h: WatchParts, mut c: Changes) -> Result<Option<ReconcileReport>, String> {
-    if !c.rescan && !c.removed.is_empty() && !removals_are_ordinary(&h, &c).await? {
-        c.rescan = true;
-    }
-    let rescan = c.rescan;
-    if rescan {
-        // The rescan removes whatever left the folder, in one batch with whatever it finds: a file
-        // moved into a folder created a moment before (whose arrival has no event, only the
-        // rescan sees it) then leaves and arrives together and keeps its stored vectors. Removed
-        // first on its own, its chunks would be gone before the arrival was matched to them.
-        let renamed_from: HashSet<String> = c.renamed.iter().map(|(from, _)| from.clone()).collect();
-        c.removed.retain(|(p, _)| renamed_from.contains(&rel_string(p)));
-    }
-    let found_dir = apply(&h, c).await?;
-    if rescan || found_dir {
-        return reconcile(h, "rescan", HashSet::new(), Consent::default()).await.0.map(Some);
-    }
-    Ok(None)
-}
-
-/// Whether a tick's removals may apply at once: the folder is still the one indexed, and they
-/// take neither most of the source nor all of it (a folder emptied under a running watch).
-async fn removals_are_ordinary(h: &WatchParts, c: &Changes) -> Result<bool, String> {
-    let recorded = h.folders.get(&h.id).and_then(|r| r.identity);
-    match FolderIdentity::read(&h.root) {
-        Err(_) => return Ok(false),
-        Ok(now) if recorded.is_some_and(|r| r.change_to(&now).is_some()) => return Ok(false),
-        Ok(_) => {}
-    }
-    let renamed: HashSet<&str> = c.renamed.iter().map(|(from, _)| from.as_str()).collect();
-    let lost: Vec<(PathBuf, bool)> =
-        c.removed.iter().filter(|(p, _)| !renamed.contains(rel_string(p).as_str())).cloned().collect();
-    if lost.is_empty() {
-        return Ok(true);
-    }
-    let (covered, indexed) =
-        h.writer.send(Covers(lost)).await.map_err(|e| format!("pipeline stopped: {e}"))?;
-    Ok(covered == 0 || covered < indexed && (h.mass_removals || !folder::is_mass_removal(covered, indexed)))
-}
-
-/// Returns whether a directory stood where a file was expected.
-async fn apply(h: &WatchParts, mut c: Changes) -> Result<bool, String> {
-    h.emit.emit(&h.id, std::mem::take(&mut c.events)).await;
-    h.status.add_in_flight(&h.id, c.to_parse.len() + c.removed.len());
-    let mut found_dir = false;
-    let mut removed = std::mem::take(&mut c.removed);
-    let mut renamed = std::mem::take(&mut c.renamed);
-    let stopped = |e: MailboxError| format!("pipeline stopped: {e}");
-    let origin = c.origin;
-    if c.to_parse.is_empty() {
-        if !removed.is_empty() {
-            h.writer.send(Ingest { parsed: Vec::new(), removed, renamed, origin }).await.map_err(stopped)?;
-            commit(h).await?;
-        }
-        return Ok(false);
-    }
-    for group in c.to_parse.chunks(PARSE_GROUP) {
-        let parsed = h
-            .parser
-            .send(Parse { source: h.id.clone(), root: h.root.clone(), files: group.to_vec() })
-            .await
-            .map_err(stopped)?;
-        found_dir |= parsed.iter().any(|p| matches!(p, Parsed::Directory { .. }));
-        let msg = Ingest {
-            parsed,
-            removed: std::mem::take(&mut removed),
-            renamed: std::mem::take(&mut renamed),
-            origin,
-        };
-        h.writer.send(msg).await.map_err(stopped)?;
-    }
-    commit(h).await?;
-    Ok(found_dir)
-}
-
-/// The changes of a tick are all with the writer: commit them now rather than at its deadline.
-/// A failed commit is the writer's to report and retry; only a stopped writer is an error here.
-async fn commit(h: &WatchParts) -> Result<(), String> {
-    h.writer.send(Commit).await.map(|_| ()).map_err(|e| format!("pipeline stopped: {e}"))
-}
-
-/// What a comparison of a folder with its index did (the answer to `cairn reconcile`).
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct ReconcileReport {
-    pub source: String,
-    /// Notes found in the folder.
-    pub files: usize,
-    /// Of them, new or changed since they were indexed.
-    pub changed: usize,
-    /// Pages removed because their file is gone.
-    pub removed: usize,
-    /// Removals found and held for a yes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub held: Option<HeldRemovals>,
-    /// The folder could not be read as the source's: nothing was applied.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub unavailable: Option<Unavailable>,
-}
-
-/// Compare the folder with the index and apply what the guard lets through (see the module's
-/// doc). Files whose path, size and modification time are those they were indexed with are not
-/// read (a stat cache, as git's).
-async fn reconcile(
-    h: WatchParts,
-    reason: &'static str,
-    mut reported: HashSet<(String, String)>,
-    consent: Consent,
-) -> (Result<ReconcileReport, String>, HashSet<(String, String)>) {
-    let res: Result<ReconcileReport, String> = async {
-        h.status.set_state(&h.id, SourceState::Scanning, None);
-        let mut report = ReconcileReport { source: h.id.clone(), ..ReconcileReport::default() };
-        let unavailable = |mut report: ReconcileReport, why: Unavailable| {
-            h.status.set_state(&h.id, SourceState::Watching, None);
-            report.unavailable = Some(why);
-            Ok(report)
-        };
-        let stopped = |e: MailboxError| format!("pipeline stopped: {e}");
-        let identity = match FolderIdentity::read(&h.root) {
-            Ok(i) => i,
-            Err(Unavailable::Missing) if h.writer.send(States).await.map_err(stopped)?.is_empty() => {
-                return unavailable(report, Unavailable::NeverFound);
-            }
-            Err(why) => return unavailable(report, why),
-        };
-        let scan = match h
-            .parser
-            .send(Scan { root: h.root.clone(), opts: h.scan.clone() })
-            .await
-            .map_err(stopped)?
-        {
-            Ok(scan) => scan,
-            Err(e) => return unavailable(report, Unavailable::Unreadable { message: e.to_string() }),
-        };
-        let states = h.writer.send(States).await.map_err(stopped)?;
-        cairn_index::fault::point("reconcile.scanned");
-        let mut events = Vec::new();
-        for p in &scan.problems {
-            let key = (p.path().map(rel_string).unwrap_or_default(), p.kind().to_string());
-            if reported.insert(key.clone()) {
-                events.push(EventKind::PageFailed { path: key.0, kind: key.1, reason: p.to_string() });
-            }
-        }
-        let present: HashSet<&str> = scan.files.iter().map(|f| f.slug.as_str()).collect();
-        let gone: Vec<&str> = states
-            .iter()
-            .filter(|(s, _)| !present.contains(s.as_str()))
-            .map(|(_, st)| st.path.as_str())
-            .collect();
-        // A page gone from one path and a new file of its size and time elsewhere: a move.
-        let moved = {
-            let stat = |p: &str| {
-                states.values().find(|st| st.path == p).map_or((0, 0), |st| (st.bytes as u64, st.mtime_ms))
-            };
-            let arrived: Vec<(u64, i64)> = scan
-                .files
-                .iter()
-                .filter(|f| !states.contains_key(&f.slug))
-                .map(|f| (f.size, f.mtime_ms))
-                .collect();
-            folder::moved(&gone.iter().map(|p| stat(p)).collect::<Vec<_>>(), &arrived)
-        };
-        let recorded = h.folders.get(&h.id).and_then(|r| r.identity);
-        let reading = Reading {
-            indexed: states.len(),
-            found: scan.files.len(),
-            removing: moved.iter().filter(|m| !**m).count(),
-            change: recorded.and_then(|r| r.change_to(&identity)),
-        };
-        let consent = Consent { mass_removals: consent.mass_removals || h.mass_removals, ..consent };
-        let removed: Vec<&str> = match folder::judge(&reading, consent) {
-            Verdict::Unavailable(why) => {
-                h.emit.emit(&h.id, events).await;
-                return unavailable(report, why);
-            }
-            Verdict::Hold { removing, indexed } => {
-                let mut sample: Vec<String> =
-                    gone.iter().zip(&moved).filter(|(_, m)| !**m).map(|(p, _)| p.to_string()).collect();
-                sample.sort();
-                sample.truncate(folder::HELD_SAMPLE);
-                report.held = Some(HeldRemovals { removing, indexed, sample });
-                // The moves still apply: they are renames, not losses.
-                gone.iter().zip(&moved).filter(|(_, m)| **m).map(|(p, _)| *p).collect()
-            }
-            Verdict::Apply => gone,
-        };
-        h.folders.set_identity(&h.id, &identity);
-        let removed: Vec<(PathBuf, bool)> = removed.into_iter().map(|p| (PathBuf::from(p), false)).collect();
-        let to_parse: Vec<PathBuf> = scan
-            .files
-            .iter()
-            .filter(|f| {
-                !states.get(&f.slug).is_some_and(|s| {
-                    s.clean
-                        && f.mtime_ms != 0
-                        && s.mtime_ms == f.mtime_ms
-                        && s.bytes == f.size as i64
-                        && s.path == rel_string(&f.rel)
-                })
-            })
-            .map(|f| f.rel.clone())
-            .collect();
-        report.files = scan.files.len();
-        report.changed = to_parse.len();
-        report.removed = removed.len();
-        events.push(EventKind::Reconciled {
-            reason: reason.into(),
-            files: report.files,
-            changed: report.changed,
-            removed: report.removed,
-            held: report.held.as_ref().map_or(0, |h| h.removing),
-        });
-        h.emit.emit(&h.id, events).await;
-        // Names and keywords first: the model waits until these pages are committed.
-        let _hold = (!to_parse.is_empty()).then(|| h.embedder.hold_bulk());
-        apply(&h, Changes { to_parse, removed, ..Changes::default() }).await?;
-        h.status.set_state(&h.id, SourceState::Watching, None);
-        Ok(report)
-    }
-    .await;
-    if let Err(e) = &res {
-        h.status.set_state(&h.id, SourceState::Retrying, Some(e.clone()));
-    }
-    (res, reported)
-}
-
-/// notify's event → raw events with vault-relative paths.
-fn translate(res: notify::Result<notify::Event>, root: &Path) -> Vec<RawEvent> {
-    use notify::EventKind as K;
-    use notify::event::{AccessKind, MetadataKind, ModifyKind, RenameMode};
-    let ev = match res {
-        Ok(ev) => ev,
-        Err(e) => {
-            tracing::warn!("file watcher error ({e}); rescanning");
-            return vec![RawEvent::Rescan];
-        }
-    };
-    if ev.need_rescan() {
-        return vec![RawEvent::Rescan];
-    }
-    let rel = |p: &PathBuf| -> Option<PathBuf> {
-        let r = p.strip_prefix(root).ok()?;
-        (!r.as_os_str().is_empty()).then(|| r.to_path_buf())
-    };
-    let paths: Vec<PathBuf> = ev.paths.iter().filter_map(rel).collect();
-    let cookie = ev.attrs.tracker().map(|t| t as u64);
-    match ev.kind {
-        K::Access(AccessKind::Close(_)) | K::Access(_) => Vec::new(),
-        K::Modify(ModifyKind::Metadata(MetadataKind::AccessTime)) => Vec::new(),
-        K::Create(_) => paths.into_iter().map(|path| RawEvent::Create { path }).collect(),
-        K::Remove(_) => paths.into_iter().map(|path| RawEvent::Remove { path }).collect(),
-        K::Modify(ModifyKind::Name(RenameMode::From)) => {
-            paths.into_iter().map(|path| RawEvent::RenameFrom { path, cookie }).collect()
-        }
-        K::Modify(ModifyKind::Name(RenameMode::To)) => {
-            paths.into_iter().map(|path| RawEvent::RenameTo { path, cookie }).collect()
-        }
-        K::Modify(ModifyKind::Name(RenameMode::Both)) => {
-            match (ev.paths.first().map(rel), ev.paths.get(1).map(rel)) {
-                (Some(Some(from)), Some(Some(to))) => vec![RawEvent::Rename { from, to }],
-                // One side outside the root: a move in or out.
-                (Some(None), Some(Some(to))) => vec![RawEvent::Create { path: to }],
-                (Some(Some(from)), Some(None)) => vec![RawEvent::Remove { path: from }],
-                _ => Vec::new(),
-            }
-        }
-        _ => paths.into_iter().map(|path| RawEvent::Modify { path }).collect(),
     }
 }
 

@@ -1,0 +1,111 @@
+//! One tick's settled changes applied: file events logged, files parsed in groups and handed
+//! to the writer in order with the removals, then committed; a rescan when removals are not
+//! ordinary, events were lost or a folder appeared.
+
+use super::WatchParts;
+use super::reconcile::{ReconcileReport, reconcile};
+use crate::event::EventKind;
+use crate::pipeline::workers::{PARSE_GROUP, Parse, Parsed};
+use crate::pipeline::writer::{Commit, Covers, Ingest, Origin};
+use actix::prelude::*;
+use cairn_ingest::folder::{self, Consent, FolderIdentity};
+use cairn_ingest::rel_string;
+use std::collections::HashSet;
+use std::path::PathBuf;
+
+/// Changes of one tick.
+#[derive(Debug, Default)]
+pub(super) struct Changes {
+    pub to_parse: Vec<PathBuf>,
+    /// With whether the path may be a folder.
+    pub removed: Vec<(PathBuf, bool)>,
+    pub renamed: Vec<(String, String)>,
+    pub events: Vec<EventKind>,
+    pub rescan: bool,
+    /// File events (someone is editing) or a scan.
+    pub origin: Origin,
+}
+
+/// Log the file events, parse in groups, hand everything to the writer in order; then rescan if
+/// a folder appeared, events were lost, or removals were not ordinary (the rescan's reconcile
+/// judges them with the whole folder in view).
+pub(super) async fn process(h: WatchParts, mut c: Changes) -> Result<Option<ReconcileReport>, String> {
+    if !c.rescan && !c.removed.is_empty() && !removals_are_ordinary(&h, &c).await? {
+        c.rescan = true;
+    }
+    let rescan = c.rescan;
+    if rescan {
+        // The rescan removes whatever left the folder, in one batch with whatever it finds: a file
+        // moved into a folder created a moment before (whose arrival has no event, only the
+        // rescan sees it) then leaves and arrives together and keeps its stored vectors. Removed
+        // first on its own, its chunks would be gone before the arrival was matched to them.
+        let renamed_from: HashSet<String> = c.renamed.iter().map(|(from, _)| from.clone()).collect();
+        c.removed.retain(|(p, _)| renamed_from.contains(&rel_string(p)));
+    }
+    let found_dir = apply(&h, c).await?;
+    if rescan || found_dir {
+        return reconcile(h, "rescan", HashSet::new(), Consent::default()).await.0.map(Some);
+    }
+    Ok(None)
+}
+
+/// Whether a tick's removals may apply at once: the folder is still the one indexed, and they
+/// take neither most of the source nor all of it (a folder emptied under a running watch).
+async fn removals_are_ordinary(h: &WatchParts, c: &Changes) -> Result<bool, String> {
+    let recorded = h.folders.get(&h.id).and_then(|r| r.identity);
+    match FolderIdentity::read(&h.root) {
+        Err(_) => return Ok(false),
+        Ok(now) if recorded.is_some_and(|r| r.change_to(&now).is_some()) => return Ok(false),
+        Ok(_) => {}
+    }
+    let renamed: HashSet<&str> = c.renamed.iter().map(|(from, _)| from.as_str()).collect();
+    let lost: Vec<(PathBuf, bool)> =
+        c.removed.iter().filter(|(p, _)| !renamed.contains(rel_string(p).as_str())).cloned().collect();
+    if lost.is_empty() {
+        return Ok(true);
+    }
+    let (covered, indexed) =
+        h.writer.send(Covers(lost)).await.map_err(|e| format!("pipeline stopped: {e}"))?;
+    Ok(covered == 0 || covered < indexed && (h.mass_removals || !folder::is_mass_removal(covered, indexed)))
+}
+
+/// Returns whether a directory stood where a file was expected.
+pub(super) async fn apply(h: &WatchParts, mut c: Changes) -> Result<bool, String> {
+    h.emit.emit(&h.id, std::mem::take(&mut c.events)).await;
+    h.status.add_in_flight(&h.id, c.to_parse.len() + c.removed.len());
+    let mut found_dir = false;
+    let mut removed = std::mem::take(&mut c.removed);
+    let mut renamed = std::mem::take(&mut c.renamed);
+    let stopped = |e: MailboxError| format!("pipeline stopped: {e}");
+    let origin = c.origin;
+    if c.to_parse.is_empty() {
+        if !removed.is_empty() {
+            h.writer.send(Ingest { parsed: Vec::new(), removed, renamed, origin }).await.map_err(stopped)?;
+            commit(h).await?;
+        }
+        return Ok(false);
+    }
+    for group in c.to_parse.chunks(PARSE_GROUP) {
+        let parsed = h
+            .parser
+            .send(Parse { source: h.id.clone(), root: h.root.clone(), files: group.to_vec() })
+            .await
+            .map_err(stopped)?;
+        found_dir |= parsed.iter().any(|p| matches!(p, Parsed::Directory { .. }));
+        let msg = Ingest {
+            parsed,
+            removed: std::mem::take(&mut removed),
+            renamed: std::mem::take(&mut renamed),
+            origin,
+        };
+        h.writer.send(msg).await.map_err(stopped)?;
+    }
+    commit(h).await?;
+    Ok(found_dir)
+}
+
+/// The changes of a tick are all with the writer: commit them now rather than at its deadline.
+/// A failed commit is the writer's to report and retry; only a stopped writer is an error here.
+async fn commit(h: &WatchParts) -> Result<(), String> {
+    h.writer.send(Commit).await.map(|_| ()).map_err(|e| format!("pipeline stopped: {e}"))
+}

@@ -1,0 +1,171 @@
+//! A reconcile: the folder scanned and compared with the index, and what the guard of
+//! [`cairn_ingest::folder`] lets through applied (new and changed files parsed, removals and
+//! moves), or the source declared unavailable, or its mass removals held for a yes.
+
+use super::WatchParts;
+use super::changes::{Changes, apply};
+use crate::event::EventKind;
+use crate::pipeline::workers::Scan;
+use crate::pipeline::writer::States;
+use crate::status::SourceState;
+use actix::prelude::*;
+use cairn_index::PageState;
+use cairn_ingest::folder::{self, Consent, FolderIdentity, HeldRemovals, Reading, Unavailable, Verdict};
+use cairn_ingest::{ScanReport, rel_string};
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+
+/// What a comparison of a folder with its index did (the answer to `cairn reconcile`).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ReconcileReport {
+    pub source: String,
+    /// Notes found in the folder.
+    pub files: usize,
+    /// Of them, new or changed since they were indexed.
+    pub changed: usize,
+    /// Pages removed because their file is gone.
+    pub removed: usize,
+    /// Removals found and held for a yes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<HeldRemovals>,
+    /// The folder could not be read as the source's: nothing was applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unavailable: Option<Unavailable>,
+}
+
+/// Compare the folder with the index and apply what the guard lets through (see the module's
+/// doc). Files whose path, size and modification time are those they were indexed with are not
+/// read (a stat cache, as git's). `reported`: the scan problems already reported (each is
+/// reported once), given back with this scan's.
+pub(super) async fn reconcile(
+    h: WatchParts,
+    reason: &'static str,
+    mut reported: HashSet<(String, String)>,
+    consent: Consent,
+) -> (Result<ReconcileReport, String>, HashSet<(String, String)>) {
+    h.status.set_state(&h.id, SourceState::Scanning, None);
+    let res = compare(&h, reason, &mut reported, consent).await;
+    match &res {
+        Ok(_) => h.status.set_state(&h.id, SourceState::Watching, None),
+        Err(e) => h.status.set_state(&h.id, SourceState::Retrying, Some(e.clone())),
+    }
+    (res, reported)
+}
+
+fn stopped(e: MailboxError) -> String {
+    format!("pipeline stopped: {e}")
+}
+
+/// One comparison; the source is left watching (or, unavailable, answering as last seen).
+async fn compare(
+    h: &WatchParts,
+    reason: &'static str,
+    reported: &mut HashSet<(String, String)>,
+    consent: Consent,
+) -> Result<ReconcileReport, String> {
+    let mut report = ReconcileReport { source: h.id.clone(), ..ReconcileReport::default() };
+    let unavailable = |mut report: ReconcileReport, why: Unavailable| {
+        report.unavailable = Some(why);
+        Ok(report)
+    };
+    let identity = match FolderIdentity::read(&h.root) {
+        Ok(i) => i,
+        Err(Unavailable::Missing) if h.writer.send(States).await.map_err(stopped)?.is_empty() => {
+            return unavailable(report, Unavailable::NeverFound);
+        }
+        Err(why) => return unavailable(report, why),
+    };
+    let scan =
+        match h.parser.send(Scan { root: h.root.clone(), opts: h.scan.clone() }).await.map_err(stopped)? {
+            Ok(scan) => scan,
+            Err(e) => return unavailable(report, Unavailable::Unreadable { message: e.to_string() }),
+        };
+    let states = h.writer.send(States).await.map_err(stopped)?;
+    cairn_index::fault::point("reconcile.scanned");
+    let mut events = problems(&scan, reported);
+    let present: HashSet<&str> = scan.files.iter().map(|f| f.slug.as_str()).collect();
+    let gone: Vec<&str> = states
+        .iter()
+        .filter(|(s, _)| !present.contains(s.as_str()))
+        .map(|(_, st)| st.path.as_str())
+        .collect();
+    let moved = moved(&states, &scan, &gone);
+    let recorded = h.folders.get(&h.id).and_then(|r| r.identity);
+    let reading = Reading {
+        indexed: states.len(),
+        found: scan.files.len(),
+        removing: moved.iter().filter(|m| !**m).count(),
+        change: recorded.and_then(|r| r.change_to(&identity)),
+    };
+    let consent = Consent { mass_removals: consent.mass_removals || h.mass_removals, ..consent };
+    let removed: Vec<&str> = match folder::judge(&reading, consent) {
+        Verdict::Unavailable(why) => {
+            h.emit.emit(&h.id, events).await;
+            return unavailable(report, why);
+        }
+        Verdict::Hold { removing, indexed } => {
+            let mut sample: Vec<String> =
+                gone.iter().zip(&moved).filter(|(_, m)| !**m).map(|(p, _)| p.to_string()).collect();
+            sample.sort();
+            sample.truncate(folder::HELD_SAMPLE);
+            report.held = Some(HeldRemovals { removing, indexed, sample });
+            // The moves still apply: they are renames, not losses.
+            gone.iter().zip(&moved).filter(|(_, m)| **m).map(|(p, _)| *p).collect()
+        }
+        Verdict::Apply => gone,
+    };
+    h.folders.set_identity(&h.id, &identity);
+    let removed: Vec<(PathBuf, bool)> = removed.into_iter().map(|p| (PathBuf::from(p), false)).collect();
+    let to_parse = changed(&scan, &states);
+    report.files = scan.files.len();
+    report.changed = to_parse.len();
+    report.removed = removed.len();
+    events.push(EventKind::Reconciled {
+        reason: reason.into(),
+        files: report.files,
+        changed: report.changed,
+        removed: report.removed,
+        held: report.held.as_ref().map_or(0, |h| h.removing),
+    });
+    h.emit.emit(&h.id, events).await;
+    // Names and keywords first: the model waits until these pages are committed.
+    let _hold = (!to_parse.is_empty()).then(|| h.embedder.hold_bulk());
+    apply(h, Changes { to_parse, removed, ..Changes::default() }).await?;
+    Ok(report)
+}
+
+/// A `page_failed` for each problem of the scan not reported before.
+fn problems(scan: &ScanReport, reported: &mut HashSet<(String, String)>) -> Vec<EventKind> {
+    let mut events = Vec::new();
+    for p in &scan.problems {
+        let key = (p.path().map(rel_string).unwrap_or_default(), p.kind().to_string());
+        if reported.insert(key.clone()) {
+            events.push(EventKind::PageFailed { path: key.0, kind: key.1, reason: p.to_string() });
+        }
+    }
+    events
+}
+
+/// For each page `gone` from its path, whether a new file of its size and time arrived
+/// elsewhere: a move.
+fn moved(states: &HashMap<String, PageState>, scan: &ScanReport, gone: &[&str]) -> Vec<bool> {
+    let stat =
+        |p: &str| states.values().find(|st| st.path == p).map_or((0, 0), |st| (st.bytes as u64, st.mtime_ms));
+    let arrived: Vec<(u64, i64)> =
+        scan.files.iter().filter(|f| !states.contains_key(&f.slug)).map(|f| (f.size, f.mtime_ms)).collect();
+    folder::moved(&gone.iter().map(|p| stat(p)).collect::<Vec<_>>(), &arrived)
+}
+
+/// The files to read: all but those whose path, size and time are what they were indexed with.
+fn changed(scan: &ScanReport, states: &HashMap<String, PageState>) -> Vec<PathBuf> {
+    let unchanged = |f: &cairn_ingest::ScannedFile| {
+        states.get(&f.slug).is_some_and(|s| {
+            s.clean
+                && f.mtime_ms != 0
+                && s.mtime_ms == f.mtime_ms
+                && s.bytes == f.size as i64
+                && s.path == rel_string(&f.rel)
+        })
+    };
+    scan.files.iter().filter(|f| !unchanged(f)).map(|f| f.rel.clone()).collect()
+}
