@@ -10,20 +10,19 @@
 use crate::config::{Config, SourceConfig};
 use crate::event::{Event, EventKind, SYSTEM_STREAM};
 use crate::host::PageWithBody;
-use crate::ops::log::{Emitter, EventLog, SyncLog};
-use crate::pipeline::embedding::EmbedScheduler;
+use crate::ops::log::{Emitter, SyncLog};
 use crate::pipeline::folders::FolderBook;
 use crate::pipeline::poison::PoisonBook;
-use crate::pipeline::query::{AddSource, Get, QueryActor, RemoveSource, Search};
+use crate::pipeline::query::{Get, QueryActor, RemoveSource, Search};
 use crate::pipeline::watcher::{
     Flush, Inject, Reconcile, ReconcileReport, StopWatching, Watcher, WatcherOptions,
 };
 use crate::pipeline::workers::Parser;
-use crate::pipeline::writer::{AwaitVectors, Ready, SourceWriter, WriterOptions, WriterParts};
+use crate::pipeline::writer::{AwaitVectors, SourceWriter, WriterParts};
 use crate::status::{SourceStatus, StatusBoard};
 use actix::prelude::*;
-use cairn_index::{Embedder, Manifest, OrtEmbedder, OrtOptions, SourceInfo, fault};
-use cairn_ingest::{RawEvent, ScanOptions};
+use cairn_index::{Embedder, OrtEmbedder, OrtOptions, fault};
+use cairn_ingest::RawEvent;
 use cairn_query::{SearchRequest, SearchResponse};
 use futures::stream::BoxStream;
 use std::collections::BTreeMap;
@@ -31,6 +30,10 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{broadcast, oneshot};
+
+mod start;
+
+use start::start_source;
 
 /// Events kept for subscribers that fall behind; a subscriber further behind skips ahead (and
 /// is told so in the log), it never slows the pipeline.
@@ -253,172 +256,6 @@ impl Pipeline {
         })?;
         let mut cairn = ready_rx.await.map_err(|_| Error::Stopped)??;
         cairn.guard = Some(Arc::new(Guard { stop: Mutex::new(Some(stop_tx)) }));
-        Ok(cairn)
-    }
-
-    /// Start the actors in the current actix system (the caller runs it). The sources are the
-    /// configuration's, plus every source the database already holds (watched when its recorded
-    /// folder is here, else served as stored).
-    pub async fn start(config: Config, embedders: Embedders) -> Result<Self> {
-        Self::start_publishing(config, embedders, None).await
-    }
-
-    async fn start_publishing(
-        config: Config,
-        embedders: Embedders,
-        publishing: Option<crate::ownership::journal::Publishing>,
-    ) -> Result<Self> {
-        config.validate().map_err(Error::Config)?;
-        let status = StatusBoard::default();
-        let (events, first) = broadcast::channel(SUBSCRIBER_BUFFER);
-        let log_dir = config.event_log_dir();
-        if let Some(d) = &log_dir {
-            std::fs::create_dir_all(d)
-                .map_err(|e| Error::Config(format!("event log {}: {e}", d.display())))?;
-        }
-        let (tx, st, max) = (events.clone(), status.clone(), config.log_max_mib * 1024 * 1024);
-        let outbox = crate::ownership::remote::Remote::of(&config.db, &config.storage)
-            .map_err(Error::Config)?
-            .map(|r| {
-                crate::ownership::shipping::Outbox::new(
-                    r,
-                    crate::ownership::shipping::machine_name(&config.paths().state()),
-                )
-            });
-        let shipping = outbox.as_ref().map(crate::ownership::shipping::Outbox::keep_shipping);
-        let to_ship = outbox.clone();
-        let log = SyncArbiter::start(1, move || {
-            EventLog::open(log_dir.as_deref(), max, tx.clone(), st.clone())
-                .unwrap_or_else(|e| {
-                    tracing::error!("event log: {e}; events are not journaled");
-                    EventLog::open(None, max, tx.clone(), st.clone()).expect("no file")
-                })
-                .shipping(to_ship.clone())
-        });
-        let emit = Emitter::new(log, tokio::time::Instant::now());
-        let unix_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
-
-        let db = config.database().await?;
-        let stored = db.sources().await?;
-        fault::point("pipeline.tables");
-        let folders = Arc::new(FolderBook::open(&config.paths().state()).unwrap_or_else(|e| {
-            tracing::warn!(
-                "{}: {e}; the folders given here are remembered until restart only",
-                config.paths().state().display()
-            );
-            FolderBook::in_memory()
-        }));
-        let sources = watched_here(&config, &stored, &folders);
-        let ids: Vec<String> = sources.iter().map(|s| s.id.clone()).collect();
-        emit.emit(SYSTEM_STREAM, vec![EventKind::SystemStarted { unix_ms, sources: ids }]).await;
-
-        let manifest = Manifest::current(embedders.index.model_id(), embedders.index.dim());
-        let book = Arc::new(PoisonBook::open(&config.paths().state()).unwrap_or_else(|e| {
-            tracing::warn!(
-                "{}: {e}; pages that fail are remembered until restart only",
-                config.paths().state().display()
-            );
-            PoisonBook::in_memory()
-        }));
-        // Before any page is parsed: what another machine's writer found (see `shipping`).
-        if let Some(o) = &outbox {
-            o.pull_book(&book).await;
-        }
-        let sharing = outbox.as_ref().map(|o| o.keep_sharing(&book));
-        for (source, path, e) in book.skipped() {
-            status.failure(
-                &source,
-                crate::status::FileFailure { path, kind: "poisoned".into(), reason: e.reason },
-            );
-        }
-        let opts = config.limits.parse_options();
-        // Inference takes the cores (one model thread × all its ort threads); parsing is light next to it.
-        let parser = {
-            let book = book.clone();
-            SyncArbiter::start(1, move || Parser::new(opts.clone(), book.clone()))
-        };
-        let scheduler = EmbedScheduler::start(embedders.index.clone(), OrtOptions::default().batch_size)?;
-        let query = QueryActor::new(
-            Some(embedders.query.clone()),
-            emit.clone(),
-            status.clone(),
-            config.event_log_dir(),
-            config.limits.parse_options(),
-        )
-        .start();
-        let parts = WriterParts {
-            db: db.clone(),
-            manifest,
-            embedder: scheduler,
-            query: query.clone(),
-            emit: emit.clone(),
-            status: status.clone(),
-            opts: WriterOptions {
-                commit_chunks: config.commit_chunks,
-                commit_after: config.commit_after(),
-                exact_vectors_up_to: config.exact_vectors_up_to,
-                snapshots: Some(config.paths().dir().join("snapshots")),
-                publishing,
-            },
-        };
-        let wopts = WatcherOptions {
-            quiet_ms: config.debounce_ms,
-            reconcile_every: (config.reconcile_secs > 0).then(|| Duration::from_secs(config.reconcile_secs)),
-            notify: config.watch,
-            mass_removals: !config.limits.hold_mass_removals,
-        };
-        let shared = Shared { parts, parser, book, folders, wopts, arbiter: actix::Arbiter::current() };
-        let cairn = Pipeline {
-            inner: Arc::new(Inner {
-                query: query.clone(),
-                sources: Mutex::new(BTreeMap::new()),
-                shared,
-                emit,
-                events,
-                first: Mutex::new(Some(first)),
-                status,
-                shutdown: Duration::from_secs(config.shutdown_secs),
-                stopped: Default::default(),
-                keep: Mutex::new(Vec::new()),
-                outbox,
-                shipping,
-                sharing,
-            }),
-            guard: None,
-        };
-        for s in sources {
-            let running =
-                start_source(&cairn.inner.shared, &cairn.inner.status, &cairn.inner.emit, s).await?;
-            cairn.inner.sources.lock().unwrap_or_else(|p| p.into_inner()).insert(running.0, running.1);
-        }
-        // Sources the database holds whose folder was not given on this machine: served as
-        // stored, never scanned here (and said so in every answer that searches them).
-        for info in stored {
-            if cairn.source_ids().contains(&info.id) {
-                continue;
-            }
-            match db.open_existing(&info.id).await {
-                Ok(store) => {
-                    let (resident, _) =
-                        cairn_index::Resident::load(&store, config.exact_vectors_up_to).await?;
-                    let status = &cairn.inner.status;
-                    status.register(&info.id, info.root.as_deref().unwrap_or_default());
-                    status.set_pages(&info.id, resident.read().page_count());
-                    status.set_unavailable(&info.id, Some(cairn_ingest::Unavailable::NotHere));
-                    query
-                        .send(AddSource { store, resident, root: None })
-                        .await
-                        .map_err(|_| Error::Stopped)?;
-                    tracing::info!(
-                        "source `{}`: its folder was not given on this machine; served as stored",
-                        info.id
-                    );
-                }
-                Err(e) => tracing::warn!("source `{}` cannot be opened: {e}", info.id),
-            }
-        }
         Ok(cairn)
     }
 
@@ -731,74 +568,6 @@ impl Pipeline {
     pub fn keep_until_stopped(&self, value: Box<dyn std::any::Any + Send>) {
         self.inner.keep.lock().unwrap_or_else(|p| p.into_inner()).push(value);
     }
-}
-
-/// Start one source's writer and watcher (on the system's arbiter).
-async fn start_source(
-    shared: &Shared,
-    status: &StatusBoard,
-    emit: &Emitter,
-    s: SourceConfig,
-) -> Result<(String, Running)> {
-    status.register(&s.id, &s.root.display().to_string());
-    // Given here: from now on this machine scans it (and knows it again at the next start).
-    shared.folders.told(&s.id, &s.root);
-    let info = SourceInfo {
-        id: s.id.clone(),
-        root: Some(s.root.canonicalize().unwrap_or_else(|_| s.root.clone()).display().to_string()),
-        include: s.include.clone(),
-        exclude: s.exclude.clone(),
-    };
-    let (root, p) = (s.root.clone(), shared.parts.clone());
-    let writer = Supervisor::start(move |_| SourceWriter::new(info, root, p));
-    // Answered once the writer's start-up (opening the tables) has run.
-    let _ = writer.send(Ready).await;
-    fault::point("source.loaded");
-    let scan = ScanOptions { include: s.include.clone(), exclude: s.exclude.clone() };
-    let w = Watcher::new(
-        &s.id,
-        s.root.clone(),
-        scan,
-        shared.wopts.clone(),
-        shared.parser.clone(),
-        writer.clone(),
-        emit.clone(),
-        status.clone(),
-        shared.parts.embedder.clone(),
-        shared.folders.clone(),
-    )
-    .map_err(|e| Error::Config(format!("source `{}`: {e}", s.id)))?;
-    Ok((s.id.clone(), Running { config: s, watcher: w.start(), writer }))
-}
-
-/// The sources this process scans: the configuration's (given now), and those the database holds
-/// that were given on this machine before (the folder book). A stored root is not a command: a
-/// source recorded by another machine is served as stored. A local database's folder is on this
-/// machine, so its stored roots are adopted into the book the first time (databases made before
-/// the book existed).
-fn watched_here(config: &Config, stored: &[SourceInfo], folders: &FolderBook) -> Vec<SourceConfig> {
-    let mut sources = config.sources.clone();
-    for info in stored {
-        if sources.iter().any(|s| s.id == info.id) {
-            continue;
-        }
-        let root = match (folders.get(&info.id), &info.root) {
-            (Some(record), _) => record.root,
-            (None, Some(root)) if cairn_index::store::is_local(&config.db) => {
-                folders.told(&info.id, Path::new(root));
-                root.into()
-            }
-            _ => continue,
-        };
-        // Watched even when the folder is not there now: the source is unavailable until it is.
-        sources.push(SourceConfig {
-            id: info.id.clone(),
-            root,
-            include: info.include.clone(),
-            exclude: info.exclude.clone(),
-        });
-    }
-    sources
 }
 
 /// `fut`, or `None` once `limit` of wall-clock time has passed. Not tokio's timer: under paused
