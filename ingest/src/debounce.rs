@@ -123,7 +123,7 @@ impl Debouncer {
     }
 
     /// How long removals wait: [`Debouncer::REMOVAL_QUIET_MS`], or the quiet period if longer.
-    fn removal_quiet(&self) -> u64 {
+    pub fn removal_quiet(&self) -> u64 {
         Self::REMOVAL_QUIET_MS.max(self.quiet_ms)
     }
 

@@ -96,6 +96,8 @@ struct WatchParts {
     folders: Arc<FolderBook>,
     /// `[limits] hold_mass_removals = false`: mass removals apply without asking.
     mass_removals: bool,
+    /// How long removals wait for more (the debouncer's): a scan's too.
+    removal_quiet: Duration,
 }
 
 /// Why the source is unavailable, and how its folder looked when that was decided.
@@ -162,6 +164,7 @@ impl Watcher {
                 embedder,
                 folders,
                 mass_removals: opts.mass_removals,
+                removal_quiet: Duration::from_millis(Debouncer::new(opts.quiet_ms).removal_quiet()),
             },
             filter,
             debouncer: Debouncer::new(opts.quiet_ms),

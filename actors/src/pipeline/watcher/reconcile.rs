@@ -56,7 +56,42 @@ fn stopped(e: MailboxError) -> String {
     format!("pipeline stopped: {e}")
 }
 
+/// What one scan of the folder found, judged by the guard.
+enum Look {
+    /// The folder cannot be read as the source's: nothing applies.
+    Unavailable(Unavailable),
+    Judged(Judged),
+}
+
+struct Judged {
+    identity: FolderIdentity,
+    files: usize,
+    to_parse: Vec<PathBuf>,
+    /// The removals the guard lets through (moves included).
+    removed: Vec<String>,
+    held: Option<HeldRemovals>,
+}
+
+impl Look {
+    /// The pages it would remove, and how many it would hold (`None`: it removes nothing).
+    fn removals(&self) -> Option<(Vec<String>, usize)> {
+        match self {
+            Look::Judged(j) if !j.removed.is_empty() || j.held.is_some() => {
+                Some((j.removed.clone(), j.held.as_ref().map_or(0, |held| held.removing)))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Scans a reconcile makes at most while its removals keep changing.
+const SETTLE_SCANS: usize = 10;
+
 /// One comparison; the source is left watching (or, unavailable, answering as last seen).
+/// A scan that finds pages gone looks again once removals have been quiet for the debouncer's
+/// removal period, until two looks agree: a scan that runs while an `rm` of many notes is under
+/// way must not apply the first few as an ordinary removal (live deletes settle together for
+/// the same reason).
 async fn compare(
     h: &WatchParts,
     reason: &'static str,
@@ -64,25 +99,67 @@ async fn compare(
     consent: Consent,
 ) -> Result<ReconcileReport, String> {
     let mut report = ReconcileReport { source: h.id.clone(), ..ReconcileReport::default() };
-    let unavailable = |mut report: ReconcileReport, why: Unavailable| {
-        report.unavailable = Some(why);
-        Ok(report)
+    let mut events = Vec::new();
+    let mut look = scan_and_judge(h, reported, consent, &mut events).await?;
+    for _ in 1..SETTLE_SCANS {
+        let Some(seen) = look.removals() else { break };
+        tokio::time::sleep(h.removal_quiet).await;
+        look = scan_and_judge(h, reported, consent, &mut events).await?;
+        if look.removals() == Some(seen) {
+            break;
+        }
+    }
+    let j = match look {
+        Look::Unavailable(why) => {
+            h.emit.emit(&h.id, events).await;
+            report.unavailable = Some(why);
+            return Ok(report);
+        }
+        Look::Judged(j) => j,
     };
+    h.folders.set_identity(&h.id, &j.identity);
+    let removed: Vec<(PathBuf, bool)> = j.removed.into_iter().map(|p| (PathBuf::from(p), false)).collect();
+    report.files = j.files;
+    report.changed = j.to_parse.len();
+    report.removed = removed.len();
+    report.held = j.held;
+    events.push(EventKind::Reconciled {
+        reason: reason.into(),
+        files: report.files,
+        changed: report.changed,
+        removed: report.removed,
+        held: report.held.as_ref().map_or(0, |h| h.removing),
+    });
+    h.emit.emit(&h.id, events).await;
+    // Names and keywords first: the model waits until these pages are committed.
+    let _hold = (!j.to_parse.is_empty()).then(|| h.embedder.hold_bulk());
+    apply(h, Changes { to_parse: j.to_parse, removed, ..Changes::default() }).await?;
+    Ok(report)
+}
+
+/// Scan the folder and judge what it shows against the index (nothing applied); the scan's
+/// new problems are added to `events`.
+async fn scan_and_judge(
+    h: &WatchParts,
+    reported: &mut HashSet<(String, String)>,
+    consent: Consent,
+    events: &mut Vec<EventKind>,
+) -> Result<Look, String> {
     let identity = match FolderIdentity::read(&h.root) {
         Ok(i) => i,
         Err(Unavailable::Missing) if h.writer.send(States).await.map_err(stopped)?.is_empty() => {
-            return unavailable(report, Unavailable::NeverFound);
+            return Ok(Look::Unavailable(Unavailable::NeverFound));
         }
-        Err(why) => return unavailable(report, why),
+        Err(why) => return Ok(Look::Unavailable(why)),
     };
     let scan =
         match h.parser.send(Scan { root: h.root.clone(), opts: h.scan.clone() }).await.map_err(stopped)? {
             Ok(scan) => scan,
-            Err(e) => return unavailable(report, Unavailable::Unreadable { message: e.to_string() }),
+            Err(e) => return Ok(Look::Unavailable(Unavailable::Unreadable { message: e.to_string() })),
         };
     let states = h.writer.send(States).await.map_err(stopped)?;
     cairn_index::fault::point("reconcile.scanned");
-    let mut events = problems(&scan, reported);
+    events.extend(problems(&scan, reported));
     let present: HashSet<&str> = scan.files.iter().map(|f| f.slug.as_str()).collect();
     let gone: Vec<&str> = states
         .iter()
@@ -98,40 +175,23 @@ async fn compare(
         change: recorded.and_then(|r| r.change_to(&identity)),
     };
     let consent = Consent { mass_removals: consent.mass_removals || h.mass_removals, ..consent };
-    let removed: Vec<&str> = match folder::judge(&reading, consent) {
-        Verdict::Unavailable(why) => {
-            h.emit.emit(&h.id, events).await;
-            return unavailable(report, why);
-        }
+    let (mut removed, held): (Vec<String>, _) = match folder::judge(&reading, consent) {
+        Verdict::Unavailable(why) => return Ok(Look::Unavailable(why)),
         Verdict::Hold { removing, indexed } => {
             let mut sample: Vec<String> =
                 gone.iter().zip(&moved).filter(|(_, m)| !**m).map(|(p, _)| p.to_string()).collect();
             sample.sort();
             sample.truncate(folder::HELD_SAMPLE);
-            report.held = Some(HeldRemovals { removing, indexed, sample });
             // The moves still apply: they are renames, not losses.
-            gone.iter().zip(&moved).filter(|(_, m)| **m).map(|(p, _)| *p).collect()
+            let moves: Vec<String> =
+                gone.iter().zip(&moved).filter(|(_, m)| **m).map(|(p, _)| p.to_string()).collect();
+            (moves, Some(HeldRemovals { removing, indexed, sample }))
         }
-        Verdict::Apply => gone,
+        Verdict::Apply => (gone.iter().map(|p| p.to_string()).collect(), None),
     };
-    h.folders.set_identity(&h.id, &identity);
-    let removed: Vec<(PathBuf, bool)> = removed.into_iter().map(|p| (PathBuf::from(p), false)).collect();
+    removed.sort();
     let to_parse = changed(&scan, &states);
-    report.files = scan.files.len();
-    report.changed = to_parse.len();
-    report.removed = removed.len();
-    events.push(EventKind::Reconciled {
-        reason: reason.into(),
-        files: report.files,
-        changed: report.changed,
-        removed: report.removed,
-        held: report.held.as_ref().map_or(0, |h| h.removing),
-    });
-    h.emit.emit(&h.id, events).await;
-    // Names and keywords first: the model waits until these pages are committed.
-    let _hold = (!to_parse.is_empty()).then(|| h.embedder.hold_bulk());
-    apply(h, Changes { to_parse, removed, ..Changes::default() }).await?;
-    Ok(report)
+    Ok(Look::Judged(Judged { identity, files: scan.files.len(), to_parse, removed, held }))
 }
 
 /// A `page_failed` for each problem of the scan not reported before.
