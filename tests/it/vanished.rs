@@ -372,3 +372,38 @@ async fn while_watching_rm_r_of_a_subfolder_applies_at_once_and_most_of_the_vaul
     watch.stop();
     assert_eq!(local_pages(&db).await, 10);
 }
+
+/// A scan that runs while an `rm` of many notes is under way does not apply the first deletes it
+/// saw as an ordinary removal: its removals settle until two looks at the folder agree. Here a
+/// test hook holds the first look open for 2 s after its scan, while the other notes go.
+#[test]
+fn a_scan_during_a_mass_delete_judges_the_whole_delete() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (vault, armed) = (tmp.path().join("vault"), tmp.path().join("armed"));
+    write_vault(&vault, 40, 0);
+    let (config, db) = crate::handover::config(tmp.path(), "db", &vault);
+    let text = std::fs::read_to_string(&config).unwrap().replace("debounce_ms = 60000\n", "");
+    std::fs::write(&config, text).unwrap();
+    let env: [(&str, &std::ffi::OsStr); 3] = [
+        ("CAIRN_TEST_FAULTS", "reconcile.scanned".as_ref()),
+        ("CAIRN_TEST_FAULTS_WHILE", armed.as_os_str()),
+        ("CAIRN_TEST_FAULTS_DELAY_MS", "2000".as_ref()),
+    ];
+    let mut watch = crate::handover::Watch::with(&config, &env);
+    watch.wait_line("cairn: up to date", std::time::Duration::from_secs(300));
+    std::fs::write(&armed, "").unwrap();
+    std::fs::remove_file(vault.join("note-10.md")).unwrap();
+    // A new folder sets off a rescan; its scan sees one note gone, then the hook holds it.
+    std::fs::create_dir(vault.join("later")).unwrap();
+    watch.wait_line("injected delay of 2000 ms at reconcile.scanned", std::time::Duration::from_secs(60));
+    for i in 11..40 {
+        std::fs::remove_file(vault.join(format!("note-{i}.md"))).unwrap();
+    }
+    std::fs::remove_file(&armed).unwrap();
+    watch.wait_line("30 removals held", std::time::Duration::from_secs(60));
+    watch.stop();
+    let db = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(async { stored(&Database::open(db.to_str().unwrap()).await.unwrap(), "vault").await });
+    assert_eq!(db, 40, "a page was removed");
+}
