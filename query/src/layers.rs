@@ -74,13 +74,11 @@ pub fn rrf<'a>(rankings: &[Vec<&'a str>]) -> HashMap<&'a str, f32> {
 
 /// BM25 of the query against each document, with term statistics taken over these documents:
 /// the candidates of every source together, so scores are comparable across sources (each
-/// source's own BM25 uses its own statistics and is not). Words are the keyword arm's terms
-/// ([`terms`]: one analyzer, so both agree on which words match).
-pub fn union_bm25(query: &str, docs: &[String]) -> Vec<f32> {
+/// source's own BM25 uses its own statistics and is not). The query and the documents come as
+/// the keyword arm's terms ([`terms`]: one analyzer, so both agree on which words match).
+pub fn union_bm25(q: &[String], docs: &[Vec<String>]) -> Vec<f32> {
     const K1: f32 = 1.2;
     const B: f32 = 0.75;
-    let q = terms(query);
-    let docs: Vec<Vec<String>> = docs.iter().map(|d| terms(d)).collect();
     let n = docs.len() as f32;
     if docs.is_empty() || q.is_empty() {
         return vec![0.0; docs.len()];
@@ -247,6 +245,11 @@ mod tests {
         assert!((fused["c"] - 1.0 / 63.0).abs() < 1e-6);
     }
 
+    /// [`union_bm25`] of texts, through the analyzer.
+    fn bm25(query: &str, docs: &[String]) -> Vec<f32> {
+        union_bm25(&terms(query), &docs.iter().map(|d| terms(d)).collect::<Vec<_>>())
+    }
+
     #[test]
     fn union_bm25_prefers_rare_matching_terms_and_ignores_stopwords() {
         let docs = vec![
@@ -254,10 +257,10 @@ mod tests {
             "Maria leads the data platform team".to_string(),
             "sourdough bread".to_string(),
         ];
-        let s = union_bm25("who leads the data platform team", &docs);
+        let s = bm25("who leads the data platform team", &docs);
         assert!(s[1] > s[0] && s[0] > s[2], "{s:?}");
         assert_eq!(s[2], 0.0);
-        assert_eq!(union_bm25("the of", &docs), vec![0.0; 3]);
+        assert_eq!(bm25("the of", &docs), vec![0.0; 3]);
     }
 
     #[test]
@@ -266,8 +269,7 @@ mod tests {
         assert_eq!(terms("forums"), terms("forum"));
         assert_eq!(terms("libraries"), terms("library"));
         assert!(terms("the of").is_empty(), "stop words are no terms");
-        let s =
-            union_bm25("debating in public forums", &["a forum for public debate".into(), "bread".into()]);
+        let s = bm25("debating in public forums", &["a forum for public debate".into(), "bread".into()]);
         assert!(s[0] > 0.0 && s[1] == 0.0);
     }
 

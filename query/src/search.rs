@@ -821,7 +821,8 @@ fn relevance_floor(union: &mut Vec<Candidate>) {
 /// re-scored over the union with the union's own term statistics (normalised to 0..1); then
 /// each page's multipliers and evidence.
 fn score_union(req: &SearchRequest, union: Vec<Candidate>) -> Vec<SearchResult> {
-    let docs: Vec<String> = union
+    // Each candidate's names and best chunk, as terms (read once, for BM25 and the all-terms check).
+    let doc_terms: Vec<Vec<String>> = union
         .iter()
         .map(|c| {
             let (title, aliases) = c
@@ -829,22 +830,20 @@ fn score_union(req: &SearchRequest, union: Vec<Candidate>) -> Vec<SearchResult> 
                 .as_ref()
                 .map_or((String::new(), String::new()), |p| (p.title.clone(), p.aliases.join(" ")));
             let chunk = c.keyword.as_ref().or(c.vector.as_ref()).map_or("", |(_, h)| h.text.as_str());
-            format!("{title} {aliases} {chunk}")
+            layers::terms(&format!("{title} {aliases} {chunk}"))
         })
         .collect();
-    let bm25 = union_bm25(&req.query, &docs);
-    let max_bm25 = bm25.iter().copied().fold(0.0f32, f32::max);
     let query_terms = layers::terms(&req.query);
+    let bm25 = union_bm25(&query_terms, &doc_terms);
+    let max_bm25 = bm25.iter().copied().fold(0.0f32, f32::max);
     union
         .into_iter()
         .zip(bm25)
-        .zip(docs)
-        .map(|((c, bm), doc)| {
+        .zip(doc_terms)
+        .map(|((c, bm), doc_terms)| {
             let union_keyword = if max_bm25 > 0.0 { bm / max_bm25 } else { 0.0 };
-            let all_terms_present = !query_terms.is_empty() && {
-                let doc_tokens = layers::terms(&doc);
-                query_terms.iter().all(|t| doc_tokens.contains(t))
-            };
+            let all_terms_present =
+                !query_terms.is_empty() && query_terms.iter().all(|t| doc_terms.contains(t));
             scored_result(req, c, union_keyword, all_terms_present)
         })
         .collect()
