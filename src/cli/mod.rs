@@ -3,14 +3,9 @@
 
 /// `println!` that ends the process quietly when stdout is a closed pipe (`cairn search … | head`).
 macro_rules! out {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        if let Err(e) = writeln!(std::io::stdout().lock(), $($arg)*) {
-            if e.kind() == std::io::ErrorKind::BrokenPipe {
-                std::process::exit(0);
-            }
-        }
-    }};
+    ($($arg:tt)*) => {
+        crate::cli::show(&format_args!("{}\n", format_args!($($arg)*)))
+    };
 }
 
 mod args;
@@ -100,7 +95,8 @@ fn report<T: serde::Serialize + std::fmt::Display>(report: &T, json: bool) -> Re
     Ok(())
 }
 
-/// Print a report's text (its lines end in a newline already).
+/// Print a report's text (its lines end in a newline already); a closed stdout ends the
+/// process quietly.
 fn show(text: &impl std::fmt::Display) {
     use std::io::Write as _;
     if let Err(e) = write!(std::io::stdout().lock(), "{text}")

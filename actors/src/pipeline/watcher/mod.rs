@@ -152,6 +152,7 @@ impl Watcher {
         folders: Arc<FolderBook>,
     ) -> Result<Self, cairn_ingest::Error> {
         let filter = Arc::new(PathFilter::new(&scan)?);
+        let debouncer = Debouncer::new(opts.quiet_ms);
         Ok(Self {
             h: WatchParts {
                 id: id.into(),
@@ -164,10 +165,10 @@ impl Watcher {
                 embedder,
                 folders,
                 mass_removals: opts.mass_removals,
-                removal_quiet: Duration::from_millis(Debouncer::new(opts.quiet_ms).removal_quiet()),
+                removal_quiet: Duration::from_millis(debouncer.removal_quiet()),
             },
             filter,
-            debouncer: Debouncer::new(opts.quiet_ms),
+            debouncer,
             opts,
             notify: None,
             queue: None,

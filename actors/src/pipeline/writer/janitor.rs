@@ -56,12 +56,11 @@ impl SourceWriter {
             || self.vectors.committing > 0
             || !self.vectors.edits.is_empty()
             || !self.vectors.bulk.is_empty();
-        let resident = self.resident.clone().filter(|_| idle);
         let run = Run {
             work: self.upkeep_due.run(vectors_busy),
             store,
-            snapshot: self.snapshot().zip(resident.clone()),
-            resident,
+            resident: self.resident.clone().filter(|_| idle),
+            snapshot: self.snapshot(),
             exact_up_to: self.opts.exact_vectors_up_to,
             shared: self.opts.publishing.is_some(),
         };
@@ -88,7 +87,8 @@ struct Run {
     store: SourceStore,
     /// The resident index, on the run once the writer is idle.
     resident: Option<Resident>,
-    snapshot: Option<(PathBuf, Resident)>,
+    /// Where its snapshot is saved, when the source keeps one.
+    snapshot: Option<PathBuf>,
     exact_up_to: usize,
     /// On an object store (readers elsewhere): versions are kept longer, strays are kept.
     shared: bool,
@@ -116,10 +116,12 @@ impl Run {
         if let Some((before, after)) = compacted {
             tracing::info!("source `{id}`: chunk file compacted from {before} to {after} bytes");
         }
-        if let Some((path, resident)) = self.snapshot.filter(|(_, r)| !r.holds_text()) {
+        if let (Some(path), Some(resident)) =
+            (&self.snapshot, self.resident.as_ref().filter(|r| !r.holds_text()))
+        {
             let stamp = store.stamp(self.exact_up_to).await?;
-            if compacted.is_some() || ResidentIndex::stamp_of(&path) != Some(stamp) {
-                resident.save(&path, stamp).await;
+            if compacted.is_some() || ResidentIndex::stamp_of(path) != Some(stamp) {
+                resident.save(path, stamp).await;
             }
         }
         let ev = EventKind::Optimized {
