@@ -9,7 +9,7 @@ pub mod embed;
 mod error;
 pub mod fault;
 pub mod provision;
-#[cfg(feature = "storage")]
+#[cfg(feature = "keyword")]
 pub mod resident;
 #[cfg(feature = "storage")]
 pub mod schema;

@@ -15,7 +15,9 @@
 
 use super::chunk_file::{self, ChunkFile, NOWHERE};
 use super::keys::{Key, SlotsBy};
-use super::{Bm25, Page, Postings, ResidentIndex, Slot, id_of, text_hash_of};
+use super::keyword::Bm25;
+use super::postings::Postings;
+use super::slots::{Page, ResidentIndex, Slot, id_of, text_hash_of};
 use crate::store::{Json, PageRecord};
 use crate::vectors::Vectors;
 use std::collections::HashMap;
@@ -437,7 +439,7 @@ impl ResidentIndex {
         index.unembedded = chunks.unembedded;
         let beside = chunk_file::path_beside(path);
         match file_id {
-            0 => index.chunk_home = super::ChunkHome::Beside(beside),
+            0 => index.chunk_home = super::slots::ChunkHome::Beside(beside),
             id => index.file = Some(ChunkFile::reopen(&beside, id, file_len, file_dead)?),
         }
         Ok(Some(index))
@@ -525,5 +527,24 @@ impl ResidentIndex {
             return Err(bad("bytes after the end"));
         }
         Ok(index)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_keyword_index_s_saved_size_is_what_a_snapshot_writes_of_it() {
+        let mut bm25 = Bm25::default();
+        let doc = |words: &str| words.split(' ').map(String::from).collect::<Vec<_>>();
+        bm25.insert(0, &doc("tides moon tides"));
+        bm25.insert(1, &doc("moon"));
+        bm25.insert(2, &doc("sun sun sun"));
+        bm25.remove(1);
+        let mut out = Out(BufWriter::new(tempfile::tempfile().unwrap()), 0);
+        bm25.save(&mut out).unwrap();
+        assert_eq!(out.1, bm25.saved_bytes());
+        assert!(out.1 > 0);
     }
 }

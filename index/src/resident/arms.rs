@@ -1,0 +1,165 @@
+//! What a search reads from a resident index: the keyword, vector, title and name arms, and the
+//! records and vectors answers are built from.
+
+use super::analyzer::terms;
+use super::keys::Key;
+use super::keyword::top_k;
+use super::slots::{Page, ResidentIndex, id_of, text_hash_of};
+use crate::store::{ChunkHit, PageRecord};
+use crate::vectors::dot;
+use std::borrow::Cow;
+
+impl ResidentIndex {
+    /// Keyword arm: chunks by BM25 over their search text, best first (of the pages `allow`ed).
+    pub fn keyword(
+        &self,
+        query: &str,
+        k: usize,
+        allow: Option<&std::collections::HashSet<String>>,
+    ) -> Vec<ChunkHit> {
+        let scored = self
+            .chunk_text
+            .scores(&terms(query))
+            .into_iter()
+            .filter(|(d, _)| self.allowed(*d as usize, allow))
+            .map(|(d, s)| (s, d))
+            .collect();
+        top_k(scored, k, |d| self.chunk_id(*d)).into_iter().map(|(s, d)| self.hit(d, s)).collect()
+    }
+
+    /// Vector arm: chunks by cosine (an int8 estimate of it once the vectors are coded, which
+    /// [`Resident::vector`] re-scores), best first; `within` restricts it to some pages, and so
+    /// does `allow`.
+    pub fn vector(
+        &self,
+        query: &[f32],
+        within: Option<&[&str]>,
+        k: usize,
+        allow: Option<&std::collections::HashSet<String>>,
+    ) -> Vec<ChunkHit> {
+        let probe = self.vectors.probe(query);
+        let scored: Vec<(f32, u32)> = match within {
+            None => self.vectors.top(&probe, k, |i| self.embedded(i), |i| self.allowed(i, allow)),
+            Some(slugs) => slugs
+                .iter()
+                .filter_map(|s| self.pages.get(*s))
+                .flat_map(|p| p.chunks.iter())
+                .filter(|&&i| self.embedded(i as usize))
+                .map(|&i| (self.vectors.score(&probe, i as usize), i))
+                .collect(),
+        };
+        top_k(scored, k, |d| self.chunk_id(*d)).into_iter().map(|(s, d)| self.hit(d, s)).collect()
+    }
+
+    /// Title arm: pages by BM25 over title and aliases, best first (of the pages `allow`ed).
+    pub fn titles(
+        &self,
+        query: &str,
+        k: usize,
+        allow: Option<&std::collections::HashSet<String>>,
+    ) -> Vec<PageRecord> {
+        let scored: Vec<(f32, &str)> = self
+            .page_names
+            .scores(&terms(query))
+            .into_iter()
+            .filter_map(|(d, s)| self.page_slots[d as usize].as_deref().map(|slug| (s, slug)))
+            .filter(|(_, slug)| allow.is_none_or(|a| a.contains(*slug)))
+            .collect();
+        top_k(scored, k, |s| *s)
+            .into_iter()
+            .map(|(score, slug)| PageRecord { score, ..self.record(&self.pages[slug]) })
+            .collect()
+    }
+
+    /// Pages whose slug, normalised title or one normalised alias equals `normalized`, by slug.
+    pub fn alias(&self, normalized: &str) -> Vec<PageRecord> {
+        let mut slugs: Vec<&str> = self
+            .by_name
+            .get(normalized)
+            .into_iter()
+            .flatten()
+            .filter_map(|d| self.page_slots.get(*d as usize)?.as_deref())
+            .collect();
+        slugs.sort_unstable();
+        slugs.into_iter().filter_map(|s| self.pages.get(s)).map(|p| self.record(p)).collect()
+    }
+
+    /// Every page's record, in no particular order.
+    pub fn records(&self) -> impl Iterator<Item = &PageRecord> {
+        self.pages.values().map(|p| &p.record)
+    }
+
+    /// A page's record as answers carry it (with how many pages share its body).
+    pub(super) fn record(&self, p: &Page) -> PageRecord {
+        PageRecord { body_shared_by: self.bodies.get(&p.body).copied().unwrap_or(1), ..p.record.clone() }
+    }
+
+    /// Several pages at once (missing slugs are skipped).
+    pub fn pages(&self, slugs: &[&str]) -> Vec<PageRecord> {
+        slugs.iter().filter_map(|s| self.pages.get(*s)).map(|p| self.record(p)).collect()
+    }
+
+    /// The slugs of the pages `keep` says yes to.
+    pub fn slugs_where(&self, keep: impl Fn(&PageRecord) -> bool) -> std::collections::HashSet<String> {
+        self.pages.iter().filter(|(_, p)| keep(&p.record)).map(|(s, _)| s.clone()).collect()
+    }
+
+    /// Every chunk that has a vector: its page, its id, its slot (for [`ResidentIndex::slot_vector`]).
+    pub fn embedded_chunks(&self) -> impl Iterator<Item = (&str, String, usize)> {
+        self.chunks.iter().enumerate().filter_map(move |(i, c)| {
+            let c = c.as_ref().filter(|c| c.embedded && self.vectors.dim() > 0)?;
+            Some((self.slug(c), c.chunk_id.to_string(), i))
+        })
+    }
+
+    /// The unit vector of a chunk slot: borrowed while vectors are exact, decoded from its int8
+    /// codes past the source's limit.
+    pub fn slot_vector(&self, slot: usize) -> Cow<'_, [f32]> {
+        self.vectors.get(slot)
+    }
+
+    /// The unit vector of chunk `chunk_id` at `slot`, if the slot still holds that chunk with a
+    /// vector (a job that lets go of the lock between reads sees a slot reused meanwhile).
+    pub fn chunk_vector(&self, slot: usize, chunk_id: &str) -> Option<Cow<'_, [f32]>> {
+        let c = self.chunks.get(slot)?.as_ref()?;
+        (c.embedded && self.vectors.dim() > 0 && c.chunk_id == Key::new(chunk_id))
+            .then(|| self.vectors.get(slot))
+    }
+
+    /// Dot product of two unit vectors (their cosine).
+    pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
+        dot(a, b)
+    }
+
+    /// The vector of a text (by its hash), if a chunk with that text has one and the vectors
+    /// held are exact (int8 codes are not the model's vector: see [`ResidentIndex::has_vector`]).
+    pub fn vector_of(&self, text_hash: &str) -> Option<Vec<f32>> {
+        let slot = self.by_text_hash.get(&Key::new(text_hash), text_hash_of(&self.chunks))? as usize;
+        (self.vectors.exact() && self.vectors.dim() > 0).then(|| self.vectors.get(slot).into_owned())
+    }
+
+    /// Whether a chunk with this text (by its hash) has a vector, which the store holds.
+    pub fn has_vector(&self, text_hash: &str) -> bool {
+        self.by_text_hash.get(&Key::new(text_hash), text_hash_of(&self.chunks)).is_some()
+    }
+
+    /// Chunks without a vector yet: (chunk id, text hash, text the model embeds), by page.
+    pub fn unembedded(&self) -> Vec<(String, String, String)> {
+        let mut out: Vec<(String, String, String)> = self
+            .chunks
+            .iter()
+            .flatten()
+            .filter(|s| !s.embedded)
+            .map(|s| (s.chunk_id.to_string(), s.text_hash.to_string(), self.embed_text(s)))
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// A chunk still waiting for its vector, by id: its page, text hash and the text the model
+    /// embeds (`None` when the chunk is gone or already has one).
+    pub fn waiting(&self, chunk_id: &str) -> Option<(String, String, String)> {
+        let s = self.chunks[self.by_id.get(&Key::new(chunk_id), id_of(&self.chunks))? as usize].as_ref()?;
+        (!s.embedded).then(|| (self.slug(s).to_string(), s.text_hash.to_string(), self.embed_text(s)))
+    }
+}
