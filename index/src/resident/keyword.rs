@@ -1,7 +1,9 @@
 //! BM25 over chunk text and page names: the keyword index.
 
 use super::postings::Postings;
+use super::wire::{In, Out, bad};
 use std::collections::HashMap;
+use std::io::{self, BufReader, Read, Write};
 
 pub(super) const K1: f32 = 1.2;
 pub(super) const B: f32 = 0.75;
@@ -123,14 +125,6 @@ impl Bm25 {
             + self.doc_len.capacity() * 4
     }
 
-    /// Bytes a snapshot takes to hold this index (what [`super::snapshot`] writes of it): the
-    /// term names, the packed lists, the document lengths and the removed documents.
-    pub fn saved_bytes(&self) -> u64 {
-        let names: usize = self.term_ids.keys().map(|t| 8 + t.len()).sum();
-        let lists: usize = self.postings.iter().map(|p| 16 + p.raw().0.len()).sum();
-        (8 + names + lists + 8 + 4 * self.doc_len.len() + 8 + 4 * self.removed.len() + 16) as u64
-    }
-
     /// Every document holding a query term, with its score (unordered).
     pub fn scores(&self, query: &[String]) -> Vec<(u32, f32)> {
         if self.docs == 0 {
@@ -174,6 +168,68 @@ impl Bm25 {
             }
         }
         touched.into_iter().map(|d| (d, acc[d as usize])).collect()
+    }
+}
+
+impl Bm25 {
+    /// Write the index to `w` as a snapshot holds it; the bytes written.
+    pub fn write_to(&self, w: impl Write) -> io::Result<u64> {
+        let mut o = Out(w, 0);
+        self.save(&mut o)?;
+        o.0.flush()?;
+        Ok(o.1)
+    }
+
+    /// Read back an index [`Bm25::write_to`] wrote, `len` bytes of `r`: refused (never a panic
+    /// later) when it is damaged.
+    pub fn read_from(r: impl Read, len: u64) -> io::Result<Self> {
+        Self::load(&mut In(BufReader::with_capacity(1 << 20, r), len))
+    }
+
+    pub(super) fn save<W: Write>(&self, o: &mut Out<W>) -> io::Result<()> {
+        let mut terms: Vec<(&str, u32)> = self.term_ids.iter().map(|(t, id)| (&**t, *id)).collect();
+        terms.sort_by_key(|(_, id)| *id);
+        o.len(terms.len())?;
+        for (t, _) in terms {
+            o.str(t)?;
+        }
+        for p in &self.postings {
+            let (bytes, last, len) = p.raw();
+            o.u32(last)?;
+            o.u32(len)?;
+            o.len(bytes.len())?;
+            o.bytes(bytes)?;
+        }
+        o.u32s(&self.doc_len)?;
+        o.u32s(&self.removed)?;
+        o.len(self.docs)?;
+        o.u64(self.total_len)
+    }
+
+    pub(super) fn load<R: Read>(i: &mut In<R>) -> io::Result<Self> {
+        let n = i.count()?;
+        let mut term_ids = HashMap::with_capacity(n);
+        for id in 0..n {
+            term_ids.insert(i.string()?.into_boxed_str(), id as u32);
+        }
+        let mut packed = Vec::with_capacity(n);
+        for _ in 0..n {
+            let (last, len) = (i.u32()?, i.u32()?);
+            let bytes = i.len(1 << 40)?;
+            packed.push((i.raw(bytes)?, last, len));
+        }
+        let (doc_len, removed) = (i.u32s()?, i.u32s()?);
+        let (docs, total_len) = (i.len(1 << 34)?, i.u64()?);
+        // Checked whole: a posting of a document that is not there would be a panic later.
+        let postings = packed
+            .into_iter()
+            .map(|(bytes, last, len)| Postings::from_raw(bytes, last, len, doc_len.len()))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| bad("postings that are cut short or name a document that is not there"))?;
+        if removed.iter().any(|d| *d as usize >= doc_len.len()) {
+            return Err(bad("a removed document that is not there"));
+        }
+        Ok(Self { term_ids, postings, doc_len, removed, docs, total_len })
     }
 }
 

@@ -30,6 +30,7 @@
 pub mod analyzer;
 pub mod keyword;
 mod postings;
+mod wire;
 
 #[cfg(feature = "storage")]
 mod apply;

@@ -94,7 +94,6 @@ impl Postings {
 
     /// Back from [`Postings::raw`]'s parts, if they agree (every posting whole, `len` of them,
     /// the last one `last`, every document below `docs`).
-    #[cfg(feature = "storage")]
     pub fn from_raw(bytes: Vec<u8>, last: u32, len: u32, docs: usize) -> Option<Self> {
         let p = Postings { bytes, last, len };
         let mut at = 0;

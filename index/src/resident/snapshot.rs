@@ -16,13 +16,12 @@
 use super::chunk_file::{self, ChunkFile, NOWHERE};
 use super::keys::{Key, SlotsBy};
 use super::keyword::Bm25;
-use super::postings::Postings;
 use super::slots::{Page, ResidentIndex, Slot, id_of, text_hash_of};
+use super::wire::{In, Out, bad};
 use crate::store::{Json, PageRecord};
 use crate::vectors::Vectors;
-use std::collections::HashMap;
 use std::fs::File;
-use std::io::{self, BufRead, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
@@ -49,44 +48,20 @@ const TEXT: u8 = 4;
 /// hashes became SHA-256; 6: the chunk file's dead bytes, for its compaction).
 const MAGIC: &[u8; 8] = b"cairnRI6";
 
-/// A snapshot being written, and how many bytes so far.
-struct Out(BufWriter<File>, u64);
-
-impl Out {
-    fn bytes(&mut self, b: &[u8]) -> io::Result<()> {
-        self.1 += b.len() as u64;
-        self.0.write_all(b)
-    }
-    fn u64(&mut self, v: u64) -> io::Result<()> {
-        self.bytes(&v.to_le_bytes())
-    }
-    fn u32(&mut self, v: u32) -> io::Result<()> {
-        self.bytes(&v.to_le_bytes())
-    }
-    fn len(&mut self, n: usize) -> io::Result<()> {
-        self.u64(n as u64)
-    }
-    fn str(&mut self, s: &str) -> io::Result<()> {
-        self.len(s.len())?;
-        self.bytes(s.as_bytes())
-    }
-    fn u32s(&mut self, v: &[u32]) -> io::Result<()> {
+impl<W: Write> Out<W> {
+    pub(super) fn strs(&mut self, v: &[String]) -> io::Result<()> {
         self.len(v.len())?;
-        v.iter().try_for_each(|x| self.u32(*x))
+        v.iter().try_for_each(|x| self.str(x))
     }
     /// A chunk id or text hash: its 16 bytes, or its text.
-    fn key(&mut self, k: &Key) -> io::Result<()> {
+    pub(super) fn key(&mut self, k: &Key) -> io::Result<()> {
         match k {
             Key::Hex(b) => self.bytes(&[0]).and_then(|_| self.bytes(b)),
             Key::Text(t) => self.bytes(&[1]).and_then(|_| self.str(t)),
         }
     }
-    fn strs(&mut self, v: &[String]) -> io::Result<()> {
-        self.len(v.len())?;
-        v.iter().try_for_each(|x| self.str(x))
-    }
     /// A page record, field by field (score and body count are not kept: a held record's are 0).
-    fn record(&mut self, r: &PageRecord) -> io::Result<()> {
+    pub(super) fn record(&mut self, r: &PageRecord) -> io::Result<()> {
         [&r.slug, &r.path, &r.title].iter().try_for_each(|t| self.str(t))?;
         self.strs(&r.aliases)?;
         self.strs(&r.tags)?;
@@ -101,16 +76,12 @@ impl Out {
         self.u64(r.bytes as u64)?;
         self.bytes(&r.chunk_count.to_le_bytes())
     }
-    fn stamp(&mut self, s: &Stamp) -> io::Result<()> {
+    pub(super) fn stamp(&mut self, s: &Stamp) -> io::Result<()> {
         [s.chunks_version, s.chunks_written_us, s.pages_version, s.chunk_rows, s.page_rows, s.exact_up_to]
             .iter()
             .try_for_each(|v| self.u64(*v))
     }
 }
-
-/// A snapshot being read, and how many of its bytes are left (no length read from it may ask
-/// for more).
-struct In<R>(BufReader<R>, u64);
 
 /// A file read from a place on by positional reads, so that two readers of one open file (the
 /// two parts of a snapshot, read at once) keep their own places.
@@ -124,67 +95,20 @@ impl Read for At<'_> {
     }
 }
 
-fn bad(what: &str) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, what.to_string())
-}
-
 impl<R: Read> In<R> {
-    fn array<const N: usize>(&mut self) -> io::Result<[u8; N]> {
-        let mut b = [0u8; N];
-        self.0.read_exact(&mut b)?;
-        self.1 = self.1.saturating_sub(N as u64);
-        Ok(b)
-    }
-    fn u64(&mut self) -> io::Result<u64> {
-        Ok(u64::from_le_bytes(self.array()?))
-    }
-    fn u32(&mut self) -> io::Result<u32> {
-        Ok(u32::from_le_bytes(self.array()?))
-    }
-    fn i32(&mut self) -> io::Result<i32> {
+    pub(super) fn i32(&mut self) -> io::Result<i32> {
         Ok(i32::from_le_bytes(self.array()?))
     }
-    /// A length, refused past `max` (a damaged file must not ask for terabytes).
-    fn len(&mut self, max: usize) -> io::Result<usize> {
-        let n = self.u64()? as usize;
-        if n > max { Err(bad("a length past what the file can hold")) } else { Ok(n) }
+    pub(super) fn strings(&mut self) -> io::Result<Vec<String>> {
+        (0..self.count()?).map(|_| self.string()).collect()
     }
-    /// A count of things that follow, each at least one byte: refused past the bytes left (room
-    /// is reserved for them before they are read).
-    fn count(&mut self) -> io::Result<usize> {
-        let n = self.u64()?;
-        if n > self.1 { Err(bad("a count past what the file can hold")) } else { Ok(n as usize) }
-    }
-    /// The next `n` bytes, in a buffer of exactly that size.
-    fn raw(&mut self, n: usize) -> io::Result<Vec<u8>> {
-        self.raw_with_room(n, n)
-    }
-    /// `n` bytes, in a buffer with room for `room`.
-    fn raw_with_room(&mut self, n: usize, room: usize) -> io::Result<Vec<u8>> {
-        if n as u64 > self.1 {
-            return Err(bad("the file ends early"));
-        }
-        // Zeroed by allocation (fresh pages, not written), then cut to `n`, the room kept.
-        let mut b = vec![0u8; room.max(n)];
-        b.truncate(n);
-        self.0.read_exact(&mut b)?;
-        self.1 -= n as u64;
-        Ok(b)
-    }
-    fn string(&mut self) -> io::Result<String> {
-        let n = self.len(1 << 32)?;
-        String::from_utf8(self.raw(n)?).map_err(|_| bad("text that is not UTF-8"))
-    }
-    fn key(&mut self) -> io::Result<Key> {
+    pub(super) fn key(&mut self) -> io::Result<Key> {
         match self.array::<1>()? {
             [0] => Ok(Key::Hex(self.array()?)),
             _ => Ok(Key::Text(self.string()?.into_boxed_str())),
         }
     }
-    fn strings(&mut self) -> io::Result<Vec<String>> {
-        (0..self.count()?).map(|_| self.string()).collect()
-    }
-    fn record(&mut self) -> io::Result<PageRecord> {
+    pub(super) fn record(&mut self) -> io::Result<PageRecord> {
         let (slug, path, title) = (self.string()?, self.string()?, self.string()?);
         let (aliases, tags) = (self.strings()?, self.strings()?);
         let page_type = match self.array::<1>()? {
@@ -211,33 +135,7 @@ impl<R: Read> In<R> {
             body_shared_by: 0,
         })
     }
-    /// `n` values of `N` bytes each, converted straight from the reader's buffer into the list
-    /// they make: reading them whole first would touch twice the memory (at a million chunks
-    /// most of an open's time was the kernel handing out fresh pages).
-    fn values<const N: usize, T>(&mut self, n: usize, of: impl Fn([u8; N]) -> T) -> io::Result<Vec<T>> {
-        if (n as u64).saturating_mul(N as u64) > self.1 {
-            return Err(bad("the file ends early"));
-        }
-        let mut out = Vec::with_capacity(n);
-        while out.len() < n {
-            let buf = self.0.fill_buf()?;
-            if buf.len() < N {
-                // A value across the buffer's end (or the file's): read on its own.
-                out.push(of(self.array()?));
-                continue;
-            }
-            let take = (buf.len() / N).min(n - out.len()) * N;
-            out.extend(buf[..take].chunks_exact(N).map(|b| of(b.try_into().expect("N bytes"))));
-            self.0.consume(take);
-            self.1 -= take as u64;
-        }
-        Ok(out)
-    }
-    fn u32s(&mut self) -> io::Result<Vec<u32>> {
-        let n = self.len(1 << 34)?;
-        self.values(n, u32::from_le_bytes)
-    }
-    fn stamp(&mut self) -> io::Result<Stamp> {
+    pub(super) fn stamp(&mut self) -> io::Result<Stamp> {
         Ok(Stamp {
             chunks_version: self.u64()?,
             chunks_written_us: self.u64()?,
@@ -246,54 +144,6 @@ impl<R: Read> In<R> {
             page_rows: self.u64()?,
             exact_up_to: self.u64()?,
         })
-    }
-}
-
-impl Bm25 {
-    fn save(&self, o: &mut Out) -> io::Result<()> {
-        let mut terms: Vec<(&str, u32)> = self.term_ids.iter().map(|(t, id)| (&**t, *id)).collect();
-        terms.sort_by_key(|(_, id)| *id);
-        o.len(terms.len())?;
-        for (t, _) in terms {
-            o.str(t)?;
-        }
-        for p in &self.postings {
-            let (bytes, last, len) = p.raw();
-            o.u32(last)?;
-            o.u32(len)?;
-            o.len(bytes.len())?;
-            o.bytes(bytes)?;
-        }
-        o.u32s(&self.doc_len)?;
-        o.u32s(&self.removed)?;
-        o.len(self.docs)?;
-        o.u64(self.total_len)
-    }
-
-    fn load<R: Read>(i: &mut In<R>) -> io::Result<Self> {
-        let n = i.count()?;
-        let mut term_ids = HashMap::with_capacity(n);
-        for id in 0..n {
-            term_ids.insert(i.string()?.into_boxed_str(), id as u32);
-        }
-        let mut packed = Vec::with_capacity(n);
-        for _ in 0..n {
-            let (last, len) = (i.u32()?, i.u32()?);
-            let bytes = i.len(1 << 40)?;
-            packed.push((i.raw(bytes)?, last, len));
-        }
-        let (doc_len, removed) = (i.u32s()?, i.u32s()?);
-        let (docs, total_len) = (i.len(1 << 34)?, i.u64()?);
-        // Checked whole: a posting of a document that is not there would be a panic later.
-        let postings = packed
-            .into_iter()
-            .map(|(bytes, last, len)| Postings::from_raw(bytes, last, len, doc_len.len()))
-            .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| bad("postings that are cut short or name a document that is not there"))?;
-        if removed.iter().any(|d| *d as usize >= doc_len.len()) {
-            return Err(bad("a removed document that is not there"));
-        }
-        Ok(Self { term_ids, postings, doc_len, removed, docs, total_len })
     }
 }
 
@@ -535,16 +385,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_keyword_index_s_saved_size_is_what_a_snapshot_writes_of_it() {
+    fn a_keyword_index_reads_back_as_it_was_written_and_refuses_a_damaged_one() {
         let mut bm25 = Bm25::default();
         let doc = |words: &str| words.split(' ').map(String::from).collect::<Vec<_>>();
         bm25.insert(0, &doc("tides moon tides"));
         bm25.insert(1, &doc("moon"));
         bm25.insert(2, &doc("sun sun sun"));
         bm25.remove(1);
-        let mut out = Out(BufWriter::new(tempfile::tempfile().unwrap()), 0);
-        bm25.save(&mut out).unwrap();
-        assert_eq!(out.1, bm25.saved_bytes());
-        assert!(out.1 > 0);
+        let mut bytes = Vec::new();
+        let n = bm25.write_to(&mut bytes).unwrap();
+        assert_eq!(n, bytes.len() as u64);
+        let back = Bm25::read_from(&bytes[..], n).unwrap();
+        let q = doc("moon sun tides");
+        let (mut want, mut got) = (bm25.scores(&q), back.scores(&q));
+        want.sort_by_key(|(d, _)| *d);
+        got.sort_by_key(|(d, _)| *d);
+        assert_eq!(want, got);
+        assert_eq!(want.len(), 2, "the removed document scores nothing: {want:?}");
+        assert!(Bm25::read_from(&bytes[..bytes.len() - 3], n - 3).is_err());
     }
 }
