@@ -1,0 +1,152 @@
+//! The query pipeline: per-source gather (every source gets its own K slots), fusion within
+//! each source, a union ordered by scores comparable across sources, the title-phrase boost,
+//! exact lookup and alias hop, and evidence.
+
+mod gather;
+mod request;
+mod response;
+mod score;
+#[cfg(test)]
+mod tests;
+
+pub use request::*;
+pub use response::*;
+
+use crate::error::{QueryError, Result};
+use crate::layers::{ExactKind, SCORING_VERSION};
+use crate::reader::SourceReader;
+use cairn_index::{Embedder, PageRecord};
+use cairn_ingest::tokens;
+use gather::{alias_collisions, exact_pages, gather_source, inject_exact, merge_sources, pool_globally};
+use score::{order, relevance_floor, score_union};
+use std::time::Instant;
+
+/// Longest query accepted, in bytes.
+pub const MAX_QUERY_BYTES: usize = 4096;
+
+/// Most results one call returns.
+pub const MAX_LIMIT: usize = 100;
+
+/// Bound on the chunk pool one arm may widen to.
+const MAX_POOL: usize = 2000;
+
+fn validate(req: &SearchRequest) -> Result<()> {
+    if req.query.trim().is_empty() {
+        return Err(QueryError::EmptyQuery);
+    }
+    if req.query.len() > MAX_QUERY_BYTES {
+        return Err(QueryError::QueryTooLong { bytes: req.query.len(), max: MAX_QUERY_BYTES });
+    }
+    if req.limit == 0 {
+        return Err(QueryError::BadLimit);
+    }
+    Ok(())
+}
+
+/// Answer a request over the given sources: the named stages below, in order (gather with the
+/// exact lookup beside it, inject exact names, relevance floor, union scoring with its
+/// multipliers and evidence, order).
+pub async fn search<R: SourceReader>(
+    all: &[&R],
+    embedder: Option<&dyn Embedder>,
+    req: &SearchRequest,
+) -> Result<SearchResponse> {
+    let started = Instant::now();
+    validate(req)?;
+    let mut notes = Vec::new();
+    let readers = select_readers(all, &req.sources)?;
+    let limit = if req.limit > MAX_LIMIT {
+        notes.push(format!("limit {} lowered to {MAX_LIMIT}", req.limit));
+        MAX_LIMIT
+    } else {
+        req.limit
+    };
+    let k = match req.mode {
+        Mode::Thorough => limit.max(10) * 3,
+        _ => limit.max(10),
+    };
+    let text = tokens(&req.query).join(" ");
+    let mut degraded = Vec::new();
+    let qvec = embed_query(req, embedder, &mut degraded, &mut notes);
+    let filter = req.filter.compile()?;
+
+    // Gather: every source's own K slots; the exact lookup does not depend on the arms and runs
+    // alongside.
+    let (gathered, exact) = futures::join!(
+        futures::future::join_all(readers.iter().map(|r| gather_source(
+            *r,
+            &text,
+            qvec.as_deref(),
+            k,
+            filter.as_ref()
+        ))),
+        exact_pages(&readers, &req.query)
+    );
+    // A page named by the query but outside the filter is not injected.
+    let exact: Vec<(String, PageRecord, ExactKind)> =
+        exact.into_iter().filter(|(_, p, _)| filter.as_ref().is_none_or(|f| f.matches(p))).collect();
+    let (mut union, statuses) = merge_sources(&readers, gathered, &mut degraded)?;
+    if req.pooled_baseline {
+        union = pool_globally(union, k);
+    }
+    let collisions = alias_collisions(&req.query, &exact);
+    inject_exact(&readers, qvec.as_deref(), &mut union, &exact).await;
+    relevance_floor(&mut union);
+    let results = order(score_union(req, union), &exact, limit);
+    Ok(SearchResponse {
+        query: req.query.clone(),
+        mode: req.mode,
+        results,
+        sources: statuses,
+        degraded,
+        alias_collisions: collisions,
+        scoring_version: SCORING_VERSION.to_string(),
+        latency_ms: started.elapsed().as_secs_f64() * 1000.0,
+        pending_changes: None,
+        vectors_pending: None,
+        served_by: None,
+        notes,
+    })
+}
+
+/// The sources a request names (all when it names none); a name no source has is an error.
+fn select_readers<'a, R: SourceReader>(all: &[&'a R], names: &[String]) -> Result<Vec<&'a R>> {
+    if let Some(missing) = names.iter().find(|s| !all.iter().any(|r| r.id() == s.as_str())) {
+        let known: Vec<&str> = all.iter().map(|r| r.id()).collect();
+        return Err(QueryError::UnknownSource { id: missing.clone(), known: known.join(", ") });
+    }
+    let readers: Vec<&R> =
+        all.iter().filter(|r| names.is_empty() || names.iter().any(|s| s == r.id())).copied().collect();
+    if readers.is_empty() {
+        return Err(QueryError::NoSources);
+    }
+    Ok(readers)
+}
+
+/// The query's vector, unless the mode needs none; without a model (or when it fails) the
+/// answer goes on without the vector arm and says so.
+fn embed_query(
+    req: &SearchRequest,
+    embedder: Option<&dyn Embedder>,
+    degraded: &mut Vec<String>,
+    notes: &mut Vec<String>,
+) -> Option<Vec<f32>> {
+    match (req.mode, embedder) {
+        (Mode::Fast, _) => None,
+        (_, None) => {
+            degraded.push("embed_unavailable".to_string());
+            None
+        }
+        (_, Some(e)) => match cairn_index::fault::contained(|| e.embed_query(&req.query))
+            .map_err(|p| format!("the model crashed: {p}"))
+            .and_then(|r| r.map_err(|err| err.to_string()))
+        {
+            Ok(v) => Some(v),
+            Err(err) => {
+                degraded.push("embed_unavailable".to_string());
+                notes.push(format!("query not embedded: {err}"));
+                None
+            }
+        },
+    }
+}

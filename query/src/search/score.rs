@@ -1,0 +1,158 @@
+//! The union scored: a relevance floor, keyword and cosine on one scale, the multipliers
+//! (title phrase, template bodies), the final order, and the one-line why.
+
+use super::gather::Candidate;
+use super::request::SearchRequest;
+use super::response::{Explain, ResultChunk, SearchResult};
+use crate::layers::{
+    self, Evidence, ExactKind, HIGH_VECTOR_FLOOR, KEYWORD_WEIGHT, RELEVANCE_FLOOR, Signals, TEMPLATE_FACTOR,
+    TEMPLATE_PAGES, TITLE_PHRASE_BOOST, evidence, title_phrase_match, union_bm25,
+};
+use cairn_index::PageRecord;
+use std::collections::BTreeMap;
+
+/// The relevance floor: a page only the vector arm found, and found weakly, is junk.
+pub(super) fn relevance_floor(union: &mut Vec<Candidate>) {
+    union.retain(|c| {
+        c.exact.is_some()
+            || c.title.is_some()
+            || c.keyword.is_some()
+            || c.vector.as_ref().is_some_and(|(_, h)| h.score >= RELEVANCE_FLOOR)
+    });
+}
+
+/// Union scoring: scores comparable across sources, the raw cosine of the best chunk plus BM25
+/// re-scored over the union with the union's own term statistics (normalised to 0..1); then
+/// each page's multipliers and evidence.
+pub(super) fn score_union(req: &SearchRequest, union: Vec<Candidate>) -> Vec<SearchResult> {
+    // Each candidate's names and best chunk, as terms (read once, for BM25 and the all-terms check).
+    let doc_terms: Vec<Vec<String>> = union
+        .iter()
+        .map(|c| {
+            let (title, aliases) = c
+                .record
+                .as_ref()
+                .map_or((String::new(), String::new()), |p| (p.title.clone(), p.aliases.join(" ")));
+            let chunk = c.keyword.as_ref().or(c.vector.as_ref()).map_or("", |(_, h)| h.text.as_str());
+            layers::terms(&format!("{title} {aliases} {chunk}"))
+        })
+        .collect();
+    let query_terms = layers::terms(&req.query);
+    let bm25 = union_bm25(&query_terms, &doc_terms);
+    let max_bm25 = bm25.iter().copied().fold(0.0f32, f32::max);
+    union
+        .into_iter()
+        .zip(bm25)
+        .zip(doc_terms)
+        .map(|((c, bm), doc_terms)| {
+            let union_keyword = if max_bm25 > 0.0 { bm / max_bm25 } else { 0.0 };
+            let all_terms_present =
+                !query_terms.is_empty() && query_terms.iter().all(|t| doc_terms.contains(t));
+            scored_result(req, c, union_keyword, all_terms_present)
+        })
+        .collect()
+}
+
+/// Multipliers on a page's base score: the title-phrase boost, and the template factor for a
+/// body that many pages share.
+pub(super) fn multipliers(query: &str, record: Option<&PageRecord>) -> Vec<(String, f32)> {
+    let mut out = Vec::new();
+    if record.is_some_and(|p| title_phrase_match(query, &p.title)) {
+        out.push(("title_phrase".to_string(), TITLE_PHRASE_BOOST));
+    }
+    if record.is_some_and(|p| p.body_shared_by >= TEMPLATE_PAGES) {
+        out.push(("template".to_string(), TEMPLATE_FACTOR));
+    }
+    out
+}
+
+/// One candidate as a result: its base score, multipliers, evidence and best chunk.
+pub(super) fn scored_result(
+    req: &SearchRequest,
+    c: Candidate,
+    union_keyword: f32,
+    all_terms_present: bool,
+) -> SearchResult {
+    let cosine = c.vector.as_ref().map(|(_, h)| h.score);
+    let base = cosine.unwrap_or(0.0) + KEYWORD_WEIGHT * union_keyword;
+    let title = c.record.as_ref().map_or(String::new(), |p| p.title.clone());
+    let multipliers = multipliers(&req.query, c.record.as_ref());
+    let score = multipliers.iter().fold(base, |s, (_, m)| s * m);
+    let signals = Signals {
+        exact: c.exact,
+        cosine,
+        keyword_rank: c.keyword.as_ref().map(|(a, _)| a.rank),
+        all_terms_present,
+    };
+    let (evidence, create_safety) = evidence(&signals);
+    let best = c.vector.as_ref().or(c.keyword.as_ref()).map(|(_, h)| ResultChunk {
+        text: h.text.clone(),
+        heading_path: h.heading_path.clone(),
+        line_start: h.line_start,
+        line_end: h.line_end,
+    });
+    let explain = req.explain.then(|| Explain {
+        keyword: c.keyword.as_ref().map(|(a, _)| *a),
+        vector: c.vector.as_ref().map(|(a, _)| *a),
+        title: c.title,
+        fused_in_source: c.fused,
+        union_keyword,
+        multipliers: multipliers.clone(),
+        why: why(&signals, &evidence),
+    });
+    SearchResult {
+        source: c.source,
+        slug: c.slug,
+        path: c.record.as_ref().map_or(String::new(), |p| p.path.clone()),
+        title,
+        score,
+        base_score: base,
+        cosine,
+        evidence,
+        create_safety,
+        chunk: best,
+        boosts: multipliers.into_iter().map(|(n, _)| n).collect(),
+        stale: None,
+        explain,
+    }
+}
+
+/// Order: exact matches first (in the exact layer's order), then by score; `limit` kept.
+pub(super) fn order(
+    mut results: Vec<SearchResult>,
+    exact: &[(String, PageRecord, ExactKind)],
+    limit: usize,
+) -> Vec<SearchResult> {
+    let exact_rank = |r: &SearchResult| {
+        exact.iter().take(3).position(|(s, p, _)| *s == r.source && p.slug == r.slug).unwrap_or(usize::MAX)
+    };
+    results.sort_by(|a, b| {
+        exact_rank(a)
+            .cmp(&exact_rank(b))
+            .then(b.score.total_cmp(&a.score))
+            .then(a.source.cmp(&b.source))
+            .then(a.slug.cmp(&b.slug))
+    });
+    results.truncate(limit);
+    results
+}
+
+pub(super) fn why(s: &Signals, ev: &[Evidence]) -> String {
+    let mut parts: BTreeMap<&str, String> = BTreeMap::new();
+    if let Some(k) = s.exact {
+        parts.insert("exact", format!("the query equals the page's {k:?}").to_lowercase());
+    }
+    if let Some(c) = s.cosine {
+        let cmp = if c >= HIGH_VECTOR_FLOOR { ">=" } else { "<" };
+        parts.insert("vector", format!("best-chunk cosine {c:.3} {cmp} floor {HIGH_VECTOR_FLOOR}"));
+    }
+    if let Some(r) = s.keyword_rank {
+        let all = if s.all_terms_present { "with" } else { "without" };
+        parts.insert("keyword", format!("keyword rank {r} in its source, {all} every query word"));
+    }
+    format!(
+        "{}: {}",
+        ev.iter().map(|e| format!("{e:?}")).collect::<Vec<_>>().join("+"),
+        parts.into_values().collect::<Vec<_>>().join("; ")
+    )
+}
