@@ -13,11 +13,11 @@
 
 use crate::api::owner::Clients;
 use crate::api::{Answerer, OwnerApi, ReaderApi};
-use crate::config::Config;
+use crate::config::{Config, SourceConfig};
 use crate::ownership::follow::Follower;
 use crate::ownership::ipc::OwnerInfo;
 use crate::ownership::journal::{Journal, Publishing};
-use crate::ownership::lease::{LeaseStore, Taken, Watching};
+use crate::ownership::lease::{Holder, Lease, LeaseStore, Taken, Watching};
 use crate::ownership::owner::OwnerLock;
 use crate::ownership::paths::DbPaths;
 use crate::ownership::remote::Remote;
@@ -50,7 +50,7 @@ pub(crate) struct Local {
     standing_by: AtomicBool,
     /// Where folders given to it while it reads go (a `watch` of this machine asking it to write
     /// them): recorded as given here, and this process stands by to write them.
-    told: tokio::sync::mpsc::UnboundedSender<crate::config::SourceConfig>,
+    told: Told,
     state_dir: std::path::PathBuf,
     lock_path: std::path::PathBuf,
     writing: Mutex<Option<Writing>>,
@@ -64,10 +64,71 @@ impl std::fmt::Debug for Local {
     }
 }
 
+/// Where a reader says which folders it was given (see [`Local::take_given`]).
+type Told = tokio::sync::mpsc::UnboundedSender<SourceConfig>;
+
 /// Whether this process has folders to write on this machine: given now, or before (the folder
 /// book).
 fn writes_here(config: &Config, paths: &DbPaths) -> bool {
     !config.sources.is_empty() || !crate::pipeline::folders::FolderBook::read(&paths.state()).is_empty()
+}
+
+/// The writer lease, asked for when the database is on an object store and this process has
+/// folders to write: `Ok` when this process holds it now, `Err` with who does; `None` when
+/// there is no lease to ask for.
+async fn ask_lease(
+    config: &Config,
+    paths: &DbPaths,
+    purpose: &str,
+    remote: Option<&Remote>,
+) -> Result<Option<std::result::Result<Lease, Holder>>> {
+    let Some(r) = remote.filter(|_| writes_here(config, paths)) else { return Ok(None) };
+    let me = crate::ownership::lease::me(purpose, &paths.lock());
+    match LeaseStore::of(r)
+        .try_take(&me, &mut Watching::default())
+        .await
+        .map_err(|e| Error::Pipeline(e.to_string()))?
+    {
+        Taken::Mine(lease) => Ok(Some(Ok(lease))),
+        Taken::Theirs(holder) => Ok(Some(Err(holder))),
+    }
+}
+
+/// What answers for this process in its first role: a reader, or the owner's pipeline (opened
+/// publishing to the journal when it holds the lease), with what it publishes through.
+async fn answerer(
+    config: &Config,
+    info: &OwnerInfo,
+    clients: &Clients,
+    first: Role,
+    remote: Option<&Remote>,
+    lease: Option<std::result::Result<Lease, Holder>>,
+    told: &Told,
+) -> Result<(Answerer, Option<Publishing>)> {
+    if first != Role::Owner {
+        let r = reader(config, Some(info.clone()), true, remote.is_some().then(|| told.clone())).await?;
+        return Ok((Answerer::Reader(r), None));
+    }
+    let publishing = match (remote, lease) {
+        (Some(r), Some(Ok(lease))) => {
+            let journal = Journal::start(r.clone(), lease.holder().clone()).await;
+            Some(Publishing { lease, journal })
+        }
+        _ => None,
+    };
+    let pipeline = match Pipeline::open_publishing(config.clone(), publishing.clone()).await {
+        Ok(p) => p,
+        Err(e) => {
+            // Given back at once: a standby need not wait out the TTL.
+            if let Some(p) = publishing {
+                p.journal.close().await;
+                p.lease.release().await;
+            }
+            return Err(e);
+        }
+    };
+    let api = OwnerApi::new(pipeline, config.clone(), info.clone(), clients.clone());
+    Ok((Answerer::Owner(Arc::new(api)), publishing))
 }
 
 impl Local {
@@ -101,58 +162,16 @@ impl Local {
         let listener = crate::ownership::server::bind(&socket)?;
         cairn_index::fault::point("take.bound");
         let clients = Clients::default();
-        let (told, mut given) = tokio::sync::mpsc::unbounded_channel();
+        let (told, given) = tokio::sync::mpsc::unbounded_channel();
         // The role is taken before serving (clients queue on the bound socket meanwhile).
-        let lease = match &remote {
-            Some(r) if writes_here(config, paths) => {
-                let me = crate::ownership::lease::me(purpose, &paths.lock());
-                match LeaseStore::of(r)
-                    .try_take(&me, &mut Watching::default())
-                    .await
-                    .map_err(|e| Error::Pipeline(e.to_string()))?
-                {
-                    Taken::Mine(lease) => Some(Ok(lease)),
-                    Taken::Theirs(holder) => Some(Err(holder)),
-                }
-            }
-            _ => None,
-        };
+        let lease = ask_lease(config, paths, purpose, remote.as_ref()).await?;
         let first = match &lease {
             None if remote.is_some() => Role::Reader,
             Some(Err(_)) => Role::Reader,
             _ => Role::Owner,
         };
-        let reading = match first {
-            Role::Owner => None,
-            _ => {
-                Some(reader(config, Some(info.clone()), true, remote.is_some().then(|| told.clone())).await?)
-            }
-        };
-        let (answerer, writing) = match reading {
-            Some(r) => (Answerer::Reader(r), None),
-            None => {
-                let publishing = match (&remote, lease) {
-                    (Some(r), Some(Ok(lease))) => {
-                        let journal = Journal::start(r.clone(), lease.holder().clone()).await;
-                        Some(Publishing { lease, journal })
-                    }
-                    _ => None,
-                };
-                let pipeline = match Pipeline::open_publishing(config.clone(), publishing.clone()).await {
-                    Ok(p) => p,
-                    Err(e) => {
-                        // Given back at once: a standby need not wait out the TTL.
-                        if let Some(p) = publishing {
-                            p.journal.close().await;
-                            p.lease.release().await;
-                        }
-                        return Err(e);
-                    }
-                };
-                let api = OwnerApi::new(pipeline, config.clone(), info.clone(), clients.clone());
-                (Answerer::Owner(Arc::new(api)), publishing)
-            }
-        };
+        let (answerer, writing) =
+            answerer(config, &info, &clients, first, remote.as_ref(), lease, &told).await?;
         let served: Served = Arc::new(std::sync::RwLock::new(answerer.clone()));
         let server = Server::start(listener, socket, served.clone(), info.clone(), clients.clone());
         cairn_index::fault::point("take.serving");
@@ -181,7 +200,15 @@ impl Local {
             None if first == Role::Reader => local.stand_by(),
             None => {}
         }
-        let me = Arc::downgrade(&local);
+        local.take_given(given);
+        let _ = local.roles.send(first);
+        Ok(local)
+    }
+
+    /// Folders given to this process while it is not the writer (a reader's `add source`): kept
+    /// in the folder book, and this process stands by for the lease to write them.
+    fn take_given(self: &Arc<Self>, mut given: tokio::sync::mpsc::UnboundedReceiver<SourceConfig>) {
+        let me = Arc::downgrade(self);
         tokio::spawn(async move {
             while let Some(source) = given.recv().await {
                 let Some(local) = me.upgrade() else { return };
@@ -199,8 +226,6 @@ impl Local {
                 local.stand_by();
             }
         });
-        let _ = local.roles.send(first);
-        Ok(local)
     }
 
     /// Another hold on the lock (for a pipeline: released once it has drained).
@@ -353,7 +378,7 @@ pub(crate) async fn reader(
     config: &Config,
     local: Option<OwnerInfo>,
     with_model: bool,
-    told: Option<tokio::sync::mpsc::UnboundedSender<crate::config::SourceConfig>>,
+    told: Option<Told>,
 ) -> Result<Arc<ReaderApi>> {
     // A reader whose model cannot load still answers by name and keyword, and each answer says
     // `embed_unavailable`; only the writer needs the model to do its work.
