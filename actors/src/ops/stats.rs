@@ -227,6 +227,18 @@ pub fn from_events(
     events: &[Event],
     days: Option<u32>,
 ) -> (QueryStats, BTreeMap<String, BTreeMap<String, Failing>>) {
+    let (mut answers, failing) = read_events(events);
+    let mut q = QueryStats::default();
+    if let Some(d) = days {
+        q.drift = drift(&mut answers, d);
+    }
+    q.count(&answers);
+    q.days = per_day(&answers);
+    (q, failing)
+}
+
+/// The answers the events record, and the pages failing now (by source, by path).
+fn read_events(events: &[Event]) -> (Vec<Answer>, BTreeMap<String, BTreeMap<String, Failing>>) {
     let mut failing: BTreeMap<String, BTreeMap<String, Failing>> = BTreeMap::new();
     let mut started_ms = 0u64;
     let mut answers = Vec::new();
@@ -260,82 +272,102 @@ pub fn from_events(
             _ => {}
         }
     }
-    let mut q = QueryStats::default();
-    if let (Some(d), Some(newest)) = (days, answers.iter().map(|a| a.at_ms).max()) {
-        let window = u64::from(d) * 86_400_000;
-        let since = newest.saturating_sub(window);
-        let before: Vec<f64> = answers
-            .iter()
-            .filter(|a| a.at_ms < since && a.at_ms >= since.saturating_sub(window))
-            .filter_map(|a| a.top.as_ref().map(|t| t.0))
-            .collect();
-        answers.retain(|a| a.at_ms >= since);
-        let now = mean(answers.iter().filter_map(|a| a.top.as_ref().map(|t| t.0))).unwrap_or(0.0);
-        let prev = mean(before.into_iter());
-        q.drift = Some(Drift {
-            days: d,
-            mean_top_base_score: now,
-            previous_mean_top_base_score: prev,
-            change: prev.map(|p| now - p),
-        });
-    }
-    let mut by_day: BTreeMap<String, Vec<&Answer>> = BTreeMap::new();
-    for a in &answers {
-        q.answered += 1;
-        q.degraded += usize::from(a.degraded);
-        q.by_mode.entry(a.mode.clone()).or_default().queries += 1;
-        match &a.top {
-            Some((score, safety, source)) => {
-                *q.by_create_safety.entry(safety.clone()).or_default() += 1;
-                *q.top_score_buckets.entry(bucket(*score).into()).or_default() += 1;
-                *q.by_mode
-                    .entry(a.mode.clone())
-                    .or_default()
-                    .top_score_buckets
-                    .entry(bucket(*score).into())
-                    .or_default() += 1;
-                let s = q.by_source.entry(source.clone()).or_default();
-                s.queries += 1;
-                *s.top_score_buckets.entry(bucket(*score).into()).or_default() += 1;
-            }
-            None => {
-                q.empty += 1;
-                *q.empty_by_cause.entry(a.empty_cause.into()).or_default() += 1;
+    (answers, failing)
+}
+
+/// Keep the answers of the last `days` days before the newest, and say how their mean top
+/// score moved against the `days` before them.
+fn drift(answers: &mut Vec<Answer>, days: u32) -> Option<Drift> {
+    let newest = answers.iter().map(|a| a.at_ms).max()?;
+    let window = u64::from(days) * 86_400_000;
+    let since = newest.saturating_sub(window);
+    let before: Vec<f64> = answers
+        .iter()
+        .filter(|a| a.at_ms < since && a.at_ms >= since.saturating_sub(window))
+        .filter_map(|a| a.top.as_ref().map(|t| t.0))
+        .collect();
+    answers.retain(|a| a.at_ms >= since);
+    let now = mean(answers.iter().filter_map(|a| a.top.as_ref().map(|t| t.0))).unwrap_or(0.0);
+    let prev = mean(before.into_iter());
+    Some(Drift {
+        days,
+        mean_top_base_score: now,
+        previous_mean_top_base_score: prev,
+        change: prev.map(|p| now - p),
+    })
+}
+
+impl QueryStats {
+    /// Count the answers: by mode, create-safety, top-score bucket and source, the empty ones
+    /// by cause, the means of the top scores and the latency percentiles.
+    fn count(&mut self, answers: &[Answer]) {
+        let q = self;
+        for a in answers {
+            q.answered += 1;
+            q.degraded += usize::from(a.degraded);
+            q.by_mode.entry(a.mode.clone()).or_default().queries += 1;
+            match &a.top {
+                Some((score, safety, source)) => {
+                    *q.by_create_safety.entry(safety.clone()).or_default() += 1;
+                    *q.top_score_buckets.entry(bucket(*score).into()).or_default() += 1;
+                    *q.by_mode
+                        .entry(a.mode.clone())
+                        .or_default()
+                        .top_score_buckets
+                        .entry(bucket(*score).into())
+                        .or_default() += 1;
+                    let s = q.by_source.entry(source.clone()).or_default();
+                    s.queries += 1;
+                    *s.top_score_buckets.entry(bucket(*score).into()).or_default() += 1;
+                }
+                None => {
+                    q.empty += 1;
+                    *q.empty_by_cause.entry(a.empty_cause.into()).or_default() += 1;
+                }
             }
         }
+        for (mode, m) in q.by_mode.iter_mut() {
+            m.mean_top_base_score =
+                mean(answers.iter().filter(|a| a.mode == *mode).filter_map(|a| a.top.as_ref().map(|t| t.0)))
+                    .unwrap_or(0.0);
+        }
+        for (source, m) in q.by_source.iter_mut() {
+            m.mean_top_base_score =
+                mean(answers.iter().filter_map(|a| a.top.as_ref().filter(|t| t.2 == *source).map(|t| t.0)))
+                    .unwrap_or(0.0);
+        }
+        let mut lat: Vec<f64> = answers.iter().map(|a| a.latency_ms).collect();
+        if !lat.is_empty() {
+            lat.sort_by(f64::total_cmp);
+            q.p50_latency_ms = lat[lat.len() / 2];
+            q.p99_latency_ms = lat[((lat.len() as f64 - 1.0) * 0.99).round() as usize];
+        }
+    }
+}
+
+/// The answers' figures day by day.
+fn per_day(answers: &[Answer]) -> Vec<DayStats> {
+    let mut by_day: BTreeMap<String, Vec<&Answer>> = BTreeMap::new();
+    for a in answers {
         by_day.entry(day_of(a.at_ms)).or_default().push(a);
     }
-    for (mode, m) in q.by_mode.iter_mut() {
-        m.mean_top_base_score =
-            mean(answers.iter().filter(|a| a.mode == *mode).filter_map(|a| a.top.as_ref().map(|t| t.0)))
-                .unwrap_or(0.0);
-    }
-    for (source, m) in q.by_source.iter_mut() {
-        m.mean_top_base_score =
-            mean(answers.iter().filter_map(|a| a.top.as_ref().filter(|t| t.2 == *source).map(|t| t.0)))
-                .unwrap_or(0.0);
-    }
-    let mut lat: Vec<f64> = answers.iter().map(|a| a.latency_ms).collect();
-    if !lat.is_empty() {
-        lat.sort_by(f64::total_cmp);
-        q.p50_latency_ms = lat[lat.len() / 2];
-        q.p99_latency_ms = lat[((lat.len() as f64 - 1.0) * 0.99).round() as usize];
-    }
-    for (day, list) in by_day {
-        let mut scores: Vec<f64> = list.iter().filter_map(|a| a.top.as_ref().map(|t| t.0)).collect();
-        let exists = list.iter().filter(|a| a.top.as_ref().is_some_and(|t| t.1 == "exists")).count();
-        let mut lat: Vec<f64> = list.iter().map(|a| a.latency_ms).collect();
-        let n = scores.len();
-        q.days.push(DayStats {
-            day,
-            queries: list.len(),
-            mean_top_base_score: mean(scores.iter().copied()).unwrap_or(0.0),
-            median_top_base_score: median(&mut scores),
-            exists_at_rank_1: if n > 0 { exists as f64 / n as f64 } else { 0.0 },
-            p50_latency_ms: median(&mut lat),
-        });
-    }
-    (q, failing)
+    by_day
+        .into_iter()
+        .map(|(day, list)| {
+            let mut scores: Vec<f64> = list.iter().filter_map(|a| a.top.as_ref().map(|t| t.0)).collect();
+            let exists = list.iter().filter(|a| a.top.as_ref().is_some_and(|t| t.1 == "exists")).count();
+            let mut lat: Vec<f64> = list.iter().map(|a| a.latency_ms).collect();
+            let n = scores.len();
+            DayStats {
+                day,
+                queries: list.len(),
+                mean_top_base_score: mean(scores.iter().copied()).unwrap_or(0.0),
+                median_top_base_score: median(&mut scores),
+                exists_at_rank_1: if n > 0 { exists as f64 / n as f64 } else { 0.0 },
+                p50_latency_ms: median(&mut lat),
+            }
+        })
+        .collect()
 }
 
 /// Statistics of the database at `db` with its event log in `log_dir`.
