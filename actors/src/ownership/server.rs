@@ -181,61 +181,72 @@ fn error(code: ErrorCode, message: impl Into<String>) -> Reply {
     Reply::Error(RemoteError::new(code, message))
 }
 
-async fn connection(ctx: Ctx, mut stream: UnixStream, id: u64) {
-    if let Err(who) = same_user(&stream) {
+/// Whether a connection may be served: by this user, within the connection limit (the slot it
+/// holds while open). A refusal is said to the client.
+async fn admit(ctx: &Ctx, stream: &mut UnixStream) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    if let Err(who) = same_user(stream) {
         tracing::warn!("socket: refused a connection from another user: {who}");
-        let _ = send(&mut stream, &error(ErrorCode::BadRequest, "this owner serves its own user only")).await;
-        return;
+        let _ = send(stream, &error(ErrorCode::BadRequest, "this owner serves its own user only")).await;
+        return None;
     }
-    let Ok(_slot) = ctx.slots.clone().try_acquire_owned() else {
-        let _ = send(
-            &mut stream,
-            &error(
-                ErrorCode::Busy,
-                format!("the owner serves {MAX_CONNECTIONS} connections already; try again"),
-            ),
-        )
-        .await;
-        return;
+    let slot = ctx.slots.clone().try_acquire_owned().ok();
+    if slot.is_none() {
+        let busy = format!("the owner serves {MAX_CONNECTIONS} connections already; try again");
+        let _ = send(stream, &error(ErrorCode::Busy, busy)).await;
+    }
+    slot
+}
+
+/// What came next on a connection.
+enum Next {
+    Request(Box<Request>),
+    /// A whole frame that is not a request (said to the client): the connection may go on.
+    NotARequest,
+    /// The client closed, went quiet for `wait`, or broke the framing (said to it).
+    Done,
+}
+
+/// The next request on a connection, read after the bytes `early` (sent while the last request
+/// ran), waiting at most `wait` for it; what is read past it goes back in `early`.
+async fn next_request(stream: &mut UnixStream, early: &mut Vec<u8>, wait: std::time::Duration) -> Next {
+    let mut sent = std::io::Cursor::new(std::mem::take(early));
+    let mut from = tokio::io::AsyncReadExt::chain(&mut sent, &mut *stream);
+    let read = tokio::time::timeout(wait, read_frame(&mut from, MAX_REQUEST)).await;
+    *early = sent.get_ref()[sent.position() as usize..].to_vec();
+    let frame = match read {
+        Err(_) | Ok(Err(FrameError::Closed)) => return Next::Done,
+        Ok(Err(FrameError::TooLarge(n, max))) => {
+            let over = format!("a request of {n} bytes is over the {max}-byte limit");
+            let _ = send(stream, &error(ErrorCode::BadRequest, over)).await;
+            return Next::Done;
+        }
+        Ok(Err(e)) => {
+            let _ = send(stream, &error(ErrorCode::BadRequest, e.to_string())).await;
+            return Next::Done;
+        }
+        Ok(Ok(f)) => f,
     };
+    match serde_json::from_slice(&frame) {
+        Ok(r) => Next::Request(Box::new(r)),
+        Err(e) => {
+            let _ = send(stream, &error(ErrorCode::BadRequest, format!("not a request: {e}"))).await;
+            Next::NotARequest
+        }
+    }
+}
+
+async fn connection(ctx: Ctx, mut stream: UnixStream, id: u64) {
+    let Some(_slot) = admit(&ctx, &mut stream).await else { return };
     let mut hello: Option<Hello> = None;
     // Bytes the client sent while its last request ran (its next request, early).
     let mut early: Vec<u8> = Vec::new();
     loop {
         let wait = if hello.is_none() { HELLO_WITHIN } else { IDLE };
-        let mut sent = std::io::Cursor::new(std::mem::take(&mut early));
-        let mut from = tokio::io::AsyncReadExt::chain(&mut sent, &mut stream);
-        let read = tokio::time::timeout(wait, read_frame(&mut from, MAX_REQUEST)).await;
-        early = sent.get_ref()[sent.position() as usize..].to_vec();
-        let frame = match read {
-            Err(_) | Ok(Err(FrameError::Closed)) => break,
-            Ok(Err(FrameError::TooLarge(n, max))) => {
-                let _ = send(
-                    &mut stream,
-                    &error(
-                        ErrorCode::BadRequest,
-                        format!("a request of {n} bytes is over the {max}-byte limit"),
-                    ),
-                )
-                .await;
-                break;
-            }
-            Ok(Err(e)) => {
-                let _ = send(&mut stream, &error(ErrorCode::BadRequest, e.to_string())).await;
-                break;
-            }
-            Ok(Ok(f)) => f,
-        };
-        let request: Request = match serde_json::from_slice(&frame) {
-            Ok(r) => r,
-            Err(e) => {
-                // The frame boundary held, so the connection can go on.
-                let _ = send(&mut stream, &error(ErrorCode::BadRequest, format!("not a request: {e}"))).await;
-                if hello.is_none() {
-                    break;
-                }
-                continue;
-            }
+        let request = match next_request(&mut stream, &mut early, wait).await {
+            Next::Request(r) => *r,
+            // The frame boundary held, so the connection can go on (once it has said hello).
+            Next::NotARequest if hello.is_some() => continue,
+            Next::NotARequest | Next::Done => break,
         };
         let reply = match (&hello, request) {
             (None, Request::Hello(h)) => {
@@ -256,33 +267,38 @@ async fn connection(ctx: Ctx, mut stream: UnixStream, id: u64) {
                 subscribe(&ctx, &mut stream).await;
                 break;
             }
-            (Some(_), request) => {
-                let limit = request.time_limit();
-                let verb = request.verb();
-                cairn_index::fault::point("server.request");
-                let answerer = ctx.answerer();
-                let answer = tokio::time::timeout(limit, crate::api::dispatch(&answerer, request));
-                let answer = tokio::select! {
-                    a = answer => a,
-                    () = gone(&stream, &mut early) => {
-                        tracing::info!("socket: a client went while `{verb}` ran; its work is dropped");
-                        break;
-                    }
-                };
-                match answer {
-                    Ok(Ok(v)) => Reply::Ok(v),
-                    Ok(Err(e)) => failed(e),
-                    Err(_) => {
-                        error(ErrorCode::Timeout, format!("`{verb}` took longer than {} s", limit.as_secs()))
-                    }
-                }
-            }
+            (Some(_), request) => match answer(&ctx, &stream, &mut early, request).await {
+                Some(reply) => reply,
+                None => break,
+            },
         };
         if send(&mut stream, &reply).await.is_err() {
             break;
         }
     }
     ctx.clients.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+}
+
+/// A request answered within its time limit; `None` when the client went while it ran (its
+/// work is dropped).
+async fn answer(ctx: &Ctx, stream: &UnixStream, early: &mut Vec<u8>, request: Request) -> Option<Reply> {
+    let limit = request.time_limit();
+    let verb = request.verb();
+    cairn_index::fault::point("server.request");
+    let answerer = ctx.answerer();
+    let answer = tokio::time::timeout(limit, crate::api::dispatch(&answerer, request));
+    let answer = tokio::select! {
+        a = answer => a,
+        () = gone(stream, early) => {
+            tracing::info!("socket: a client went while `{verb}` ran; its work is dropped");
+            return None;
+        }
+    };
+    Some(match answer {
+        Ok(Ok(v)) => Reply::Ok(v),
+        Ok(Err(e)) => failed(e),
+        Err(_) => error(ErrorCode::Timeout, format!("`{verb}` took longer than {} s", limit.as_secs())),
+    })
 }
 
 /// Until the client has gone (its end closed, or a request frame's worth of bytes sent before
