@@ -137,19 +137,7 @@ pub fn near_identical<'v>(
     threshold: f32,
     stop: &dyn Fn() -> bool,
 ) -> Vec<DuplicateGroup> {
-    let Some(dim) = (0..chunks.len()).find_map(|i| vector(i).map(|v| v.len())) else {
-        return Vec::new();
-    };
-    let planes = hyperplanes(dim);
-    let mut signatures: Vec<Option<u64>> = Vec::with_capacity(chunks.len());
-    for c in 0..chunks.len() {
-        if c % 4096 == 0 && stop() {
-            return Vec::new();
-        }
-        signatures.push(vector(c).map(|v| {
-            planes.iter().enumerate().fold(0u64, |s, (i, p)| if dot(&v, p) >= 0.0 { s | 1 << i } else { s })
-        }));
-    }
+    let Some(signatures) = signatures(chunks.len(), vector, stop) else { return Vec::new() };
     let mut page_ids: HashMap<(&str, &str), usize> = HashMap::new();
     let page: Vec<usize> = chunks
         .iter()
@@ -158,76 +146,9 @@ pub fn near_identical<'v>(
             *page_ids.entry((c.0, c.1)).or_insert(n)
         })
         .collect();
-    // Best pair per pair of pages.
-    let mut best: HashMap<(usize, usize), Pair> = HashMap::new();
-    let mut consider = |i: usize, j: usize| {
-        let (pi, pj) = (page[i], page[j]);
-        if pi == pj {
-            return;
-        }
-        let key = (pi.min(pj), pi.max(pj));
-        if best.get(&key).is_some_and(|(c, _, _)| *c >= 1.0) {
-            return;
-        }
-        let (Some(a), Some(b)) = (vector(i), vector(j)) else { return };
-        let c = dot(&a, &b);
-        if c >= threshold && best.get(&key).is_none_or(|(b, _, _)| c > *b) {
-            best.insert(key, (c, i, j));
-        }
-    };
-    for band in 0..8 {
-        let mut buckets: HashMap<u8, Vec<usize>> = HashMap::new();
-        for (i, s) in signatures.iter().enumerate() {
-            if let Some(s) = s {
-                buckets.entry((s >> (band * 8)) as u8).or_default().push(i);
-            }
-        }
-        for members in buckets.values_mut() {
-            if stop() {
-                return Vec::new();
-            }
-            let window = if members.len() <= ALL_PAIRS_UP_TO {
-                members.len()
-            } else {
-                members.sort_by_key(|&i| (signatures[i], page[i]));
-                NEIGHBOURS
-            };
-            for x in 0..members.len() {
-                for &j in members.iter().skip(x + 1).take(window) {
-                    consider(members[x], j);
-                }
-            }
-        }
-    }
-    // Pages joined by any such pair form one group (union-find), with its closest pair.
-    let mut parent: Vec<usize> = (0..page_ids.len()).collect();
-    fn find(parent: &mut [usize], x: usize) -> usize {
-        let mut r = x;
-        while parent[r] != r {
-            r = parent[r];
-        }
-        let mut y = x;
-        while parent[y] != r {
-            let next = parent[y];
-            parent[y] = r;
-            y = next;
-        }
-        r
-    }
-    for &(a, b) in best.keys() {
-        let (ra, rb) = (find(&mut parent, a), find(&mut parent, b));
-        parent[ra.max(rb)] = ra.min(rb);
-    }
-    let mut by_root: BTreeMap<usize, (BTreeSet<usize>, Pair)> = BTreeMap::new();
-    for (&(a, b), &pair) in &best {
-        let g = by_root.entry(find(&mut parent, a)).or_insert_with(|| (BTreeSet::new(), pair));
-        g.0.extend([a, b]);
-        if pair.0 > g.1.0 {
-            g.1 = pair;
-        }
-    }
+    let Some(best) = best_pairs(&signatures, &page, vector, threshold, stop) else { return Vec::new() };
     let pages_by_id: HashMap<usize, (&str, &str)> = page_ids.iter().map(|(k, v)| (*v, *k)).collect();
-    let mut out: Vec<DuplicateGroup> = by_root
+    let mut out: Vec<DuplicateGroup> = groups(&best, page_ids.len())
         .into_values()
         .map(|(members, (cos, i, j))| {
             let mut pages: Vec<PageRef> = members
@@ -255,6 +176,112 @@ pub fn near_identical<'v>(
         b.cosine.unwrap_or(0.0).total_cmp(&a.cosine.unwrap_or(0.0)).then(a.pages.cmp(&b.pages))
     });
     out
+}
+
+/// Each chunk's 64-bit signature (the sides of 64 fixed hyperplanes its vector is on), `None`
+/// for a chunk gone; `None` for all when there are no vectors, or `stop()` said so.
+fn signatures<'v>(
+    n: usize,
+    vector: &dyn Fn(usize) -> Option<Cow<'v, [f32]>>,
+    stop: &dyn Fn() -> bool,
+) -> Option<Vec<Option<u64>>> {
+    let dim = (0..n).find_map(|i| vector(i).map(|v| v.len()))?;
+    let planes = hyperplanes(dim);
+    let mut signatures: Vec<Option<u64>> = Vec::with_capacity(n);
+    for c in 0..n {
+        if c % 4096 == 0 && stop() {
+            return None;
+        }
+        signatures.push(vector(c).map(|v| {
+            planes.iter().enumerate().fold(0u64, |s, (i, p)| if dot(&v, p) >= 0.0 { s | 1 << i } else { s })
+        }));
+    }
+    Some(signatures)
+}
+
+/// The closest pair of chunks at cosine ≥ `threshold` for each pair of pages (by page number)
+/// that has one, among the chunks that share a byte of their signatures (eight bands); `None`
+/// when `stop()` said so.
+fn best_pairs<'v>(
+    signatures: &[Option<u64>],
+    page: &[usize],
+    vector: &dyn Fn(usize) -> Option<Cow<'v, [f32]>>,
+    threshold: f32,
+    stop: &dyn Fn() -> bool,
+) -> Option<HashMap<(usize, usize), Pair>> {
+    let mut best: HashMap<(usize, usize), Pair> = HashMap::new();
+    let mut consider = |i: usize, j: usize| {
+        let (pi, pj) = (page[i], page[j]);
+        if pi == pj {
+            return;
+        }
+        let key = (pi.min(pj), pi.max(pj));
+        if best.get(&key).is_some_and(|(c, _, _)| *c >= 1.0) {
+            return;
+        }
+        let (Some(a), Some(b)) = (vector(i), vector(j)) else { return };
+        let c = dot(&a, &b);
+        if c >= threshold && best.get(&key).is_none_or(|(b, _, _)| c > *b) {
+            best.insert(key, (c, i, j));
+        }
+    };
+    for band in 0..8 {
+        let mut buckets: HashMap<u8, Vec<usize>> = HashMap::new();
+        for (i, s) in signatures.iter().enumerate() {
+            if let Some(s) = s {
+                buckets.entry((s >> (band * 8)) as u8).or_default().push(i);
+            }
+        }
+        for members in buckets.values_mut() {
+            if stop() {
+                return None;
+            }
+            let window = if members.len() <= ALL_PAIRS_UP_TO {
+                members.len()
+            } else {
+                members.sort_by_key(|&i| (signatures[i], page[i]));
+                NEIGHBOURS
+            };
+            for x in 0..members.len() {
+                for &j in members.iter().skip(x + 1).take(window) {
+                    consider(members[x], j);
+                }
+            }
+        }
+    }
+    Some(best)
+}
+
+/// Pages joined by any pair form one group (union-find over `pages` page numbers): each group's
+/// pages and its closest pair, by the group's smallest page number.
+fn groups(best: &HashMap<(usize, usize), Pair>, pages: usize) -> BTreeMap<usize, (BTreeSet<usize>, Pair)> {
+    let mut parent: Vec<usize> = (0..pages).collect();
+    fn find(parent: &mut [usize], x: usize) -> usize {
+        let mut r = x;
+        while parent[r] != r {
+            r = parent[r];
+        }
+        let mut y = x;
+        while parent[y] != r {
+            let next = parent[y];
+            parent[y] = r;
+            y = next;
+        }
+        r
+    }
+    for &(a, b) in best.keys() {
+        let (ra, rb) = (find(&mut parent, a), find(&mut parent, b));
+        parent[ra.max(rb)] = ra.min(rb);
+    }
+    let mut by_root: BTreeMap<usize, (BTreeSet<usize>, Pair)> = BTreeMap::new();
+    for (&(a, b), &pair) in best {
+        let g = by_root.entry(find(&mut parent, a)).or_insert_with(|| (BTreeSet::new(), pair));
+        g.0.extend([a, b]);
+        if pair.0 > g.1.0 {
+            g.1 = pair;
+        }
+    }
+    by_root
 }
 
 #[cfg(test)]
