@@ -341,53 +341,21 @@ async fn open_for_index(config: Config, purpose: &str) -> Result<Cairn> {
 /// process when it can take the database, else through the process that owns it. Returns once
 /// every page is searchable by meaning too; the report is summed from the run's events.
 pub async fn index(config: Config, reindex: bool, progress: bool) -> Result<IndexSummary> {
-    use futures::StreamExt;
     let started = std::time::Instant::now();
     let ids: Vec<String> = config.sources.iter().map(|s| s.id.clone()).collect();
     let sources = config.sources.clone();
     // A one-shot run: the catch-up scan and the flush's, no file watches.
     let config = Config { watch: false, ..config };
     let cairn = open_for_index(config, if reindex { "reindex" } else { "index" }).await?;
-    // On an object store the writer may be another process than this machine's owner (the
-    // holder of the writer lease, maybe on another machine): one writer at a time.
-    let status = cairn.status().await?;
-    let writes_here = match (&status.writer, &status.owner) {
-        (Some(w), Some(o)) => w.pid == o.pid && w.host == cairn_actors::ownership::lease::host_name(),
-        (Some(_), None) => false,
-        (None, _) => cairn.role() == Role::Owner,
-    };
-    if !writes_here {
-        cairn.shutdown().await?;
-        let writer = status.writer.map_or_else(|| "no process now".into(), |w| w.to_string());
-        let here = status.owner.map_or_else(String::new, |o| {
-            format!(" (this machine's pid {}, cairn {}, only reads it)", o.pid, o.purpose)
-        });
-        return Err(anyhow::anyhow!(
-            "the database is written by {writer}{here}; one writer at a time: index from the writer's machine (its `cairn watch` takes these folders as `--source`), or stop it"
-        ));
-    }
-    let mut events = cairn.subscribe().await?;
+    writes_here(&cairn).await?;
+    let events = cairn.subscribe().await?;
     if cairn.role() == Role::Client {
         for s in sources {
             cairn.add_source(s).await?;
         }
     }
     let token = (std::process::id() as u64) << 32 | started.elapsed().subsec_nanos() as u64;
-    let collector = tokio::spawn(async move {
-        let mut run = Vec::new();
-        while let Some(e) = events.next().await {
-            if matches!(e.kind, EventKind::Flushed { token: t } if t == token) {
-                break;
-            }
-            if progress && let EventKind::Committed { chunks_pending, .. } = &e.kind {
-                let pages =
-                    run.iter().filter(|e: &&Event| matches!(e.kind, EventKind::PageIndexed { .. })).count();
-                eprint!("\r{}: {pages} pages searchable, {chunks_pending} chunks to embed   ", e.source);
-            }
-            run.push((*e).clone());
-        }
-        run
-    });
+    let collector = tokio::spawn(collect_run(events, token, progress));
     let mut sources_failed = Vec::new();
     if reindex {
         for id in &ids {
@@ -420,13 +388,70 @@ pub async fn index(config: Config, reindex: bool, progress: bool) -> Result<Inde
     let named: Vec<cairn_actors::SourceStatus> =
         status.sources.iter().filter(|s| ids.is_empty() || ids.contains(&s.source)).cloned().collect();
     let mut summary = summarize(&run, &named);
-    for s in &named {
+    sources_failed.extend(held_back(&named, &mut summary));
+    summary.sources_failed = sources_failed;
+    summary.role = Some(role);
+    summary.seconds = started.elapsed().as_secs_f64();
+    summary.peak_rss_mib = cairn_actors::status::Memory::now().peak_rss_mib;
+    Ok(summary)
+}
+
+/// Refuse (closing `cairn`) unless this process writes the database: on an object store the
+/// writer may be another process than this machine's owner (the holder of the writer lease,
+/// maybe on another machine), and there is one writer at a time.
+async fn writes_here(cairn: &Cairn) -> Result<()> {
+    let status = cairn.status().await?;
+    let writes_here = match (&status.writer, &status.owner) {
+        (Some(w), Some(o)) => w.pid == o.pid && w.host == cairn_actors::ownership::lease::host_name(),
+        (Some(_), None) => false,
+        (None, _) => cairn.role() == Role::Owner,
+    };
+    if writes_here {
+        return Ok(());
+    }
+    cairn.shutdown().await?;
+    let writer = status.writer.map_or_else(|| "no process now".into(), |w| w.to_string());
+    let here = status.owner.map_or_else(String::new, |o| {
+        format!(" (this machine's pid {}, cairn {}, only reads it)", o.pid, o.purpose)
+    });
+    Err(anyhow::anyhow!(
+        "the database is written by {writer}{here}; one writer at a time: index from the writer's machine (its `cairn watch` takes these folders as `--source`), or stop it"
+    ))
+}
+
+/// The run's events until the flush marked `token`, with its progress on stderr when asked.
+async fn collect_run(
+    mut events: futures::stream::BoxStream<'static, std::sync::Arc<Event>>,
+    token: u64,
+    progress: bool,
+) -> Vec<Event> {
+    use futures::StreamExt;
+    let mut run = Vec::new();
+    while let Some(e) = events.next().await {
+        if matches!(e.kind, EventKind::Flushed { token: t } if t == token) {
+            break;
+        }
+        if progress && let EventKind::Committed { chunks_pending, .. } = &e.kind {
+            let pages =
+                run.iter().filter(|e: &&Event| matches!(e.kind, EventKind::PageIndexed { .. })).count();
+            eprint!("\r{}: {pages} pages searchable, {chunks_pending} chunks to embed   ", e.source);
+        }
+        run.push((*e).clone());
+    }
+    run
+}
+
+/// The sources held back at the end of a run: those failing (retrying, or their folder
+/// unavailable), returned, and the removals held (put in `summary`).
+fn held_back(named: &[cairn_actors::SourceStatus], summary: &mut IndexSummary) -> Vec<Failure> {
+    let mut failed = Vec::new();
+    for s in named {
         if let Some(error) = s
             .error
             .as_ref()
             .filter(|_| s.state == cairn_actors::status::SourceState::Retrying || s.unavailable.is_some())
         {
-            sources_failed.push(Failure {
+            failed.push(Failure {
                 source: s.source.clone(),
                 path: s.root.clone(),
                 kind: if s.unavailable.is_some() { "source_unavailable" } else { "source" }.into(),
@@ -437,11 +462,7 @@ pub async fn index(config: Config, reindex: bool, progress: bool) -> Result<Inde
             summary.removals_held.push(held.describe(&s.source, &s.root));
         }
     }
-    summary.sources_failed = sources_failed;
-    summary.role = Some(role);
-    summary.seconds = started.elapsed().as_secs_f64();
-    summary.peak_rss_mib = cairn_actors::status::Memory::now().peak_rss_mib;
-    Ok(summary)
+    failed
 }
 
 /// What `cairn scan` reports for one source.
