@@ -334,7 +334,6 @@ pub async fn exists_trust(vault: &Path, work: &Path, every: u64, mode: Mode) -> 
             cairn.search(req).await
         }
     };
-    let name = |v: &dyn erased::Named| v.name();
     for (q, _) in &absent {
         if !q.chars().any(char::is_alphanumeric) {
             continue;
@@ -357,7 +356,7 @@ pub async fn exists_trust(vault: &Path, work: &Path, every: u64, mode: Mode) -> 
             kind: "false_exists",
             expected: None,
             top: Some(top.slug.clone()),
-            evidence: top.evidence.iter().map(|e| name(e)).collect(),
+            evidence: top.evidence.iter().map(ToString::to_string).collect(),
             cosine: top.cosine,
         });
     }
@@ -383,7 +382,9 @@ pub async fn exists_trust(vault: &Path, work: &Path, every: u64, mode: Mode) -> 
                 kind: "recall",
                 expected: Some(slug.clone()),
                 top: top.map(|t| t.slug.clone()),
-                evidence: top.map(|t| t.evidence.iter().map(|e| name(e)).collect()).unwrap_or_default(),
+                evidence: top
+                    .map(|t| t.evidence.iter().map(ToString::to_string).collect())
+                    .unwrap_or_default(),
                 cosine: top.and_then(|t| t.cosine),
             });
         }
@@ -412,16 +413,4 @@ pub fn check_exists_gates(r: &ExistsReport, gates: &str) -> Result<Vec<String>> 
         breaches.push(format!("exists recall {:.4} is below {}", r.exists_recall, g.min_exists_recall));
     }
     Ok(breaches)
-}
-
-mod erased {
-    /// The serde name of a unit enum value (`alias_hit`, …).
-    pub trait Named {
-        fn name(&self) -> String;
-    }
-    impl<T: serde::Serialize> Named for T {
-        fn name(&self) -> String {
-            serde_json::to_value(self).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
-        }
-    }
 }

@@ -204,18 +204,17 @@ pub fn apply_freshness(
 
 /// The `query_answered` event of an answer.
 pub fn telemetry(resp: &SearchResponse) -> QueryAnswered {
-    let name = |v: &dyn erased::Named| v.name();
     QueryAnswered {
         query: resp.query.clone(),
-        mode: format!("{:?}", resp.mode).to_lowercase(),
+        mode: resp.mode.to_string(),
         results: resp.results.len(),
         top: resp.results.first().map(|r| TopResult {
             source: r.source.clone(),
             slug: r.slug.clone(),
             base_score: r.base_score,
             score: r.score,
-            evidence: r.evidence.iter().map(|e| name(e)).collect(),
-            create_safety: name(&r.create_safety),
+            evidence: r.evidence.iter().map(ToString::to_string).collect(),
+            create_safety: r.create_safety.to_string(),
         }),
         candidates: resp.sources.iter().map(|s| (s.source.clone(), s.candidates)).collect(),
         degraded: resp.degraded.clone(),
@@ -224,18 +223,6 @@ pub fn telemetry(resp: &SearchResponse) -> QueryAnswered {
         latency_ms: resp.latency_ms,
         pending_changes: resp.pending_changes,
         unix_ms: Some(crate::event::unix_ms()),
-    }
-}
-
-mod erased {
-    /// The serde name of a unit enum value (`alias_hit`, `exists`, …).
-    pub trait Named {
-        fn name(&self) -> String;
-    }
-    impl<T: serde::Serialize> Named for T {
-        fn name(&self) -> String {
-            serde_json::to_value(self).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
-        }
     }
 }
 
