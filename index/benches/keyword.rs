@@ -19,6 +19,7 @@
 //! Run through `scripts/bench/keyword` (release, without LanceDB). Env: `CAIRN_GCIDE_VAULT`,
 //! `CAIRN_BENCH_QUERIES` (per kind, default 1,000).
 
+use cairn_index::memory::Memory;
 use cairn_index::resident::keyword::{Bm25, top_k};
 use cairn_index::resident::terms;
 use cairn_ingest::{ParseOptions, PathFilter, ScanOptions, read_page, scan};
@@ -38,14 +39,9 @@ use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, Term, doc};
 
 const TOP: usize = 10;
 
-/// This process's resident memory, in KiB (`/proc/self/status`).
-fn rss_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS in /proc/self/status")
+/// This process's resident memory, in MiB.
+fn rss_mib() -> f64 {
+    Memory::now().rss_mib.expect("VmRSS in /proc/self/status (Linux)")
 }
 
 fn ms(t: Instant) -> f64 {
@@ -91,14 +87,14 @@ impl Report {
 
 fn hand_build(work: &Path) -> Report {
     let mut r = Report::default();
-    let (rss0, t) = (rss_kib(), Instant::now());
+    let (rss0, t) = (rss_mib(), Instant::now());
     let mut bm25 = Bm25::default();
     for (i, text) in chunks(work).enumerate() {
         bm25.insert(i as u32, &terms(&text));
     }
     bm25.shrink();
     r.figure("build ms", ms(t));
-    r.figure("built RSS added MiB", (rss_kib().saturating_sub(rss0)) as f64 / 1024.0);
+    r.figure("built RSS added MiB", rss_mib() - rss0);
     let file = std::fs::File::create(work.join("hand.bin")).expect("the snapshot file");
     let bytes = bm25.write_to(BufWriter::new(file)).expect("the snapshot written");
     r.figure("on disk MiB", bytes as f64 / (1 << 20) as f64);
@@ -108,7 +104,7 @@ fn hand_build(work: &Path) -> Report {
 fn hand_open(work: &Path) -> Report {
     let mut r = Report::default();
     let queries = queries(work);
-    let (rss0, t) = (rss_kib(), Instant::now());
+    let (rss0, t) = (rss_mib(), Instant::now());
     let path = work.join("hand.bin");
     let len = std::fs::metadata(&path).expect("the snapshot").len();
     let bm25 = Bm25::read_from(std::fs::File::open(&path).expect("the snapshot"), len).expect("read back");
@@ -117,7 +113,7 @@ fn hand_open(work: &Path) -> Report {
         let scored = bm25.scores(&terms(q)).into_iter().map(|(d, s)| (s, d)).collect();
         top_k(scored, TOP, |d| *d).into_iter().map(|(_, d)| u64::from(d)).collect()
     });
-    r.figure("RSS added MiB", (rss_kib().saturating_sub(rss0)) as f64 / 1024.0);
+    r.figure("RSS added MiB", rss_mib() - rss0);
     r
 }
 
@@ -143,7 +139,7 @@ fn schema() -> (Schema, Field, Field) {
 
 fn tantivy_build(work: &Path, index: Index, text: Field, chunk: Field) -> (Report, Index) {
     let mut r = Report::default();
-    let (rss0, t) = (rss_kib(), Instant::now());
+    let (rss0, t) = (rss_mib(), Instant::now());
     index.tokenizers().register("cairn", analyzer());
     let mut writer: IndexWriter = index.writer_with_num_threads(1, 200_000_000).expect("a writer");
     for (i, body) in chunks(work).enumerate() {
@@ -152,7 +148,7 @@ fn tantivy_build(work: &Path, index: Index, text: Field, chunk: Field) -> (Repor
     writer.commit().expect("a commit");
     writer.wait_merging_threads().expect("merges done");
     r.figure("build ms", ms(t));
-    r.figure("built RSS added MiB", (rss_kib().saturating_sub(rss0)) as f64 / 1024.0);
+    r.figure("built RSS added MiB", rss_mib() - rss0);
     (r, index)
 }
 
@@ -191,15 +187,12 @@ fn reader(index: &Index) -> IndexReader {
 }
 
 fn tantivy_ram(work: &Path) -> Report {
+    let queries = queries(work);
+    let start = rss_mib();
     let (schema, text, chunk) = schema();
     let (mut r, index) = tantivy_build(work, Index::create_in_ram(schema), text, chunk);
-    let queries = queries(work);
-    let rss0 = rss_kib();
-    let reader = reader(&index);
-    tantivy_query(&index, &reader, &mut r, &queries);
-    let after = rss_kib();
-    let built = r.figures.iter().find(|(n, _)| n == "built RSS added MiB").map(|(_, v)| *v).unwrap_or(0.0);
-    r.figure("RSS added MiB", built + (after.saturating_sub(rss0)) as f64 / 1024.0);
+    tantivy_query(&index, &reader(&index), &mut r, &queries);
+    r.figure("RSS added MiB", rss_mib() - start);
     r
 }
 
@@ -221,13 +214,13 @@ fn tantivy_mmap_build(work: &Path) -> Report {
 fn tantivy_mmap_open(work: &Path) -> Report {
     let mut r = Report::default();
     let queries = queries(work);
-    let (rss0, t) = (rss_kib(), Instant::now());
+    let (rss0, t) = (rss_mib(), Instant::now());
     let index = Index::open_in_dir(work.join("tantivy")).expect("the index");
     index.tokenizers().register("cairn", analyzer());
     let reader = reader(&index);
     r.figure("open ms", ms(t));
     tantivy_query(&index, &reader, &mut r, &queries);
-    r.figure("RSS added MiB", (rss_kib().saturating_sub(rss0)) as f64 / 1024.0);
+    r.figure("RSS added MiB", rss_mib() - rss0);
     r
 }
 

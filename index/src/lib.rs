@@ -8,6 +8,7 @@
 pub mod embed;
 mod error;
 pub mod fault;
+pub mod memory;
 pub mod provision;
 #[cfg(feature = "keyword")]
 pub mod resident;

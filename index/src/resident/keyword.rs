@@ -169,9 +169,7 @@ impl Bm25 {
         }
         touched.into_iter().map(|d| (d, acc[d as usize])).collect()
     }
-}
 
-impl Bm25 {
     /// Write the index to `w` as a snapshot holds it; the bytes written.
     pub fn write_to(&self, w: impl Write) -> io::Result<u64> {
         let mut o = Out(w, 0);
