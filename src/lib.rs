@@ -347,7 +347,7 @@ pub async fn index(config: Config, reindex: bool, progress: bool) -> Result<Inde
     // A one-shot run: the catch-up scan and the flush's, no file watches.
     let config = Config { watch: false, ..config };
     let cairn = open_for_index(config, if reindex { "reindex" } else { "index" }).await?;
-    writes_here(&cairn).await?;
+    refuse_unless_writer(&cairn).await?;
     let events = cairn.subscribe().await?;
     if cairn.role() == Role::Client {
         for s in sources {
@@ -399,7 +399,7 @@ pub async fn index(config: Config, reindex: bool, progress: bool) -> Result<Inde
 /// Refuse (closing `cairn`) unless this process writes the database: on an object store the
 /// writer may be another process than this machine's owner (the holder of the writer lease,
 /// maybe on another machine), and there is one writer at a time.
-async fn writes_here(cairn: &Cairn) -> Result<()> {
+async fn refuse_unless_writer(cairn: &Cairn) -> Result<()> {
     let status = cairn.status().await?;
     let writes_here = match (&status.writer, &status.owner) {
         (Some(w), Some(o)) => w.pid == o.pid && w.host == cairn_actors::ownership::lease::host_name(),

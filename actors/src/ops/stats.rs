@@ -301,37 +301,37 @@ impl QueryStats {
     /// Count the answers: by mode, create-safety, top-score bucket and source, the empty ones
     /// by cause, the means of the top scores and the latency percentiles.
     fn count(&mut self, answers: &[Answer]) {
-        let q = self;
         for a in answers {
-            q.answered += 1;
-            q.degraded += usize::from(a.degraded);
-            q.by_mode.entry(a.mode.clone()).or_default().queries += 1;
+            self.answered += 1;
+            self.degraded += usize::from(a.degraded);
+            self.by_mode.entry(a.mode.clone()).or_default().queries += 1;
             match &a.top {
                 Some((score, safety, source)) => {
-                    *q.by_create_safety.entry(safety.clone()).or_default() += 1;
-                    *q.top_score_buckets.entry(bucket(*score).into()).or_default() += 1;
-                    *q.by_mode
+                    *self.by_create_safety.entry(safety.clone()).or_default() += 1;
+                    *self.top_score_buckets.entry(bucket(*score).into()).or_default() += 1;
+                    *self
+                        .by_mode
                         .entry(a.mode.clone())
                         .or_default()
                         .top_score_buckets
                         .entry(bucket(*score).into())
                         .or_default() += 1;
-                    let s = q.by_source.entry(source.clone()).or_default();
+                    let s = self.by_source.entry(source.clone()).or_default();
                     s.queries += 1;
                     *s.top_score_buckets.entry(bucket(*score).into()).or_default() += 1;
                 }
                 None => {
-                    q.empty += 1;
-                    *q.empty_by_cause.entry(a.empty_cause.into()).or_default() += 1;
+                    self.empty += 1;
+                    *self.empty_by_cause.entry(a.empty_cause.into()).or_default() += 1;
                 }
             }
         }
-        for (mode, m) in q.by_mode.iter_mut() {
+        for (mode, m) in self.by_mode.iter_mut() {
             m.mean_top_base_score =
                 mean(answers.iter().filter(|a| a.mode == *mode).filter_map(|a| a.top.as_ref().map(|t| t.0)))
                     .unwrap_or(0.0);
         }
-        for (source, m) in q.by_source.iter_mut() {
+        for (source, m) in self.by_source.iter_mut() {
             m.mean_top_base_score =
                 mean(answers.iter().filter_map(|a| a.top.as_ref().filter(|t| t.2 == *source).map(|t| t.0)))
                     .unwrap_or(0.0);
@@ -339,8 +339,8 @@ impl QueryStats {
         let mut lat: Vec<f64> = answers.iter().map(|a| a.latency_ms).collect();
         if !lat.is_empty() {
             lat.sort_by(f64::total_cmp);
-            q.p50_latency_ms = lat[lat.len() / 2];
-            q.p99_latency_ms = lat[((lat.len() as f64 - 1.0) * 0.99).round() as usize];
+            self.p50_latency_ms = lat[lat.len() / 2];
+            self.p99_latency_ms = lat[((lat.len() as f64 - 1.0) * 0.99).round() as usize];
         }
     }
 }

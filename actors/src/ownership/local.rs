@@ -96,7 +96,7 @@ async fn ask_lease(
 
 /// What answers for this process in its first role: a reader, or the owner's pipeline (opened
 /// publishing to the journal when it holds the lease), with what it publishes through.
-async fn answerer(
+async fn first_answerer(
     config: &Config,
     info: &OwnerInfo,
     clients: &Clients,
@@ -171,7 +171,7 @@ impl Local {
             _ => Role::Owner,
         };
         let (answerer, writing) =
-            answerer(config, &info, &clients, first, remote.as_ref(), lease, &told).await?;
+            first_answerer(config, &info, &clients, first, remote.as_ref(), lease, &told).await?;
         let served: Served = Arc::new(std::sync::RwLock::new(answerer.clone()));
         let server = Server::start(listener, socket, served.clone(), info.clone(), clients.clone());
         cairn_index::fault::point("take.serving");
