@@ -372,7 +372,7 @@ pub async fn index(config: Config, reindex: bool, progress: bool) -> Result<Inde
     let flushed = cairn.flush_marked(true, Some(token)).await;
     let run = match flushed {
         // A source that failed (its folder is missing…) is reported below; the others are done.
-        Ok(()) | Err(cairn_actors::Error::Pipeline(_)) => collector.await.unwrap_or_default(),
+        Ok(()) | Err(cairn_actors::Error::Sources(_)) => collector.await.unwrap_or_default(),
         Err(e) => {
             collector.abort();
             cairn.shutdown().await?;

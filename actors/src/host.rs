@@ -176,6 +176,14 @@ impl QueryHost {
         self.sources.keys().cloned().collect()
     }
 
+    /// A source by id; unknown, a usage error that lists the known ones.
+    fn source(&self, id: &str) -> crate::Result<&LiveSource> {
+        self.sources.get(id).ok_or_else(|| {
+            cairn_query::QueryError::UnknownSource { id: id.into(), known: self.source_ids().join(", ") }
+                .into()
+        })
+    }
+
     pub fn embedder(&self) -> Option<&Arc<dyn Embedder>> {
         self.embedder.as_ref()
     }
@@ -287,10 +295,8 @@ impl QueryHost {
     }
 
     /// A page's links both ways (`None`: no such page).
-    pub fn links(&self, source: &str, slug: &str) -> Result<Option<cairn_query::links::Links>, String> {
-        let Some(src) = self.sources.get(source) else {
-            return Err(format!("unknown source `{source}`; sources: {}", self.source_ids().join(", ")));
-        };
+    pub fn links(&self, source: &str, slug: &str) -> crate::Result<Option<cairn_query::links::Links>> {
+        let src = self.source(source)?;
         let index = src.resident.read();
         let pages: Vec<&PageRecord> = index.records().collect();
         Ok(cairn_query::links::links_of(source, &pages, slug))
@@ -338,12 +344,10 @@ impl QueryHost {
     }
 
     /// One page with its body; `None` when the source has no such slug.
-    pub async fn get(&self, source: &str, slug: &str) -> Result<Option<PageWithBody>, String> {
-        let Some(src) = self.sources.get(source) else {
-            return Err(format!("unknown source `{source}`; sources: {}", self.source_ids().join(", ")));
-        };
+    pub async fn get(&self, source: &str, slug: &str) -> crate::Result<Option<PageWithBody>> {
+        let src = self.source(source)?;
         let Some(page) = src.resident.read().pages(&[slug]).into_iter().next() else { return Ok(None) };
-        let body = page_body(src, &page).await.map_err(|e| e.to_string())?;
+        let body = page_body(src, &page).await?;
         Ok(Some(PageWithBody { page, source: source.to_string(), body, served_by: None }))
     }
 }

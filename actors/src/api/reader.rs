@@ -125,7 +125,7 @@ impl Handle<Search> for ReaderApi {
 impl Handle<Get> for ReaderApi {
     fn handle(&self, v: Get) -> BoxFuture<'_, Result<Option<crate::PageWithBody>>> {
         Box::pin(async move {
-            let page = self.follower.host().get(&v.source, &v.slug).await.map_err(Error::Pipeline)?;
+            let page = self.follower.host().get(&v.source, &v.slug).await?;
             Ok(page.map(|p| crate::PageWithBody { served_by: Some(self.served_by()), ..p }))
         })
     }
@@ -142,7 +142,7 @@ impl Handle<Diagnose> for ReaderApi {
 
 impl Handle<Links> for ReaderApi {
     fn handle(&self, v: Links) -> BoxFuture<'_, Result<Option<cairn_query::links::Links>>> {
-        Box::pin(async move { self.follower.host().links(&v.source, &v.slug).map_err(Error::Config) })
+        Box::pin(async move { self.follower.host().links(&v.source, &v.slug) })
     }
 }
 

@@ -2,6 +2,7 @@
 //! embedding scheduler, the query actor, and the system that starts and supervises them.
 
 pub mod embedding;
+pub mod error;
 pub mod folders;
 pub mod poison;
 pub mod query;

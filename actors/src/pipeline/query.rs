@@ -228,14 +228,14 @@ pub fn telemetry(resp: &SearchResponse) -> QueryAnswered {
 
 /// Read one page.
 #[derive(Debug, Message)]
-#[rtype(result = "Result<Option<PageWithBody>, String>")]
+#[rtype(result = "crate::Result<Option<PageWithBody>>")]
 pub struct Get {
     pub source: String,
     pub slug: String,
 }
 
 impl Handler<Get> for QueryActor {
-    type Result = ResponseFuture<Result<Option<PageWithBody>, String>>;
+    type Result = ResponseFuture<crate::Result<Option<PageWithBody>>>;
 
     fn handle(&mut self, msg: Get, _: &mut Context<Self>) -> Self::Result {
         let host = self.host.clone();
@@ -266,14 +266,14 @@ impl Handler<Diagnose> for QueryActor {
 
 /// A page's links both ways.
 #[derive(Debug, Message)]
-#[rtype(result = "Result<Option<cairn_query::links::Links>, String>")]
+#[rtype(result = "crate::Result<Option<cairn_query::links::Links>>")]
 pub struct Links {
     pub source: String,
     pub slug: String,
 }
 
 impl Handler<Links> for QueryActor {
-    type Result = Result<Option<cairn_query::links::Links>, String>;
+    type Result = crate::Result<Option<cairn_query::links::Links>>;
 
     fn handle(&mut self, msg: Links, _: &mut Context<Self>) -> Self::Result {
         self.host.links(&msg.source, &msg.slug)

@@ -11,6 +11,7 @@ use crate::config::{Config, SourceConfig};
 use crate::event::{Event, EventKind, SYSTEM_STREAM};
 use crate::host::PageWithBody;
 use crate::ops::log::{Emitter, SyncLog};
+use crate::pipeline::error::SourceFailures;
 use crate::pipeline::folders::FolderBook;
 use crate::pipeline::poison::PoisonBook;
 use crate::pipeline::query::{Get, QueryActor, RemoveSource, Search};
@@ -54,6 +55,9 @@ pub enum Error {
     Stopped,
     #[error("{0}")]
     Pipeline(String),
+    /// Sources' pipelines could not do what was asked.
+    #[error("{0}")]
+    Sources(SourceFailures),
     /// The owner of the database answered with an error, or could not be reached.
     #[error(transparent)]
     Remote(#[from] crate::ownership::ipc::RemoteError),
@@ -358,7 +362,11 @@ impl Pipeline {
             };
             return Err(Error::Config(why));
         };
-        watcher.send(Reconcile { allow_removals }).await.map_err(|_| Error::Stopped)?.map_err(Error::Pipeline)
+        watcher
+            .send(Reconcile { allow_removals })
+            .await
+            .map_err(|_| Error::Stopped)?
+            .map_err(|e| Error::Sources(SourceFailures(vec![(id.to_string(), e)])))
     }
 
     /// Drop a source's tables and index its folder again from scratch.
@@ -396,7 +404,6 @@ impl Pipeline {
             .send(crate::pipeline::query::Links { source: source.into(), slug: slug.into() })
             .await
             .map_err(|_| Error::Stopped)?
-            .map_err(Error::Config)
     }
 
     /// Groups of pages that look like one subject (see [`cairn_query::duplicates`]).
@@ -414,7 +421,6 @@ impl Pipeline {
             .send(Get { source: source.into(), slug: slug.into() })
             .await
             .map_err(|_| Error::Stopped)?
-            .map_err(Error::Pipeline)
     }
 
     /// Every source: pages, pending changes, lag, vectors to go, failures.
@@ -474,7 +480,7 @@ impl Pipeline {
         for ((id, _), r) in running.iter().zip(futures::future::join_all(all).await) {
             match r {
                 Ok(Ok(_)) => {}
-                Ok(Err(e)) => failed.push(format!("{id}: {e}")),
+                Ok(Err(e)) => failed.push((id.clone(), e)),
                 Err(_) => return Err(Error::Stopped),
             }
         }
@@ -483,13 +489,13 @@ impl Pipeline {
             for ((id, _), r) in running.iter().zip(futures::future::join_all(all).await) {
                 match r {
                     Ok(Ok(())) => {}
-                    Ok(Err(e)) => failed.push(format!("{id}: {e}")),
+                    Ok(Err(e)) => failed.push((id.clone(), e)),
                     Err(_) => return Err(Error::Stopped),
                 }
             }
         }
         let _ = self.inner.emit.log().send(SyncLog).await;
-        if failed.is_empty() { Ok(()) } else { Err(Error::Pipeline(failed.join("; "))) }
+        if failed.is_empty() { Ok(()) } else { Err(Error::Sources(SourceFailures(failed))) }
     }
 
     /// Feed a raw file event to a source's watcher as if notify had reported it (replays).

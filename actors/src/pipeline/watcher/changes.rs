@@ -5,9 +5,9 @@
 use super::WatchParts;
 use super::reconcile::{ReconcileReport, reconcile};
 use crate::event::EventKind;
+use crate::pipeline::error::PipelineError;
 use crate::pipeline::workers::{PARSE_GROUP, Parse, Parsed};
 use crate::pipeline::writer::{Commit, Covers, Ingest, Origin};
-use actix::prelude::*;
 use cairn_ingest::folder::{self, Consent, FolderIdentity};
 use cairn_ingest::rel_string;
 use std::collections::HashSet;
@@ -29,7 +29,7 @@ pub(super) struct Changes {
 /// Log the file events, parse in groups, hand everything to the writer in order; then rescan if
 /// a folder appeared, events were lost, or removals were not ordinary (the rescan's reconcile
 /// judges them with the whole folder in view).
-pub(super) async fn process(h: WatchParts, mut c: Changes) -> Result<Option<ReconcileReport>, String> {
+pub(super) async fn process(h: WatchParts, mut c: Changes) -> Result<Option<ReconcileReport>, PipelineError> {
     if !c.rescan && !c.removed.is_empty() && !removals_are_ordinary(&h, &c).await? {
         c.rescan = true;
     }
@@ -51,7 +51,7 @@ pub(super) async fn process(h: WatchParts, mut c: Changes) -> Result<Option<Reco
 
 /// Whether a tick's removals may apply at once: the folder is still the one indexed, and they
 /// take neither most of the source nor all of it (a folder emptied under a running watch).
-async fn removals_are_ordinary(h: &WatchParts, c: &Changes) -> Result<bool, String> {
+async fn removals_are_ordinary(h: &WatchParts, c: &Changes) -> Result<bool, PipelineError> {
     let recorded = h.folders.get(&h.id).and_then(|r| r.identity);
     match FolderIdentity::read(&h.root) {
         Err(_) => return Ok(false),
@@ -64,23 +64,21 @@ async fn removals_are_ordinary(h: &WatchParts, c: &Changes) -> Result<bool, Stri
     if lost.is_empty() {
         return Ok(true);
     }
-    let (covered, indexed) =
-        h.writer.send(Covers(lost)).await.map_err(|e| format!("pipeline stopped: {e}"))?;
+    let (covered, indexed) = h.writer.send(Covers(lost)).await?;
     Ok(covered == 0 || covered < indexed && (h.mass_removals || !folder::is_mass_removal(covered, indexed)))
 }
 
 /// Returns whether a directory stood where a file was expected.
-pub(super) async fn apply(h: &WatchParts, mut c: Changes) -> Result<bool, String> {
+pub(super) async fn apply(h: &WatchParts, mut c: Changes) -> Result<bool, PipelineError> {
     h.emit.emit(&h.id, std::mem::take(&mut c.events)).await;
     h.status.add_in_flight(&h.id, c.to_parse.len() + c.removed.len());
     let mut found_dir = false;
     let mut removed = std::mem::take(&mut c.removed);
     let mut renamed = std::mem::take(&mut c.renamed);
-    let stopped = |e: MailboxError| format!("pipeline stopped: {e}");
     let origin = c.origin;
     if c.to_parse.is_empty() {
         if !removed.is_empty() {
-            h.writer.send(Ingest { parsed: Vec::new(), removed, renamed, origin }).await.map_err(stopped)?;
+            h.writer.send(Ingest { parsed: Vec::new(), removed, renamed, origin }).await?;
             commit(h).await?;
         }
         return Ok(false);
@@ -89,8 +87,7 @@ pub(super) async fn apply(h: &WatchParts, mut c: Changes) -> Result<bool, String
         let parsed = h
             .parser
             .send(Parse { source: h.id.clone(), root: h.root.clone(), files: group.to_vec() })
-            .await
-            .map_err(stopped)?;
+            .await?;
         found_dir |= parsed.iter().any(|p| matches!(p, Parsed::Directory { .. }));
         let msg = Ingest {
             parsed,
@@ -98,7 +95,7 @@ pub(super) async fn apply(h: &WatchParts, mut c: Changes) -> Result<bool, String
             renamed: std::mem::take(&mut renamed),
             origin,
         };
-        h.writer.send(msg).await.map_err(stopped)?;
+        h.writer.send(msg).await?;
     }
     commit(h).await?;
     Ok(found_dir)
@@ -106,6 +103,8 @@ pub(super) async fn apply(h: &WatchParts, mut c: Changes) -> Result<bool, String
 
 /// The changes of a tick are all with the writer: commit them now rather than at its deadline.
 /// A failed commit is the writer's to report and retry; only a stopped writer is an error here.
-async fn commit(h: &WatchParts) -> Result<(), String> {
-    h.writer.send(Commit).await.map(|_| ()).map_err(|e| format!("pipeline stopped: {e}"))
+async fn commit(h: &WatchParts) -> Result<(), PipelineError> {
+    // The commit's own result is the writer's (it reports and retries a failure).
+    let _ = h.writer.send(Commit).await?;
+    Ok(())
 }

@@ -22,6 +22,7 @@
 use crate::event::EventKind;
 use crate::ops::log::Emitter;
 use crate::pipeline::embedding::EmbedScheduler;
+use crate::pipeline::error::PipelineError;
 use crate::pipeline::folders::FolderBook;
 use crate::pipeline::workers::Parser;
 use crate::pipeline::writer::{Commit, Origin, SourceWriter};
@@ -36,10 +37,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod changes;
+mod messages;
 mod reconcile;
 mod translate;
 
 use changes::{Changes, process};
+pub use messages::{Close, Flush, Inject, Reconcile, StopWatching};
 pub use reconcile::ReconcileReport;
 use reconcile::reconcile;
 use translate::translate;
@@ -252,7 +255,7 @@ impl Watcher {
         (!settled.is_empty()).then(|| self.classify(settled))
     }
 
-    fn after(&mut self, res: Result<Option<ReconcileReport>, String>, ctx: &mut Context<Self>) {
+    fn after(&mut self, res: Result<Option<ReconcileReport>, PipelineError>, ctx: &mut Context<Self>) {
         match res {
             Ok(report) => {
                 self.failures = 0;
@@ -271,10 +274,11 @@ impl Watcher {
                 let retry = crate::pipeline::retry::after(self.failures);
                 tracing::warn!("source `{}`: {e}; reconciling in {} ms", self.h.id, retry.as_millis());
                 let (emit, id) = (self.h.emit.clone(), self.h.id.clone());
-                self.h.status.set_state(&self.h.id, SourceState::Retrying, Some(e.clone()));
+                let reason = e.to_string();
+                self.h.status.set_state(&self.h.id, SourceState::Retrying, Some(reason.clone()));
                 let ev = EventKind::StageFailed {
                     stage: "watcher".into(),
-                    reason: e,
+                    reason,
                     retry_ms: retry.as_millis() as u64,
                 };
                 actix::spawn(async move { emit.emit(&id, vec![ev]).await });
@@ -367,7 +371,7 @@ impl Watcher {
         &mut self,
         rescan: Option<Consent>,
         ctx: &mut Context<Self>,
-    ) -> actix::fut::LocalBoxActorFuture<Self, Result<(u64, Option<ReconcileReport>), String>> {
+    ) -> actix::fut::LocalBoxActorFuture<Self, Result<(u64, Option<ReconcileReport>), PipelineError>> {
         if let Some((_, handle)) = self.tick.take() {
             ctx.cancel_future(handle);
         }
@@ -405,7 +409,7 @@ impl Watcher {
                     .writer
                     .send(Commit)
                     .await
-                    .map_err(|e| format!("pipeline stopped: {e}"))
+                    .map_err(PipelineError::from)
                     .and_then(|r| r)
                     .map(|version| (version, report)),
                 Err(e) => Err(e),
@@ -479,126 +483,5 @@ impl Watcher {
             }
         }
         c
-    }
-}
-
-impl Actor for Watcher {
-    type Context = Context<Self>;
-
-    fn started(&mut self, ctx: &mut Context<Self>) {
-        ctx.set_mailbox_capacity(MAILBOX);
-        self.h.status.register(&self.h.id, &self.h.root.display().to_string());
-        // A missing folder is the catch-up's to report (the source is unavailable until it is
-        // back, and watched from then on).
-        if self.opts.notify
-            && self.h.root.is_dir()
-            && let Err(e) = self.start_notify(ctx)
-        {
-            // Without live events the source is still kept current by the periodic and flush
-            // scans; the watch is retried at each of them.
-            tracing::error!("source `{}`: cannot watch {}: {e}", self.h.id, self.h.root.display());
-        }
-        self.reconcile(ctx, "catch-up");
-        if let Some(every) = self.opts.reconcile_every {
-            ctx.run_interval(every, |act, ctx| {
-                if act.stopped {
-                    return;
-                }
-                if act.opts.notify && act.notify.is_none() && act.away.is_none() {
-                    let _ = act.start_notify(ctx);
-                }
-                act.reconcile(ctx, "periodic");
-            });
-        }
-    }
-}
-
-impl StreamHandler<RawEvent> for Watcher {
-    fn handle(&mut self, raw: RawEvent, ctx: &mut Context<Self>) {
-        self.push(raw, ctx);
-    }
-
-    /// The notify channel closed (the watch was dropped): keep the actor.
-    fn finished(&mut self, _: &mut Context<Self>) {}
-}
-
-/// A raw event from a replay (the same path notify's events take).
-#[derive(Debug, Message)]
-#[rtype(result = "()")]
-pub struct Inject(pub RawEvent);
-
-impl Handler<Inject> for Watcher {
-    type Result = ();
-
-    fn handle(&mut self, msg: Inject, ctx: &mut Context<Self>) {
-        self.push(msg.0, ctx);
-    }
-}
-
-/// Make everything seen so far searchable: settle the debouncer, optionally compare the folder
-/// with the index (`rescan`), and commit. Answers with the table version.
-#[derive(Debug, Message)]
-#[rtype(result = "Result<u64, String>")]
-pub struct Flush {
-    pub rescan: bool,
-}
-
-impl Handler<Flush> for Watcher {
-    type Result = AtomicResponse<Self, Result<u64, String>>;
-
-    fn handle(&mut self, msg: Flush, ctx: &mut Context<Self>) -> Self::Result {
-        let drained = self.drain(msg.rescan.then(Consent::default), ctx);
-        let root = self.h.root.display().to_string();
-        AtomicResponse::new(Box::pin(drained.map(move |done, act, _| match done? {
-            // An unavailable folder is not up to date: the flush says why.
-            (_, Some(ReconcileReport { unavailable: Some(why), .. })) => Err(why.describe(&act.h.id, &root)),
-            (version, _) => Ok(version),
-        })))
-    }
-}
-
-/// Compare the folder with the index now (`cairn reconcile`); with `allow_removals`, removals the
-/// guard would hold, and those of an empty or other folder, apply.
-#[derive(Debug, Message)]
-#[rtype(result = "Result<ReconcileReport, String>")]
-pub struct Reconcile {
-    pub allow_removals: bool,
-}
-
-impl Handler<Reconcile> for Watcher {
-    type Result = AtomicResponse<Self, Result<ReconcileReport, String>>;
-
-    fn handle(&mut self, msg: Reconcile, ctx: &mut Context<Self>) -> Self::Result {
-        let consent = Consent { removals: msg.allow_removals, ..Consent::default() };
-        let drained = self.drain(Some(consent), ctx);
-        AtomicResponse::new(Box::pin(drained.map(|done, _, _| done.map(|(_, r)| r.unwrap_or_default()))))
-    }
-}
-
-/// Stop watching (shutdown): no more file events are taken; pending ones are processed.
-#[derive(Debug, Message)]
-#[rtype(result = "()")]
-pub struct StopWatching;
-
-impl Handler<StopWatching> for Watcher {
-    type Result = ();
-
-    fn handle(&mut self, _: StopWatching, _: &mut Context<Self>) {
-        self.notify = None;
-        self.stopped = true;
-        self.h.status.set_state(&self.h.id, SourceState::Stopped, None);
-    }
-}
-
-/// Stop this actor now (its source is being removed).
-#[derive(Debug, Message)]
-#[rtype(result = "()")]
-pub struct Close;
-
-impl Handler<Close> for Watcher {
-    type Result = ();
-
-    fn handle(&mut self, _: Close, ctx: &mut Context<Self>) {
-        ctx.stop();
     }
 }

@@ -5,10 +5,10 @@
 use super::WatchParts;
 use super::changes::{Changes, apply};
 use crate::event::EventKind;
+use crate::pipeline::error::PipelineError;
 use crate::pipeline::workers::Scan;
 use crate::pipeline::writer::States;
 use crate::status::SourceState;
-use actix::prelude::*;
 use cairn_index::PageState;
 use cairn_ingest::folder::{self, Consent, FolderIdentity, HeldRemovals, Reading, Unavailable, Verdict};
 use cairn_ingest::{ScanReport, rel_string};
@@ -42,18 +42,14 @@ pub(super) async fn reconcile(
     reason: &'static str,
     mut reported: HashSet<(String, String)>,
     consent: Consent,
-) -> (Result<ReconcileReport, String>, HashSet<(String, String)>) {
+) -> (Result<ReconcileReport, PipelineError>, HashSet<(String, String)>) {
     h.status.set_state(&h.id, SourceState::Scanning, None);
     let res = compare(&h, reason, &mut reported, consent).await;
     match &res {
         Ok(_) => h.status.set_state(&h.id, SourceState::Watching, None),
-        Err(e) => h.status.set_state(&h.id, SourceState::Retrying, Some(e.clone())),
+        Err(e) => h.status.set_state(&h.id, SourceState::Retrying, Some(e.to_string())),
     }
     (res, reported)
-}
-
-fn stopped(e: MailboxError) -> String {
-    format!("pipeline stopped: {e}")
 }
 
 /// What one scan of the folder found, judged by the guard.
@@ -97,7 +93,7 @@ async fn compare(
     reason: &'static str,
     reported: &mut HashSet<(String, String)>,
     consent: Consent,
-) -> Result<ReconcileReport, String> {
+) -> Result<ReconcileReport, PipelineError> {
     let mut report = ReconcileReport { source: h.id.clone(), ..ReconcileReport::default() };
     let mut events = Vec::new();
     let mut look = scan_and_judge(h, reported, consent, &mut events).await?;
@@ -144,20 +140,19 @@ async fn scan_and_judge(
     reported: &mut HashSet<(String, String)>,
     consent: Consent,
     events: &mut Vec<EventKind>,
-) -> Result<Look, String> {
+) -> Result<Look, PipelineError> {
     let identity = match FolderIdentity::read(&h.root) {
         Ok(i) => i,
-        Err(Unavailable::Missing) if h.writer.send(States).await.map_err(stopped)?.is_empty() => {
+        Err(Unavailable::Missing) if h.writer.send(States).await?.is_empty() => {
             return Ok(Look::Unavailable(Unavailable::NeverFound));
         }
         Err(why) => return Ok(Look::Unavailable(why)),
     };
-    let scan =
-        match h.parser.send(Scan { root: h.root.clone(), opts: h.scan.clone() }).await.map_err(stopped)? {
-            Ok(scan) => scan,
-            Err(e) => return Ok(Look::Unavailable(Unavailable::Unreadable { message: e.to_string() })),
-        };
-    let states = h.writer.send(States).await.map_err(stopped)?;
+    let scan = match h.parser.send(Scan { root: h.root.clone(), opts: h.scan.clone() }).await? {
+        Ok(scan) => scan,
+        Err(e) => return Ok(Look::Unavailable(Unavailable::Unreadable { message: e.to_string() })),
+    };
+    let states = h.writer.send(States).await?;
     cairn_index::fault::point("reconcile.scanned");
     events.extend(problems(&scan, reported));
     let present: HashSet<&str> = scan.files.iter().map(|f| f.slug.as_str()).collect();

@@ -5,6 +5,7 @@ use super::{Origin, SourceWriter};
 use crate::event::EventKind;
 use crate::ops::log::Emitter;
 use crate::ownership::journal::{Change, Journal};
+use crate::pipeline::error::PipelineError;
 use crate::status::SourceState;
 use actix::prelude::*;
 use cairn_index::{PageWrite, Prepared, Resident, SourceStore, WriteBatch};
@@ -29,13 +30,13 @@ impl Sink {
     }
 }
 
-pub(super) type CommitFuture = actix::fut::LocalBoxActorFuture<SourceWriter, Result<u64, String>>;
+pub(super) type CommitFuture = actix::fut::LocalBoxActorFuture<SourceWriter, Result<u64, PipelineError>>;
 
 impl SourceWriter {
     /// Where commits go: `Err` when the tables are not open or this writer may not commit.
-    pub(super) fn sink(&self) -> Result<Sink, String> {
+    pub(super) fn sink(&self) -> Result<Sink, PipelineError> {
         let (Some(store), Some(resident)) = (self.store.clone(), self.resident.clone()) else {
-            return Err("store not open".to_string());
+            return Err(PipelineError::NotOpen);
         };
         if let Some(refused) = self.refused() {
             return Err(refused);
@@ -126,10 +127,10 @@ async fn write_pages(
     mut batch: WriteBatch,
     reused: usize,
     mut events: Vec<EventKind>,
-) -> Result<(u64, WriteBatch), String> {
+) -> Result<(u64, WriteBatch), PipelineError> {
     let started = Instant::now();
     let reused = reused + stored_vectors(&sink.resident, &sink.id, &mut batch.upserts).await;
-    let version = sink.store.write(&batch).await.map_err(|e| e.to_string())?;
+    let version = sink.store.write(&batch).await?;
     let upserted = batch.upserts.iter().map(|w| w.page.slug.clone()).collect();
     let change = Change {
         version,
@@ -144,8 +145,11 @@ async fn write_pages(
         (batch, prepared)
     })
     .await
-    .map_err(|e| format!("preparing the committed batch for reading: {e}"))?;
-    let pending_total = sink.resident.apply(prepared).await.map_err(|e| e.to_string())?;
+    .map_err(|e| PipelineError::Task {
+        what: "preparing the committed batch for reading",
+        message: e.to_string(),
+    })?;
+    let pending_total = sink.resident.apply(prepared).await?;
     events.extend(batch.upserts.iter().map(|w| EventKind::PageIndexed {
         path: w.page.path.clone(),
         slug: w.page.slug.clone(),

@@ -34,6 +34,7 @@ pub(crate) use janitor::snapshot_path;
 use crate::event::EventKind;
 use crate::ops::log::Emitter;
 use crate::pipeline::embedding::{EmbedScheduler, Priority};
+use crate::pipeline::error::{Part, PipelineError, Refusal};
 use crate::pipeline::query::QueryActor;
 use crate::pipeline::workers::Parsed;
 use crate::status::SourceState;
@@ -203,7 +204,8 @@ impl SourceWriter {
     }
 
     /// Report an infrastructure failure and stop; the supervisor restarts this actor.
-    fn fail(&mut self, ctx: &mut Context<Self>, stage: &str, reason: String) {
+    fn fail(&mut self, ctx: &mut Context<Self>, stage: &str, error: PipelineError) {
+        let reason = error.to_string();
         self.failures += 1;
         let retry = crate::pipeline::retry::after(self.failures);
         tracing::error!(
@@ -273,20 +275,15 @@ impl SourceWriter {
 
     /// Why this writer may not commit now: on an object store, it no longer holds the writer
     /// lease (or has not renewed it in time).
-    fn refused(&self) -> Option<String> {
-        if self.retired {
-            return Some(format!(
-                "source `{}`: the pipeline has stopped, so it commits nothing more",
-                self.id
-            ));
-        }
-        let p = self.opts.publishing.as_ref()?;
-        (!p.lease.valid()).then(|| {
-            format!(
-                "source `{}`: this process no longer holds the writer lease, so it commits nothing more",
-                self.id
-            )
-        })
+    fn refused(&self) -> Option<PipelineError> {
+        let why = if self.retired {
+            Refusal::Retired
+        } else if self.opts.publishing.as_ref().is_some_and(|p| !p.lease.valid()) {
+            Refusal::LeaseLost
+        } else {
+            return None;
+        };
+        Some(PipelineError::Refused { id: self.id.clone(), why })
     }
 
     /// The vector of a text, if one is known (committed, or embedded moments ago).
@@ -361,11 +358,11 @@ impl Handler<Ingest> for SourceWriter {
 
 /// Commit the pages received so far; answers with the table version.
 #[derive(Debug, Message)]
-#[rtype(result = "Result<u64, String>")]
+#[rtype(result = "Result<u64, PipelineError>")]
 pub struct Commit;
 
 impl Handler<Commit> for SourceWriter {
-    type Result = AtomicResponse<Self, Result<u64, String>>;
+    type Result = AtomicResponse<Self, Result<u64, PipelineError>>;
 
     fn handle(&mut self, _: Commit, ctx: &mut Context<Self>) -> Self::Result {
         self.cancel_timer(ctx);
@@ -375,8 +372,8 @@ impl Handler<Commit> for SourceWriter {
                 let store = self.store.clone();
                 AtomicResponse::new(Box::pin(actix::fut::wrap_future(async move {
                     match store {
-                        Some(s) => s.version().await.map_err(|e| e.to_string()),
-                        None => Err("store not open".into()),
+                        Some(s) => Ok(s.version().await?),
+                        None => Err(PipelineError::NotOpen),
                     }
                 })))
             }
@@ -386,17 +383,17 @@ impl Handler<Commit> for SourceWriter {
 
 /// Resolves once every chunk committed so far has its vector committed too.
 #[derive(Debug, Message)]
-#[rtype(result = "Result<(), String>")]
+#[rtype(result = "Result<(), PipelineError>")]
 pub struct AwaitVectors;
 
 impl Handler<AwaitVectors> for SourceWriter {
-    type Result = ResponseFuture<Result<(), String>>;
+    type Result = ResponseFuture<Result<(), PipelineError>>;
 
     fn handle(&mut self, _: AwaitVectors, ctx: &mut Context<Self>) -> Self::Result {
         let (tx, rx) = oneshot::channel();
         self.vectors.waiters.push(tx);
         self.pump(ctx);
-        Box::pin(async move { rx.await.map_err(|_| "the writer stopped".to_string()) })
+        Box::pin(async move { rx.await.map_err(|_| PipelineError::Stopped(Part::Writer)) })
     }
 }
 

@@ -7,6 +7,7 @@ use super::{Origin, SourceWriter};
 use crate::event::EventKind;
 use crate::ownership::journal::Change;
 use crate::pipeline::embedding::Priority;
+use crate::pipeline::error::{Part, PipelineError};
 use crate::pipeline::query::AddSource;
 use actix::prelude::*;
 use cairn_index::{Loaded, Resident, SourceStore};
@@ -18,7 +19,7 @@ pub(super) type Opened = (SourceStore, Resident, Loaded, u64);
 
 impl SourceWriter {
     /// Open the source (after the backoff, on a restart), for [`SourceWriter::opened`].
-    pub(super) fn open(&self) -> impl Future<Output = Result<Opened, String>> + 'static {
+    pub(super) fn open(&self) -> impl Future<Output = Result<Opened, PipelineError>> + 'static {
         let delay =
             if self.failures > 0 { crate::pipeline::retry::after(self.failures) } else { Duration::ZERO };
         let (db, manifest, info) = (self.db.clone(), self.manifest.clone(), self.info.clone());
@@ -30,7 +31,7 @@ impl SourceWriter {
             tokio::time::sleep(delay).await;
             let id = info.id.clone();
             // Tables made here (new, or rebuilt) start an incarnation readers load whole.
-            let mut fresh = !db.source_ids().await.map_err(|e| e.to_string())?.contains(&id);
+            let mut fresh = !db.source_ids().await?.contains(&id);
             let store = match db.open_source(&id, &manifest).await {
                 Err(cairn_index::Error::ManifestMismatch { .. }) => {
                     tracing::warn!("source `{id}` was built by another model or version; rebuilding it");
@@ -41,10 +42,9 @@ impl SourceWriter {
                     db.rebuild_source(&id, &manifest, &info).await
                 }
                 other => other,
-            }
-            .map_err(|e| e.to_string())?;
+            }?;
             if let Some(journal) = journal.as_ref().filter(|_| fresh) {
-                let version = store.version().await.map_err(|e| e.to_string())?;
+                let version = store.version().await?;
                 let change = Change {
                     version,
                     committed_unix_ms: crate::event::unix_ms(),
@@ -53,20 +53,19 @@ impl SourceWriter {
                 };
                 journal.record(&id, change).await;
             }
-            store.register(&info).await.map_err(|e| e.to_string())?;
+            store.register(&info).await?;
             let started = Instant::now();
             let (resident, loaded, from_snapshot) = match &snapshot {
                 Some(path) => Resident::open(&store, exact_vectors_up_to, path).await,
                 None => Resident::load(&store, exact_vectors_up_to).await.map(|(r, l)| (r, l, false)),
-            }
-            .map_err(|e| e.to_string())?;
+            }?;
             let open_ms = started.elapsed().as_millis() as u64;
             query
                 .send(AddSource { store: store.clone(), resident: resident.clone(), root: Some(root) })
                 .await
-                .map_err(|e| format!("query actor stopped: {e}"))?;
+                .map_err(|_| PipelineError::Stopped(Part::Query))?;
             let (pages, vectors_pending) = (loaded.states.len(), resident.read().unembedded_count());
-            let version = store.version().await.map_err(|e| e.to_string())?;
+            let version = store.version().await?;
             emit.emit(&id, vec![EventKind::SourceStarted { pages, vectors_pending, from_snapshot, open_ms }])
                 .await;
             if !loaded.inconsistent.is_empty() || !loaded.orphans.is_empty() {

@@ -6,6 +6,7 @@ use super::commit::Sink;
 use crate::event::EventKind;
 use crate::ownership::journal::Change;
 use crate::pipeline::embedding::{EmbedReply, EmbedScheduler, Priority, Stopped};
+use crate::pipeline::error::PipelineError;
 use actix::prelude::*;
 use cairn_index::Resident;
 use std::collections::HashMap;
@@ -228,10 +229,10 @@ async fn write_vectors(
     sink: Sink,
     ready: Vec<(String, Vec<f32>)>,
     done: Embedded,
-) -> Result<(usize, u64), String> {
+) -> Result<(usize, u64), PipelineError> {
     let started = Instant::now();
     let n = ready.len();
-    let version = sink.store.attach_vectors(&ready).await.map_err(|e| e.to_string())?;
+    let version = sink.store.attach_vectors(&ready).await?;
     let vectors = ready.iter().map(|(chunk, _)| chunk.clone()).collect();
     sink.record(Change {
         version,
@@ -240,7 +241,7 @@ async fn write_vectors(
         ..Default::default()
     })
     .await;
-    let pending = sink.resident.apply_vectors(ready).await.map_err(|e| e.to_string())?;
+    let pending = sink.resident.apply_vectors(ready).await?;
     let mut events = done.warnings;
     events.extend(done.complete.into_iter().map(|slug| EventKind::PageEmbedded { slug, version }));
     events.push(EventKind::Committed {

@@ -1,0 +1,83 @@
+//! What a source's pipeline actors answer when they could not do what was asked.
+
+use cairn_ingest::folder::Unavailable;
+use std::sync::Arc;
+
+/// Why a source's writer or watcher could not do what was asked: the typed reply of `Commit`,
+/// `AwaitVectors`, `Flush` and `Reconcile`.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum PipelineError {
+    /// The source's tables are not open (its start failed, or has not finished).
+    #[error("store not open")]
+    NotOpen,
+    /// The writer commits nothing more.
+    #[error("source `{id}`: {why}, so it commits nothing more")]
+    Refused { id: String, why: Refusal },
+    /// The tables or the resident index failed.
+    #[error(transparent)]
+    Store(Arc<cairn_index::Error>),
+    /// A blocking task of a commit panicked or was cancelled.
+    #[error("{what}: {message}")]
+    Task { what: &'static str, message: String },
+    /// An actor the pipeline needs has stopped.
+    #[error("{0} stopped")]
+    Stopped(Part),
+    /// The source's folder cannot be read as the source's; nothing was removed.
+    #[error("{}", why.describe(id, root))]
+    Unavailable { id: String, root: String, why: Unavailable },
+}
+
+/// Why a writer refuses to commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("the pipeline has stopped")]
+    Retired,
+    #[error("this process no longer holds the writer lease")]
+    LeaseLost,
+}
+
+/// The parts of a pipeline whose stop a call reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Part {
+    #[error("pipeline")]
+    Pipeline,
+    #[error("the writer")]
+    Writer,
+    #[error("the query actor")]
+    Query,
+}
+
+impl PipelineError {
+    /// Whether the message names its source already.
+    fn names_source(&self) -> bool {
+        matches!(self, PipelineError::Refused { .. } | PipelineError::Unavailable { .. })
+    }
+}
+
+/// The sources whose pipelines failed a call, each with its error.
+#[derive(Debug, Clone)]
+pub struct SourceFailures(pub Vec<(String, PipelineError)>);
+
+/// `ID: error` for each (the error alone when it names its source), separated by `; `.
+impl std::fmt::Display for SourceFailures {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (id, e)) in self.0.iter().enumerate() {
+            let sep = if i == 0 { "" } else { "; " };
+            if e.names_source() { write!(f, "{sep}{e}")? } else { write!(f, "{sep}{id}: {e}")? }
+        }
+        Ok(())
+    }
+}
+
+impl From<cairn_index::Error> for PipelineError {
+    fn from(e: cairn_index::Error) -> Self {
+        PipelineError::Store(Arc::new(e))
+    }
+}
+
+impl From<actix::MailboxError> for PipelineError {
+    /// A message that could not be delivered: the actor behind the mailbox has stopped.
+    fn from(_: actix::MailboxError) -> Self {
+        PipelineError::Stopped(Part::Pipeline)
+    }
+}
