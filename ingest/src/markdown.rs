@@ -115,93 +115,117 @@ fn analyze_segment(
     out: &mut Analysis,
     code_ranges: &mut Vec<Range<usize>>,
 ) -> Result<(), OverBudget> {
-    let mut depth = 0usize;
-    let mut block_start: Option<(BlockKind, usize)> = None;
-    let mut heading_text: Option<String> = None;
-    let mut md_link: Option<(String, String)> = None;
-    let mut in_code_block = false;
-    let shift = |r: Range<usize>| r.start + base..r.end + base;
-
+    let mut walk = SegmentWalk {
+        out,
+        code_ranges,
+        depth: 0,
+        block_start: None,
+        heading_text: None,
+        md_link: None,
+        in_code_block: false,
+    };
     for (event, range) in Parser::new_ext(text, options()).into_offset_iter() {
         budget.tick()?;
-        let range = shift(range);
+        walk.event(event, range.start + base..range.end + base);
+    }
+    Ok(())
+}
+
+/// The walk over one segment's events: the top-level block open, and the heading and link
+/// texts being collected.
+struct SegmentWalk<'a> {
+    out: &'a mut Analysis,
+    code_ranges: &'a mut Vec<Range<usize>>,
+    depth: usize,
+    block_start: Option<(BlockKind, usize)>,
+    heading_text: Option<String>,
+    /// An inline or reference link's destination and label.
+    md_link: Option<(String, String)>,
+    in_code_block: bool,
+}
+
+impl SegmentWalk<'_> {
+    fn event(&mut self, event: Event<'_>, range: Range<usize>) {
         match event {
-            Event::Start(tag) => {
-                if depth == 0 {
-                    let kind = match &tag {
-                        Tag::Heading { level, .. } => {
-                            heading_text = Some(String::new());
-                            BlockKind::Heading(heading_number(*level))
-                        }
-                        Tag::CodeBlock(_) | Tag::Table(_) | Tag::HtmlBlock => BlockKind::Lines,
-                        _ => BlockKind::Prose,
-                    };
-                    block_start = Some((kind, range.start));
-                }
-                match &tag {
-                    Tag::CodeBlock(CodeBlockKind::Fenced(_) | CodeBlockKind::Indented) => {
-                        code_ranges.push(range.clone());
-                        in_code_block = true;
-                    }
-                    Tag::Link { link_type: LinkType::Inline | LinkType::Reference, dest_url, .. } => {
-                        md_link = Some((dest_url.to_string(), String::new()));
-                    }
-                    _ => {}
-                }
-                depth += 1;
-            }
-            Event::End(tag_end) => {
-                depth = depth.saturating_sub(1);
-                if matches!(tag_end, TagEnd::CodeBlock) {
-                    in_code_block = false;
-                }
-                if matches!(tag_end, TagEnd::Link)
-                    && let Some((dest, label)) = md_link.take()
-                    && let Some(link) = local_markdown_link(&dest, &label)
-                {
-                    out.links.push(link);
-                }
-                if depth == 0
-                    && let Some((kind, start)) = block_start.take()
-                {
-                    let text = match kind {
-                        BlockKind::Heading(level) => {
-                            let text = heading_text.take().unwrap_or_default().trim().to_string();
-                            if level == 1 && out.first_h1.is_none() && !text.is_empty() {
-                                out.first_h1 = Some(text.clone());
-                            }
-                            text
-                        }
-                        _ => String::new(),
-                    };
-                    out.blocks.push(Block { kind, range: start..range.end, text });
-                }
-            }
+            Event::Start(tag) => self.start(&tag, range),
+            Event::End(tag_end) => self.end(tag_end, range.end),
             Event::Code(t) => {
-                code_ranges.push(range);
-                push_text(&mut heading_text, &mut md_link, &t);
+                self.code_ranges.push(range);
+                push_text(&mut self.heading_text, &mut self.md_link, &t);
             }
             Event::Text(t) => {
-                if heading_text.is_none() && !in_code_block {
-                    inline_tags(&t, &mut out.tags);
+                if self.heading_text.is_none() && !self.in_code_block {
+                    inline_tags(&t, &mut self.out.tags);
                 }
-                push_text(&mut heading_text, &mut md_link, &t);
+                push_text(&mut self.heading_text, &mut self.md_link, &t);
             }
             Event::InlineMath(t) | Event::DisplayMath(t) => {
-                push_text(&mut heading_text, &mut md_link, &t);
+                push_text(&mut self.heading_text, &mut self.md_link, &t);
             }
             Event::SoftBreak | Event::HardBreak => {
-                if let Some(h) = heading_text.as_mut() {
+                if let Some(h) = self.heading_text.as_mut() {
                     h.push(' ');
                 }
             }
-            Event::Html(_) | Event::InlineHtml(_) if depth == 0 => {
-                out.blocks.push(Block { kind: BlockKind::Lines, range, text: String::new() });
+            Event::Html(_) | Event::InlineHtml(_) if self.depth == 0 => {
+                self.out.blocks.push(Block { kind: BlockKind::Lines, range, text: String::new() });
             }
             _ => {}
         }
     }
-    Ok(())
+
+    fn start(&mut self, tag: &Tag<'_>, range: Range<usize>) {
+        if self.depth == 0 {
+            let kind = match tag {
+                Tag::Heading { level, .. } => {
+                    self.heading_text = Some(String::new());
+                    BlockKind::Heading(heading_number(*level))
+                }
+                Tag::CodeBlock(_) | Tag::Table(_) | Tag::HtmlBlock => BlockKind::Lines,
+                _ => BlockKind::Prose,
+            };
+            self.block_start = Some((kind, range.start));
+        }
+        match tag {
+            Tag::CodeBlock(CodeBlockKind::Fenced(_) | CodeBlockKind::Indented) => {
+                self.code_ranges.push(range);
+                self.in_code_block = true;
+            }
+            Tag::Link { link_type: LinkType::Inline | LinkType::Reference, dest_url, .. } => {
+                self.md_link = Some((dest_url.to_string(), String::new()));
+            }
+            _ => {}
+        }
+        self.depth += 1;
+    }
+
+    fn end(&mut self, tag_end: TagEnd, end: usize) {
+        self.depth = self.depth.saturating_sub(1);
+        if matches!(tag_end, TagEnd::CodeBlock) {
+            self.in_code_block = false;
+        }
+        if matches!(tag_end, TagEnd::Link)
+            && let Some((dest, label)) = self.md_link.take()
+            && let Some(link) = local_markdown_link(&dest, &label)
+        {
+            self.out.links.push(link);
+        }
+        if self.depth == 0
+            && let Some((kind, start)) = self.block_start.take()
+        {
+            let text = match kind {
+                BlockKind::Heading(level) => {
+                    let text = self.heading_text.take().unwrap_or_default().trim().to_string();
+                    if level == 1 && self.out.first_h1.is_none() && !text.is_empty() {
+                        self.out.first_h1 = Some(text.clone());
+                    }
+                    text
+                }
+                _ => String::new(),
+            };
+            self.out.blocks.push(Block { kind, range: start..end, text });
+        }
+    }
 }
 
 /// A fence line's character and length (` ``` ` or `~~~`, up to three spaces in).

@@ -129,31 +129,7 @@ pub fn parse_page(source_id: &str, rel: &Path, bytes: &[u8], opts: &ParseOptions
     let mut problems = Vec::new();
 
     let split = frontmatter::split(&text);
-    if let Some(yaml) = split.yaml {
-        let limits = &opts.frontmatter;
-        frontmatter::check_yaml(yaml, limits).map_err(|r| match r {
-            Refusal::TooLarge { bytes, expanded } => {
-                Error::FrontmatterTooLarge { path: path.clone(), bytes, expanded, cap: limits.max_bytes }
-            }
-            Refusal::TooDeep => Error::FrontmatterTooDeep { path: path.clone(), cap: limits.max_depth },
-        })?;
-    }
-    if split.unclosed {
-        problems.push(Error::UnclosedFrontmatter { path: path.clone() });
-    }
-    let map: Map<String, Value> = match split.yaml.map(frontmatter::parse_yaml) {
-        None => Map::new(),
-        Some(Ok(map)) => map,
-        Some(Err(p)) => {
-            problems.push(Error::InvalidFrontmatter {
-                path: path.clone(),
-                line: p.line,
-                column: p.column,
-                message: p.message,
-            });
-            Map::new()
-        }
-    };
+    let map = frontmatter_map(&path, &split, &opts.frontmatter, &mut problems)?;
     let fields = frontmatter::fields(&map);
     let analysis = analyze_within(split.body, &budget).map_err(timeout)?;
     let file_name = file_stem(rel);
@@ -186,6 +162,12 @@ pub fn parse_page(source_id: &str, rel: &Path, bytes: &[u8], opts: &ParseOptions
             tags.push(t.clone());
         }
     }
+    let headings = analysis
+        .blocks
+        .iter()
+        .filter(|b| matches!(b.kind, crate::markdown::BlockKind::Heading(_)))
+        .map(|b| clip_name(&b.text))
+        .collect();
     Ok(ParsedPage {
         source_id: source_id.to_string(),
         path: rel_string(rel),
@@ -195,12 +177,7 @@ pub fn parse_page(source_id: &str, rel: &Path, bytes: &[u8], opts: &ParseOptions
         page_type: fields.page_type,
         frontmatter: Value::Object(map),
         links: analysis.links,
-        headings: analysis
-            .blocks
-            .iter()
-            .filter(|b| matches!(b.kind, crate::markdown::BlockKind::Heading(_)))
-            .map(|b| clip_name(&b.text))
-            .collect(),
+        headings,
         content_hash,
         chunks,
         problems,
@@ -208,6 +185,40 @@ pub fn parse_page(source_id: &str, rel: &Path, bytes: &[u8], opts: &ParseOptions
         slug,
         title,
         title_source,
+    })
+}
+
+/// The frontmatter's map: an error for one over its bounds (the page is refused), a problem for
+/// one left open or not parsing (the page is indexed without it).
+fn frontmatter_map(
+    path: &Path,
+    split: &frontmatter::Split<'_>,
+    limits: &YamlLimits,
+    problems: &mut Vec<Error>,
+) -> Result<Map<String, Value>> {
+    if let Some(yaml) = split.yaml {
+        frontmatter::check_yaml(yaml, limits).map_err(|r| match r {
+            Refusal::TooLarge { bytes, expanded } => {
+                Error::FrontmatterTooLarge { path: path.into(), bytes, expanded, cap: limits.max_bytes }
+            }
+            Refusal::TooDeep => Error::FrontmatterTooDeep { path: path.into(), cap: limits.max_depth },
+        })?;
+    }
+    if split.unclosed {
+        problems.push(Error::UnclosedFrontmatter { path: path.into() });
+    }
+    Ok(match split.yaml.map(frontmatter::parse_yaml) {
+        None => Map::new(),
+        Some(Ok(map)) => map,
+        Some(Err(p)) => {
+            problems.push(Error::InvalidFrontmatter {
+                path: path.into(),
+                line: p.line,
+                column: p.column,
+                message: p.message,
+            });
+            Map::new()
+        }
     })
 }
 

@@ -143,6 +143,37 @@ impl Diagnosis {
         self.ingest = Some(ingest);
         self
     }
+
+    /// The verdict: the first layer that lost the page, or its rank.
+    fn judged(mut self) -> Self {
+        self.verdict = if self.page.is_none() {
+            "lost before search: the page is not in the index (never indexed, failed to parse, or removed; `cairn index` lists failures)".to_string()
+        } else if let Some(r) = self.final_rank {
+            format!("found at rank {r}")
+        } else if self.keyword_rank.is_none()
+            && self.vector_rank.is_none()
+            && self.title_rank.is_none()
+            && !self.exact_name
+        {
+            "lost in retrieval: no arm returned the page (no shared words, and its best chunk is not among the 1,000 nearest)".to_string()
+        } else if self.fused_rank.is_some_and(|r| r > self.source_slots) {
+            format!(
+                "lost at the per-source cut: fused rank {} in its source, beyond its {} slots",
+                self.fused_rank.unwrap_or(0),
+                self.source_slots
+            )
+        } else if self.keyword_rank.is_none()
+            && self.title_rank.is_none()
+            && self.best_cosine.is_some_and(|c| c < RELEVANCE_FLOOR)
+        {
+            format!(
+                "dropped by the relevance floor: only the vector arm found it, with cosine below {RELEVANCE_FLOOR}"
+            )
+        } else {
+            "lost in the union: other pages scored higher across sources".to_string()
+        };
+        self
+    }
 }
 
 fn rank_of(pages: &[ChunkHit], slug: &str) -> Option<usize> {
@@ -199,37 +230,12 @@ pub async fn diagnose<R: SourceReader>(
     order.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
     let fused_rank = order.iter().position(|(s, _)| *s == slug).map(|p| p + 1);
     let limit = req.limit.clamp(1, crate::search::MAX_LIMIT);
-    let source_slots = match req.mode {
-        Mode::Thorough => limit.max(10) * 3,
-        _ => limit.max(10),
-    };
+    let source_slots = crate::search::source_slots(req.mode, limit);
     let answer = search(readers, embedder, req).await?;
     let final_rank = answer.results.iter().position(|r| r.source == source && r.slug == slug).map(|p| p + 1);
     let keyword_rank = rank_of(&kw, slug);
     let vector_rank = rank_of(&vec, slug);
     let title_rank = titles.iter().position(|p| p.slug == slug).map(|p| p + 1);
-
-    let verdict = if page.is_none() {
-        "lost before search: the page is not in the index (never indexed, failed to parse, or removed; `cairn index` lists failures)".to_string()
-    } else if let Some(r) = final_rank {
-        format!("found at rank {r}")
-    } else if keyword_rank.is_none() && vector_rank.is_none() && title_rank.is_none() && !exact_name {
-        "lost in retrieval: no arm returned the page (no shared words, and its best chunk is not among the 1,000 nearest)".to_string()
-    } else if fused_rank.is_some_and(|r| r > source_slots) {
-        format!(
-            "lost at the per-source cut: fused rank {} in its source, beyond its {source_slots} slots",
-            fused_rank.unwrap_or(0)
-        )
-    } else if keyword_rank.is_none()
-        && title_rank.is_none()
-        && best_cosine.is_some_and(|c| c < RELEVANCE_FLOOR)
-    {
-        format!(
-            "dropped by the relevance floor: only the vector arm found it, with cosine below {RELEVANCE_FLOOR}"
-        )
-    } else {
-        "lost in the union: other pages scored higher across sources".to_string()
-    };
     Ok(Diagnosis {
         query: query.into(),
         source: source.into(),
@@ -245,8 +251,9 @@ pub async fn diagnose<R: SourceReader>(
         final_rank,
         mode: req.mode,
         limit,
-        verdict,
+        verdict: String::new(),
         ingest: None,
         served_by: None,
-    })
+    }
+    .judged())
 }

@@ -43,6 +43,15 @@ fn validate(req: &SearchRequest) -> Result<()> {
     Ok(())
 }
 
+/// The slots every source gets in the gather before the merge: ten at least, the limit if it is
+/// larger, and three times that for `thorough`.
+pub(crate) fn source_slots(mode: Mode, limit: usize) -> usize {
+    match mode {
+        Mode::Thorough => limit.max(10) * 3,
+        _ => limit.max(10),
+    }
+}
+
 /// Answer a request over the given sources: the named stages below, in order (gather with the
 /// exact lookup beside it, inject exact names, relevance floor, union scoring with its
 /// multipliers and evidence, order).
@@ -61,10 +70,7 @@ pub async fn search<R: SourceReader>(
     } else {
         req.limit
     };
-    let k = match req.mode {
-        Mode::Thorough => limit.max(10) * 3,
-        _ => limit.max(10),
-    };
+    let k = source_slots(req.mode, limit);
     let text = tokens(&req.query).join(" ");
     let mut degraded = Vec::new();
     let qvec = embed_query(req, embedder, &mut degraded, &mut notes);
