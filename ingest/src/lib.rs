@@ -11,6 +11,7 @@
 mod budget;
 pub mod chunk;
 pub mod debounce;
+pub mod definitions;
 mod error;
 pub mod folder;
 pub mod frontmatter;

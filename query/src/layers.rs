@@ -35,7 +35,8 @@ pub const TEMPLATE_PAGES: u32 = 3;
 /// 2026-12-01.1: `exists` from names only, exact names of any length, template pages instead of
 /// thin ones, the keyword arm's stop words. 2026-12-04.1: the union re-scoring reads words with
 /// the keyword arm's analyzer (Snowball stems) instead of a suffix stripper of its own.
-pub const SCORING_VERSION: &str = "2026-12-04.1";
+/// 2026-12-04.2: names the vault teaches (short forms its text defines, link texts) name pages.
+pub const SCORING_VERSION: &str = "2026-12-04.2";
 
 /// Each page's best chunk, pages in order of their best chunk (hits must be sorted best first,
 /// as the store returns them). A page is its best chunk, never whichever chunk came first.
@@ -122,6 +123,9 @@ pub enum Evidence {
     ExactTitleMatch,
     /// The query is the page's file name (without folder and extension).
     FileNameMatch,
+    /// The query is a name the vault taught the page (a short form defined in its text, a link's
+    /// display text): the result's `learnt` says where.
+    LearntName,
     HighVectorMatch,
     KeywordExact,
     WeakSemantic,
@@ -165,6 +169,8 @@ pub enum ExactKind {
     Slug,
     FileName,
     Alias,
+    /// A name the vault taught the page: weaker than its own names.
+    Learnt,
 }
 
 /// The facts evidence is derived from (raw signals, never a blended score).
@@ -185,6 +191,7 @@ pub fn evidence(s: &Signals) -> (Vec<Evidence>, CreateSafety) {
         Some(ExactKind::Alias) => ev.push(Evidence::AliasHit),
         Some(ExactKind::Title | ExactKind::Slug) => ev.push(Evidence::ExactTitleMatch),
         Some(ExactKind::FileName) => ev.push(Evidence::FileNameMatch),
+        Some(ExactKind::Learnt) => ev.push(Evidence::LearntName),
         None => {}
     }
     if s.cosine.is_some_and(|c| c >= HIGH_VECTOR_FLOOR) {
@@ -193,13 +200,17 @@ pub fn evidence(s: &Signals) -> (Vec<Evidence>, CreateSafety) {
     if s.keyword_rank.is_some_and(|r| r <= 3) && s.all_terms_present {
         ev.push(Evidence::KeywordExact);
     }
-    // Only a page's own names prove it exists; meaning and keywords make it probable.
+    // Only a page's own names prove it exists; a learnt name, meaning and keywords make it
+    // probable.
     let named = ev
         .iter()
         .any(|e| matches!(e, Evidence::AliasHit | Evidence::ExactTitleMatch | Evidence::FileNameMatch));
     let safety = if named {
         CreateSafety::Exists
-    } else if ev.iter().any(|e| matches!(e, Evidence::KeywordExact | Evidence::HighVectorMatch)) {
+    } else if ev
+        .iter()
+        .any(|e| matches!(e, Evidence::LearntName | Evidence::KeywordExact | Evidence::HighVectorMatch))
+    {
         CreateSafety::Probable
     } else {
         ev.push(Evidence::WeakSemantic);

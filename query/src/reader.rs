@@ -3,6 +3,7 @@
 //! [`memory::MemoryReader`] is the test double for unit tests of the layers.
 
 use crate::filter::{Allowed, PageFilter};
+use cairn_index::resident::LearntPage;
 use cairn_index::{ChunkHit, PageRecord, Resident, Result};
 use std::future::Future;
 
@@ -41,6 +42,9 @@ pub trait SourceReader: Sync {
     fn allowed(&self, filter: &PageFilter) -> impl Future<Output = Result<Allowed>> + Send;
     /// Pages whose slug, title or alias equals the normalised name.
     fn alias(&self, normalized: &str) -> impl Future<Output = Result<Vec<PageRecord>>> + Send;
+    /// The page the vault taught a normalised name to, when it names one (see
+    /// [`cairn_index::resident::learnt`]).
+    fn learnt(&self, normalized: &str) -> impl Future<Output = Result<Option<LearntPage>>> + Send;
     fn pages(&self, slugs: &[&str]) -> impl Future<Output = Result<Vec<PageRecord>>> + Send;
 }
 
@@ -66,6 +70,9 @@ impl SourceReader for Resident {
     async fn alias(&self, normalized: &str) -> Result<Vec<PageRecord>> {
         Ok(self.read().alias(normalized))
     }
+    async fn learnt(&self, normalized: &str) -> Result<Option<LearntPage>> {
+        Ok(self.read().learnt(normalized))
+    }
     async fn pages(&self, slugs: &[&str]) -> Result<Vec<PageRecord>> {
         Ok(self.read().pages(slugs))
     }
@@ -90,6 +97,8 @@ pub mod memory {
         pub id: String,
         pub pages: Vec<MemoryPage>,
         pub fail: bool,
+        /// Learnt names, by normalised name.
+        pub learnt: HashMap<String, LearntPage>,
     }
 
     /// A page record with a title, aliases and one chunk per body text.
@@ -123,7 +132,7 @@ pub mod memory {
             for (p, cs) in &mut pages {
                 p.body_shared_by = shared[&body(cs)];
             }
-            Self { id: id.into(), pages, fail: false }
+            Self { id: id.into(), pages, fail: false, learnt: HashMap::new() }
         }
         fn check(&self) -> Result<()> {
             if self.fail {
@@ -218,6 +227,10 @@ pub mod memory {
                 })
                 .map(|(p, _)| p.clone())
                 .collect())
+        }
+        async fn learnt(&self, normalized: &str) -> Result<Option<LearntPage>> {
+            self.check()?;
+            Ok(self.learnt.get(normalized).cloned())
         }
         async fn pages(&self, slugs: &[&str]) -> Result<Vec<PageRecord>> {
             self.check()?;

@@ -89,6 +89,30 @@ async fn an_alias_puts_its_page_first_with_exists() {
 }
 
 #[tokio::test]
+async fn a_learnt_name_puts_its_page_first_but_only_as_probable() {
+    use cairn_index::resident::{LearntPage, Teaching};
+    let (mut c, b) = (curated(), bulk(50));
+    let amphi = c.pages.iter().find(|(p, _)| p.slug == "projects/amphi").unwrap().0.clone();
+    let taught = LearntPage { page: amphi, how: Teaching::LinkText, taught_by: vec!["people/maria".into()] };
+    c.learnt.insert("the debate hall".into(), taught);
+    let resp = run(&[&b, &c], SearchRequest::new("The Debate Hall")).await.unwrap();
+    let top = &resp.results[0];
+    assert_eq!((top.source.as_str(), top.slug.as_str()), ("curated", "projects/amphi"));
+    assert_eq!((top.evidence[0], top.create_safety), (Evidence::LearntName, CreateSafety::Probable));
+    let learnt = top.learnt.as_ref().expect("where it was learnt");
+    assert_eq!(
+        (learnt.how, learnt.taught_by.as_slice()),
+        (Teaching::LinkText, ["people/maria".to_string()].as_slice())
+    );
+    assert!(resp.alias_collisions.is_empty(), "a learnt name is no page's own name");
+    // A page's own name wins: the learnt names are not looked at.
+    c.learnt.insert("maria chen".into(), c.learnt["the debate hall"].clone());
+    let resp = run(&[&b, &c], SearchRequest::new("Maria Chen")).await.unwrap();
+    assert_eq!(resp.results[0].slug, "people/maria");
+    assert!(resp.results.iter().all(|r| r.learnt.is_none()));
+}
+
+#[tokio::test]
 async fn an_exact_page_missed_by_every_arm_is_injected() {
     let c = MemoryReader::new("notes", vec![page("x", "Zyzzyva", &["qqq"], &["unrelated body words"])]);
     let resp = run(&[&c], SearchRequest { mode: Mode::Fast, ..SearchRequest::new("\"QQQ\"") }).await.unwrap();

@@ -82,6 +82,7 @@ impl SearchArgs {
                 before: self.before.clone(),
             },
             pooled_baseline: false,
+            without_learnt_names: false,
         })
     }
 }
@@ -258,8 +259,8 @@ pub enum Command {
 // No doc comment: the variant's above is the subcommand's help.
 #[derive(Args, Debug)]
 pub struct EvalArgs {
-    /// JSON Lines query file (or a bootstrap queries.json); not with --exists.
-    #[arg(required_unless_present = "exists")]
+    /// JSON Lines query file (or a bootstrap queries.json); not with --exists or --links.
+    #[arg(required_unless_present_any = ["exists", "links"])]
     pub queries: Option<PathBuf>,
     #[arg(long = "source")]
     pub sources: Vec<String>,
@@ -292,7 +293,12 @@ pub struct EvalArgs {
     /// pages' names must not come back `exists`; present titles must). QUERIES is ignored.
     #[arg(long)]
     pub exists: bool,
-    /// With --exists: one page in N is held out, one present title in N is asked.
+    /// Instead of judged queries: measure names learnt from link texts on --vault, on links held
+    /// out of an indexed copy (each held-out display text is asked; its target should come back).
+    #[arg(long, conflicts_with = "exists")]
+    pub links: bool,
+    /// With --exists: one page in N is held out, one present title in N is asked. With --links:
+    /// one labelled link in N is held out.
     #[arg(long, default_value_t = 20)]
     pub every: u64,
 }

@@ -1,4 +1,5 @@
-//! How well the index answers: `cairn eval` (judged queries, or `--exists`) and `cairn selftest`.
+//! How well the index answers: `cairn eval` (judged queries, `--exists` or `--links`) and
+//! `cairn selftest`.
 
 use super::args::{Common, EvalArgs};
 use super::{Usage, attach, config_only, mode, report, show};
@@ -10,22 +11,65 @@ use std::process::ExitCode;
 
 /// `--exists`: on a copy of `--vault` with pages held out, how often `exists` is wrong.
 pub async fn exists(a: EvalArgs) -> Result<ExitCode> {
+    on_a_copy(
+        a,
+        "exists",
+        async |vault, work, every, mode| cairn::eval::exists_trust(vault, work, every, mode).await,
+        |r| {
+            let line = |m: &cairn::eval::ExistsMiss| {
+                format!(
+                    "{}: {:?} -> {:?} {:?} cosine {:?} (wanted {:?})",
+                    m.kind, m.query, m.top, m.evidence, m.cosine, m.expected
+                )
+            };
+            r.misses.iter().map(line).collect()
+        },
+        cairn::eval::check_exists_gates,
+    )
+    .await
+}
+
+/// `--links`: on a copy of `--vault` with labelled links held out, how often their display text
+/// finds their target.
+pub async fn links(a: EvalArgs) -> Result<ExitCode> {
+    on_a_copy(
+        a,
+        "links",
+        async |vault, work, every, mode| cairn::eval::link_names(vault, work, every, mode).await,
+        |r| {
+            r.misses
+                .iter()
+                .map(|(query, wanted, got)| format!("miss: {query:?} -> {got:?} (wanted {wanted})"))
+                .collect()
+        },
+        cairn::eval::check_link_gates,
+    )
+    .await
+}
+
+/// A measure made on a copy of `--vault` in a temporary folder (removed after): its report, its
+/// first misses, its gate.
+async fn on_a_copy<T>(
+    a: EvalArgs,
+    flag: &str,
+    measure: impl AsyncFnOnce(&Path, &Path, u64, cairn_query::Mode) -> Result<T>,
+    misses: impl Fn(&T) -> Vec<String>,
+    check: impl Fn(&T, &str) -> Result<Vec<String>>,
+) -> Result<ExitCode>
+where
+    T: serde::Serialize + std::fmt::Display,
+{
     let mode = mode(&a.mode)?;
-    let vault = a.vault.ok_or_else(|| Usage("--exists needs --vault DIR".into()))?;
-    let work = std::env::temp_dir().join(format!("cairn-exists-{}", std::process::id()));
-    let r = cairn::eval::exists_trust(&vault, &work, a.every, mode).await;
+    let vault = a.vault.ok_or_else(|| Usage(format!("--{flag} needs --vault DIR")))?;
+    let work = std::env::temp_dir().join(format!("cairn-{flag}-{}", std::process::id()));
+    let r = measure(&vault, &work, a.every, mode).await;
     let _ = std::fs::remove_dir_all(&work);
     let r = r?;
     report(&r, a.json)?;
     if !a.json {
-        for m in r.misses.iter().take(20) {
-            eprintln!(
-                "{}: {:?} -> {:?} {:?} cosine {:?} (wanted {:?})",
-                m.kind, m.query, m.top, m.evidence, m.cosine, m.expected
-            );
-        }
+        misses(&r).iter().take(20).for_each(|m| eprintln!("{m}"));
     }
-    gate(a.gate.as_deref(), |text| cairn::eval::check_exists_gates(&r, text))
+    gate(a.gate.as_deref(), |text| check(&r, text))
 }
 
 /// Judged queries over the database, or over `--vault` indexed into a temporary one first.

@@ -11,8 +11,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 mod exists;
+mod links;
 
 pub use exists::*;
+pub use links::*;
 
 /// Load a query file: JSON Lines in the shared eval format (`query`, `relevant`, optional
 /// `forbidden`, `grades`, `family`, `id`), or the gbrain bootstrap JSON array (`expect_slug`).
@@ -135,6 +137,7 @@ pub async fn run(
                 explain: false,
                 filter: Default::default(),
                 pooled_baseline,
+                without_learnt_names: false,
             };
             match searcher.search(req).await {
                 Ok(resp) => Ok(resp.results.into_iter().map(|r| r.slug).collect()),

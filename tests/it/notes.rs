@@ -1,6 +1,7 @@
 //! What notes users expect, through the command line on a small Obsidian-style vault with the
 //! real model: file names as names, inline tags and filters, links both ways, duplicate
-//! candidates, the self-test, chunks cut at the model's window, and stale results.
+//! candidates, the self-test, chunks cut at the model's window, names the vault teaches, and
+//! stale results.
 
 use crate::support::{cairn_bin, search_json, write};
 use serde_json::Value;
@@ -11,13 +12,14 @@ fn vault(root: &Path) {
     write(
         root,
         "meetings/Standup 2024-05-01.md",
-        "# Agenda\n\nWe went over the harbour crane schedule. #work/meetings\n",
+        "# Agenda\n\nWe went over the harbour crane schedule. Ask the Key Dump (KD) owner. #work/meetings\n",
     );
     write(
         root,
         "projects/Alpha.md",
         "---\ntags: [project]\naliases: [Project A]\n---\n# Alpha\n\nAlpha builds on [[Beta]] and docks at \
-         [[Old Port#Quay]]; see also [[Nowhere]] and [[Key dump]]. #status/active\n",
+         [[Old Port#Quay]] by [[places/harbour|the waterfront]]; see also [[Nowhere]] and [[Key dump]]. \
+         #status/active\n",
     );
     write(root, "projects/Beta.md", "# Beta\n\nThe second project grinds lighthouse lenses.\n");
     write(root, "archive/Beta.md", "# Beta\n\nAn old note of the same name about lighthouse lenses.\n");
@@ -84,6 +86,24 @@ fn names_tags_filters_links_duplicates_selftest_and_stale_results() {
     assert_eq!(top["title"], "Agenda");
     assert!(words(&top["evidence"]).contains(&"file_name_match"), "{top}");
     assert_eq!(top["create_safety"], "exists");
+
+    // Names the vault teaches its pages, a short form its text defines and a link's display
+    // text, put the page first; as probable: only a page's own names make `exists`.
+    for (query, slug, how) in
+        [("KD", "keys/key-dump", "acronym"), ("the waterfront", "places/harbour", "link_text")]
+    {
+        let answer = search_json(&db, query, &[]);
+        let top = &answer["results"][0];
+        assert_eq!(top["slug"], slug, "{answer}");
+        assert!(words(&top["evidence"]).contains(&"learnt_name"), "{top}");
+        assert_eq!(top["create_safety"], "probable", "{top}");
+        assert_eq!(top["learnt"]["how"], how, "{top}");
+    }
+    let taught = search_json(&db, "KD", &[]);
+    assert_eq!(
+        taught["results"][0]["learnt"]["taught_by"],
+        serde_json::json!(["meetings/standup-2024-05-01"])
+    );
 
     // Inline tags are tags; a nested tag is found by its parent; filters cut inside the gather.
     let by_tag = search_json(&db, "crane schedule", &["--tag", "work"]);

@@ -51,6 +51,7 @@ impl ResidentIndex {
                 self.bodies.remove(&page.body);
             }
         }
+        self.unlearn(page.doc, &page.lessons);
         for n in page.names {
             if let Some(docs) = self.by_name.get_mut(n.as_str()) {
                 docs.retain(|d| *d != page.doc);
@@ -112,7 +113,8 @@ impl ResidentIndex {
         for n in &names {
             self.by_name.entry(n.as_str().into()).or_default().push(doc);
         }
-        self.pages.insert(slug, Page { record: p.record, doc, chunks, names, body });
+        self.learn(doc, &p.lessons);
+        self.pages.insert(slug, Page { record: p.record, doc, chunks, names, lessons: p.lessons, body });
     }
 
     /// Vectors for chunks (by id) written without one; ids not held (replaced since) are skipped.

@@ -22,6 +22,7 @@
 //! - `slots`: the index itself, chunk and page slots, and `keys`, the maps of slots by id;
 //! - `apply`: the one way in (a prepared batch, or vectors);
 //! - `arms`: what a search reads (keyword, vector, title and name arms);
+//! - [`learnt`]: names the vault teaches its pages (short forms its text defines, link texts);
 //! - `chunk_file` and `files`: where chunk text and exact vectors go past a source's limit;
 //! - [`snapshot`]: the index saved and read back whole;
 //! - `shared`: [`Resident`], the index behind its lock, whose changes and reads run on blocking
@@ -43,6 +44,8 @@ mod files;
 #[cfg(feature = "storage")]
 mod keys;
 #[cfg(feature = "storage")]
+pub mod learnt;
+#[cfg(feature = "storage")]
 mod prepared;
 #[cfg(feature = "storage")]
 mod shared;
@@ -54,6 +57,8 @@ pub mod snapshot;
 mod tests;
 
 pub use analyzer::{is_stop_word, terms};
+#[cfg(feature = "storage")]
+pub use learnt::{LearntPage, Lesson, Teaching};
 #[cfg(feature = "storage")]
 pub use prepared::{Prepared, PreparedChunk, PreparedPage, file_name, names_text};
 #[cfg(feature = "storage")]

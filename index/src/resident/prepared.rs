@@ -1,6 +1,7 @@
 //! A committed batch tokenised, before any lock is taken, and what a page is named by.
 
 use super::analyzer::terms;
+use super::learnt::{Lesson, lessons};
 use crate::store::{ChunkHit, Json, PageRecord, StoredChunk, WriteBatch};
 use crate::vectors::unit;
 use cairn_ingest::chunk::PATH_SEPARATOR;
@@ -53,6 +54,7 @@ pub struct PreparedPage {
     pub(super) record: PageRecord,
     pub(super) names: Vec<String>,
     pub(super) name_terms: Vec<String>,
+    pub(super) lessons: Vec<Lesson>,
     pub(super) chunks: Vec<PreparedChunk>,
 }
 
@@ -73,6 +75,7 @@ impl PreparedPage {
         ];
         names.extend(record.aliases.iter().map(|a| normalize_name(a)));
         let name_terms = terms(&names_text(&record.title, &record.aliases));
+        let lessons = lessons(&record, chunks.iter().map(|c| c.hit.text.as_str()));
         let chunks = chunks
             .into_iter()
             .map(|c| PreparedChunk {
@@ -82,7 +85,7 @@ impl PreparedPage {
                 vector: c.vector.map(unit),
             })
             .collect();
-        Self { record: PageRecord { score: 0.0, ..record }, names, name_terms, chunks }
+        Self { record: PageRecord { score: 0.0, ..record }, names, name_terms, lessons, chunks }
     }
 
     fn parsed(page: &ParsedPage, vectors: &[Option<Vec<f32>>], mtime_ms: i64) -> Self {

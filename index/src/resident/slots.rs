@@ -4,6 +4,7 @@
 use super::chunk_file::ChunkFile;
 use super::keys::{Key, SlotsBy};
 use super::keyword::Bm25;
+use super::learnt::{Lesson, Taught};
 use crate::store::{ChunkHit, PageRecord};
 use crate::vectors::Vectors;
 use std::collections::HashMap;
@@ -31,6 +32,8 @@ pub(super) struct Page {
     pub(super) doc: u32,
     pub(super) chunks: Vec<u32>,
     pub(super) names: Vec<String>,
+    /// The names it teaches other pages (or itself): see [`super::learnt`].
+    pub(super) lessons: Vec<Lesson>,
     pub(super) body: u64,
 }
 
@@ -56,6 +59,8 @@ pub struct ResidentIndex {
     /// Normalised name → the page slots of the pages it names (a set of slugs per name took a
     /// B-tree node each, ~140 MiB at a million chunks).
     pub(super) by_name: HashMap<Box<str>, Vec<u32>>,
+    /// Learnt name → what taught it (see [`super::learnt`]).
+    pub(super) learnt: HashMap<Box<str>, Vec<Taught>>,
     /// Body hash → pages with that body.
     pub(super) bodies: HashMap<u64, u32>,
     /// Where the chunk file goes, once there is something to put in it (past the limit), and
@@ -156,6 +161,7 @@ impl ResidentIndex {
             ("keyword index", self.chunk_text.bytes()),
             ("pages", pages),
             ("page names index", self.page_names.bytes()),
+            ("learnt names", self.learnt_bytes()),
         ]
     }
 

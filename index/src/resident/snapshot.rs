@@ -16,6 +16,7 @@
 use super::chunk_file::{self, ChunkFile, NOWHERE};
 use super::keys::{Key, SlotsBy};
 use super::keyword::Bm25;
+use super::learnt::{Lesson, Teaching};
 use super::slots::{Page, ResidentIndex, Slot, id_of, text_hash_of};
 use super::wire::{In, Out, bad};
 use crate::store::{Json, PageRecord};
@@ -45,13 +46,26 @@ const EMBEDDED: u8 = 2;
 const TEXT: u8 = 4;
 
 /// The file's first bytes: a name and the layout's version (a new layout is a new name; 5: body
-/// hashes became SHA-256; 6: the chunk file's dead bytes, for its compaction).
-const MAGIC: &[u8; 8] = b"cairnRI6";
+/// hashes became SHA-256; 6: the chunk file's dead bytes, for its compaction; 7: the names each
+/// page teaches).
+const MAGIC: &[u8; 8] = b"cairnRI7";
 
 impl<W: Write> Out<W> {
     pub(super) fn strs(&mut self, v: &[String]) -> io::Result<()> {
         self.len(v.len())?;
         v.iter().try_for_each(|x| self.str(x))
+    }
+    /// What a page teaches: name, target, and how (0: acronym, 1: link text), each.
+    pub(super) fn lessons(&mut self, v: &[Lesson]) -> io::Result<()> {
+        self.len(v.len())?;
+        v.iter().try_for_each(|l| {
+            self.str(&l.name)?;
+            self.str(&l.target)?;
+            self.bytes(&[match l.how {
+                Teaching::Acronym => 0,
+                Teaching::LinkText => 1,
+            }])
+        })
     }
     /// A chunk id or text hash: its 16 bytes, or its text.
     pub(super) fn key(&mut self, k: &Key) -> io::Result<()> {
@@ -101,6 +115,19 @@ impl<R: Read> In<R> {
     }
     pub(super) fn strings(&mut self) -> io::Result<Vec<String>> {
         (0..self.count()?).map(|_| self.string()).collect()
+    }
+    pub(super) fn lessons(&mut self) -> io::Result<Vec<Lesson>> {
+        (0..self.count()?)
+            .map(|_| {
+                let (name, target) = (self.string()?, self.string()?);
+                let how = match self.array::<1>()? {
+                    [0] => Teaching::Acronym,
+                    [1] => Teaching::LinkText,
+                    _ => return Err(bad("a lesson of no known kind")),
+                };
+                Ok(Lesson { name, target, how })
+            })
+            .collect()
     }
     pub(super) fn key(&mut self) -> io::Result<Key> {
         match self.array::<1>()? {
@@ -202,7 +229,7 @@ impl ResidentIndex {
         }
         o.u32s(&self.free_chunks)?;
         let second = o.1;
-        // Pages: record, page slot, chunk slots, names, body hash.
+        // Pages: record, page slot, chunk slots, names, lessons, body hash.
         o.len(self.page_slots.len())?;
         o.len(self.pages.len())?;
         for p in self.pages.values() {
@@ -210,6 +237,7 @@ impl ResidentIndex {
             o.u32(p.doc)?;
             o.u32s(&p.chunks)?;
             o.strs(&p.names)?;
+            o.lessons(&p.lessons)?;
             o.u64(p.body)?;
         }
         o.u32s(&self.free_pages)?;
@@ -358,6 +386,7 @@ impl ResidentIndex {
             let doc = i.u32()?;
             let chunks = i.u32s()?;
             let names = i.strings()?;
+            let lessons = i.lessons()?;
             let body = i.u64()?;
             let slot =
                 index.page_slots.get_mut(doc as usize).ok_or_else(|| bad("a page slot out of range"))?;
@@ -366,7 +395,8 @@ impl ResidentIndex {
             for n in &names {
                 index.by_name.entry(n.as_str().into()).or_default().push(doc);
             }
-            index.pages.insert(record.slug.clone(), Page { record, doc, chunks, names, body });
+            index.learn(doc, &lessons);
+            index.pages.insert(record.slug.clone(), Page { record, doc, chunks, names, lessons, body });
         }
         index.free_pages = i.u32s()?;
         index.vectors = Vectors::restore(exact_up_to, &mut |n, room| i.raw_with_room(n, room))?;

@@ -8,6 +8,7 @@ use crate::error::{QueryError, Result};
 use crate::filter::PageFilter;
 use crate::layers::{ExactKind, max_pool, rrf};
 use crate::reader::SourceReader;
+use cairn_index::resident::LearntPage;
 use cairn_index::{ChunkHit, PageRecord};
 use cairn_ingest::{MAX_NAME_CHARS, normalize_name, slugify_id};
 use std::collections::HashMap;
@@ -185,10 +186,7 @@ pub(super) fn pool_globally(union: Vec<Candidate>, k: usize) -> Vec<Candidate> {
 }
 
 /// Exact lookup and alias hop: pages whose slug, title or alias equals the normalised query.
-pub(super) async fn exact_pages<R: SourceReader>(
-    readers: &[&R],
-    query: &str,
-) -> Vec<(String, PageRecord, ExactKind)> {
+async fn exact_pages<R: SourceReader>(readers: &[&R], query: &str) -> Vec<(String, PageRecord, ExactKind)> {
     // Names are clipped to MAX_NAME_CHARS when indexed; a longer query names nothing.
     if query.trim().chars().count() > MAX_NAME_CHARS + 1 {
         return Vec::new();
@@ -289,6 +287,38 @@ pub(super) fn merge_sources<R: SourceReader>(
     Ok((union, statuses))
 }
 
+/// The pages the vault taught the query as a name (see [`SourceReader::learnt`]), the most
+/// taught first, with where each was learnt.
+pub(super) async fn learnt_pages<R: SourceReader>(readers: &[&R], query: &str) -> Vec<(String, LearntPage)> {
+    if query.trim().chars().count() > MAX_NAME_CHARS + 1 {
+        return Vec::new();
+    }
+    let norm = normalize_name(query);
+    let lookups = readers.iter().map(|r| {
+        let norm = &norm;
+        async move { r.learnt(norm).await.ok().flatten().map(|p| (r.id().to_string(), p)) }
+    });
+    let mut out: Vec<(String, LearntPage)> =
+        futures::future::join_all(lookups).await.into_iter().flatten().collect();
+    out.sort_by(|a, b| b.1.taught_by.len().cmp(&a.1.taught_by.len()).then(a.0.cmp(&b.0)));
+    out
+}
+
+/// The pages the query names: by their own names ([`exact_pages`]); when none is, by a name the
+/// vault taught them ([`learnt_pages`]), marked [`ExactKind::Learnt`].
+pub(super) async fn named_pages<R: SourceReader>(
+    readers: &[&R],
+    query: &str,
+    learnt_names: bool,
+) -> (Vec<(String, PageRecord, ExactKind)>, Vec<(String, LearntPage)>) {
+    let exact = exact_pages(readers, query).await;
+    if !exact.is_empty() || !learnt_names {
+        return (exact, Vec::new());
+    }
+    let learnt = learnt_pages(readers, query).await;
+    (learnt.iter().map(|(s, l)| (s.clone(), l.page.clone(), ExactKind::Learnt)).collect(), learnt)
+}
+
 /// Several pages answering to the query's name (by title, file name or alias; a page id alone
 /// is no name) collide.
 pub(super) fn alias_collisions(
@@ -297,7 +327,7 @@ pub(super) fn alias_collisions(
 ) -> Vec<AliasCollision> {
     let named: Vec<String> = exact
         .iter()
-        .filter(|(_, _, k)| *k != ExactKind::Slug)
+        .filter(|(_, _, k)| !matches!(k, ExactKind::Slug | ExactKind::Learnt))
         .map(|(s, p, _)| format!("{s}:{}", p.slug))
         .collect();
     if named.len() > 1 {

@@ -17,7 +17,7 @@ use crate::layers::{ExactKind, SCORING_VERSION};
 use crate::reader::SourceReader;
 use cairn_index::{Embedder, PageRecord};
 use cairn_ingest::tokens;
-use gather::{alias_collisions, exact_pages, gather_source, inject_exact, merge_sources, pool_globally};
+use gather::{alias_collisions, gather_source, inject_exact, merge_sources, named_pages, pool_globally};
 use score::{order, relevance_floor, score_union};
 use std::time::Instant;
 
@@ -86,8 +86,9 @@ pub async fn search<R: SourceReader>(
             k,
             filter.as_ref()
         ))),
-        exact_pages(&readers, &req.query)
+        named_pages(&readers, &req.query, !req.without_learnt_names)
     );
+    let (exact, learnt) = exact;
     // A page named by the query but outside the filter is not injected.
     let exact: Vec<(String, PageRecord, ExactKind)> =
         exact.into_iter().filter(|(_, p, _)| filter.as_ref().is_none_or(|f| f.matches(p))).collect();
@@ -98,7 +99,11 @@ pub async fn search<R: SourceReader>(
     let collisions = alias_collisions(&req.query, &exact);
     inject_exact(&readers, qvec.as_deref(), &mut union, &exact).await;
     relevance_floor(&mut union);
-    let results = order(score_union(req, union), &exact, limit);
+    let mut results = order(score_union(req, union), &exact, limit);
+    for r in &mut results {
+        let taught = learnt.iter().find(|(s, l)| *s == r.source && l.page.slug == r.slug);
+        r.learnt = taught.map(|(_, l)| LearntName::of(l));
+    }
     Ok(SearchResponse {
         query: req.query.clone(),
         mode: req.mode,

@@ -55,6 +55,10 @@ pub struct SearchRequest {
     /// would do: the failure per-source gather exists to prevent.
     #[serde(default)]
     pub pooled_baseline: bool,
+    /// Evaluation baseline only: no names learnt from the vault (what `cairn eval --links`
+    /// measures against).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub without_learnt_names: bool,
 }
 
 fn default_limit() -> usize {
@@ -71,6 +75,7 @@ impl SearchRequest {
             explain: false,
             filter: Filter::default(),
             pooled_baseline: false,
+            without_learnt_names: false,
         }
     }
 }

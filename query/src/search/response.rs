@@ -35,6 +35,42 @@ pub struct Explain {
     pub why: String,
 }
 
+/// A name the vault taught a page, and where it was learnt.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct LearntName {
+    pub how: cairn_index::resident::Teaching,
+    /// The pages that taught it, by slug (the first [`LearntName::SHOWN`]), and how many did.
+    pub taught_by: Vec<String>,
+    pub teachers: usize,
+}
+
+impl LearntName {
+    pub const SHOWN: usize = 5;
+
+    pub fn of(l: &cairn_index::resident::LearntPage) -> Self {
+        Self {
+            how: l.how,
+            taught_by: l.taught_by.iter().take(Self::SHOWN).cloned().collect(),
+            teachers: l.taught_by.len(),
+        }
+    }
+}
+
+/// `learnt as a short form from a, b and 3 more pages`.
+impl std::fmt::Display for LearntName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let how = match self.how {
+            cairn_index::resident::Teaching::Acronym => "a short form its text defines",
+            cairn_index::resident::Teaching::LinkText => "the display text of links to it",
+        };
+        write!(f, "the query is {how}, learnt from {}", self.taught_by.join(", "))?;
+        match self.teachers.saturating_sub(self.taught_by.len()) {
+            0 => Ok(()),
+            more => write!(f, " and {more} more pages"),
+        }
+    }
+}
+
 /// One page in an answer.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SearchResult {
@@ -52,6 +88,10 @@ pub struct SearchResult {
     pub create_safety: CreateSafety,
     pub chunk: Option<ResultChunk>,
     pub boosts: Vec<String>,
+    /// How the vault taught the page the query, when the query is a name it learnt (evidence
+    /// `learnt_name`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub learnt: Option<LearntName>,
     /// The page's file changed or vanished since it was indexed (looked at when answering).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stale: Option<Stale>,
@@ -243,6 +283,9 @@ impl std::fmt::Display for SearchResponse {
                 let line = c.text.lines().next().unwrap_or_default();
                 let line: String = line.chars().take(100).collect();
                 writeln!(f, "      {} (lines {}-{}): {line}", c.heading_path, c.line_start, c.line_end)?;
+            }
+            if let Some(l) = &r.learnt {
+                writeln!(f, "      {l}")?;
             }
             if let Some(x) = &r.explain {
                 writeln!(f, "      {}", x.why)?;

@@ -112,6 +112,7 @@ pub(super) fn scored_result(
         create_safety,
         chunk: best,
         boosts: multipliers.into_iter().map(|(n, _)| n).collect(),
+        learnt: None,
         stale: None,
         explain,
     }
@@ -140,7 +141,11 @@ pub(super) fn order(
 pub(super) fn why(s: &Signals, ev: &[Evidence]) -> String {
     let mut parts: BTreeMap<&str, String> = BTreeMap::new();
     if let Some(k) = s.exact {
-        parts.insert("exact", format!("the query equals the page's {k:?}").to_lowercase());
+        let what = match k {
+            ExactKind::Learnt => "the query is a name the vault taught the page".to_string(),
+            k => format!("the query equals the page's {k:?}").to_lowercase(),
+        };
+        parts.insert("exact", what);
     }
     if let Some(c) = s.cosine {
         let cmp = if c >= HIGH_VECTOR_FLOOR { ">=" } else { "<" };
