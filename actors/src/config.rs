@@ -34,16 +34,43 @@ pub struct SourceConfig {
     pub exclude: Vec<String>,
 }
 
-/// Where the embedding model comes from.
+/// Where the embedding model comes from, and how it reads text. Any setting that changes the
+/// vectors (another model file, pooling, prefixes, max tokens) changes the model id the tables
+/// record, so a source built otherwise is rebuilt, never mixed.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelConfig {
-    /// A folder with `model.onnx` and `tokenizer.json` (default: the provisioned model, or
-    /// `CAIRN_MODEL_DIR`).
+    /// A folder with a sentence-embedding model's `model.onnx` and `tokenizer.json` (default:
+    /// the provisioned all-MiniLM-L6-v2, or `CAIRN_MODEL_DIR`).
     pub dir: Option<PathBuf>,
     /// ONNX Runtime threads for indexing (default: the number of cores; the pipeline runs one
     /// embedding worker so workers × threads ≤ cores).
     pub threads: Option<usize>,
+    /// `mean` (default) or `cls`: how the model's token vectors become one.
+    pub pooling: Option<cairn_index::embed::Pooling>,
+    /// Text put before each query and before each chunk (e.g. E5's `"query: "`, `"passage: "`).
+    pub query_prefix: Option<String>,
+    pub document_prefix: Option<String>,
+    /// The width the model outputs: checked when it loads (default: whatever it outputs).
+    pub dim: Option<usize>,
+    /// Tokens of a text the model reads (default 256).
+    pub max_tokens: Option<usize>,
+}
+
+impl ModelConfig {
+    /// The embedder's options for these settings, with `threads` ONNX Runtime threads.
+    pub fn ort_options(&self, threads: usize) -> cairn_index::OrtOptions {
+        let d = cairn_index::OrtOptions::default();
+        cairn_index::OrtOptions {
+            intra_threads: threads,
+            pooling: self.pooling.unwrap_or(d.pooling),
+            query_prefix: self.query_prefix.clone().unwrap_or_default(),
+            document_prefix: self.document_prefix.clone().unwrap_or_default(),
+            dim: self.dim,
+            max_tokens: self.max_tokens.unwrap_or(d.max_tokens),
+            ..d
+        }
+    }
 }
 
 /// What one page may cost; a page over a bound fails with a reason naming the key that raises it.

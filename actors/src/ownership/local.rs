@@ -406,11 +406,10 @@ pub(crate) async fn reader(
 
 /// The query model alone (one ONNX Runtime thread): what a reader needs to answer by meaning.
 pub(crate) async fn query_model(config: &Config) -> Result<Arc<dyn cairn_index::Embedder>> {
-    let dir = config.model.dir.clone();
+    let model = config.model.clone();
     let e = tokio::task::spawn_blocking(move || {
-        let files = cairn_index::provision_with(dir.as_deref())?;
-        let opts = cairn_index::OrtOptions { intra_threads: 1, ..cairn_index::OrtOptions::default() };
-        cairn_index::OrtEmbedder::from_files(&files, opts)
+        let files = cairn_index::provision_with(model.dir.as_deref())?;
+        cairn_index::OrtEmbedder::from_files(&files, model.ort_options(1))
     })
     .await
     .map_err(|e| Error::Pipeline(format!("loading the model: {e}")))??;

@@ -22,7 +22,7 @@ use crate::pipeline::workers::Parser;
 use crate::pipeline::writer::{AwaitVectors, SourceWriter, WriterParts};
 use crate::status::{SourceStatus, StatusBoard};
 use actix::prelude::*;
-use cairn_index::{Embedder, OrtEmbedder, OrtOptions, fault};
+use cairn_index::{Embedder, OrtEmbedder, fault};
 use cairn_ingest::RawEvent;
 use cairn_query::{SearchRequest, SearchResponse};
 use futures::stream::BoxStream;
@@ -100,19 +100,13 @@ impl std::fmt::Debug for Embedders {
 impl Embedders {
     /// The real model, provisioned (or from `config.model.dir`), loaded twice.
     pub async fn load(config: &Config) -> Result<Self> {
-        let dir = config.model.dir.clone();
-        let threads = config
-            .model
-            .threads
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let model = config.model.clone();
+        let threads =
+            model.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
         let (index, query) = tokio::task::spawn_blocking(move || {
-            let files = cairn_index::provision_with(dir.as_deref())?;
-            let index = OrtEmbedder::from_files(
-                &files,
-                OrtOptions { intra_threads: threads, ..OrtOptions::default() },
-            )?;
-            let query =
-                OrtEmbedder::from_files(&files, OrtOptions { intra_threads: 1, ..OrtOptions::default() })?;
+            let files = cairn_index::provision_with(model.dir.as_deref())?;
+            let index = OrtEmbedder::from_files(&files, model.ort_options(threads))?;
+            let query = OrtEmbedder::from_files(&files, model.ort_options(1))?;
             Ok::<_, cairn_index::Error>((index, query))
         })
         .await
