@@ -10,6 +10,9 @@
 //! short form followed by its long form in parentheses (more than two words inside) or by
 //! "stands for".
 
+/// The words between a short form and its long form in the third pattern.
+const STANDS_FOR: &str = " stands for ";
+
 /// One definition, as written in the text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Definition {
@@ -99,6 +102,11 @@ fn clause_after(text: &str) -> &str {
 
 /// Every definition in `text`, each pair once, in the order found.
 pub fn definitions(text: &str) -> Vec<Definition> {
+    // Most chunks define nothing: they are passed by without a copy (every chunk of a source
+    // comes through here when it loads from its tables).
+    if !text.contains('(') && !text.contains(STANDS_FOR) {
+        return Vec::new();
+    }
     let text = unmarked(text);
     let mut out: Vec<Definition> = Vec::new();
     let mut push = |short: &str, long: Option<String>| {
@@ -128,9 +136,9 @@ pub fn definitions(text: &str) -> Vec<Definition> {
             _ => {}
         }
     }
-    for (at, _) in text.match_indices(" stands for ") {
+    for (at, _) in text.match_indices(STANDS_FOR) {
         let before = words(clause_before(&text[..at]));
-        let after = words(clause_after(&text[at + " stands for ".len()..]));
+        let after = words(clause_after(&text[at + STANDS_FOR.len()..]));
         if let Some(short) = before.last().filter(|w| short_form(w)) {
             push(short, long_after(short, &after));
         }

@@ -78,7 +78,7 @@ pub async fn search<R: SourceReader>(
 
     // Gather: every source's own K slots; the exact lookup does not depend on the arms and runs
     // alongside.
-    let (gathered, exact) = futures::join!(
+    let (gathered, (exact, learnt)) = futures::join!(
         futures::future::join_all(readers.iter().map(|r| gather_source(
             *r,
             &text,
@@ -88,7 +88,6 @@ pub async fn search<R: SourceReader>(
         ))),
         named_pages(&readers, &req.query, !req.without_learnt_names)
     );
-    let (exact, learnt) = exact;
     // A page named by the query but outside the filter is not injected.
     let exact: Vec<(String, PageRecord, ExactKind)> =
         exact.into_iter().filter(|(_, p, _)| filter.as_ref().is_none_or(|f| f.matches(p))).collect();
