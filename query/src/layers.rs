@@ -36,7 +36,9 @@ pub const TEMPLATE_PAGES: u32 = 3;
 /// thin ones, the keyword arm's stop words. 2026-12-04.1: the union re-scoring reads words with
 /// the keyword arm's analyzer (Snowball stems) instead of a suffix stripper of its own.
 /// 2026-12-04.2: names the vault teaches (short forms its text defines, link texts) name pages.
-pub const SCORING_VERSION: &str = "2026-12-04.2";
+/// 2026-12-05.1: subject pages (a phrase of the query names them) rank above the pages that
+/// merely mention them.
+pub const SCORING_VERSION: &str = "2026-12-05.1";
 
 /// Each page's best chunk, pages in order of their best chunk (hits must be sorted best first,
 /// as the store returns them). A page is its best chunk, never whichever chunk came first.
@@ -126,6 +128,9 @@ pub enum Evidence {
     /// The query is a name the vault taught the page (a short form defined in its text, a link's
     /// display text): the result's `learnt` says where.
     LearntName,
+    /// A phrase of the query is the page's name (its title, an alias, its file name or a name
+    /// the vault taught it): the page is the query's subject; the result's `subject` says which.
+    SubjectName,
     HighVectorMatch,
     KeywordExact,
     WeakSemantic,
@@ -182,6 +187,8 @@ pub struct Signals {
     pub keyword_rank: Option<usize>,
     /// Every content word of the query appears in the page's title or best keyword chunk.
     pub all_terms_present: bool,
+    /// A phrase of the query (not all of it) is the page's name.
+    pub subject: bool,
 }
 
 /// Evidence and create-safety from the signals.
@@ -194,23 +201,28 @@ pub fn evidence(s: &Signals) -> (Vec<Evidence>, CreateSafety) {
         Some(ExactKind::Learnt) => ev.push(Evidence::LearntName),
         None => {}
     }
+    if s.subject {
+        ev.push(Evidence::SubjectName);
+    }
     if s.cosine.is_some_and(|c| c >= HIGH_VECTOR_FLOOR) {
         ev.push(Evidence::HighVectorMatch);
     }
     if s.keyword_rank.is_some_and(|r| r <= 3) && s.all_terms_present {
         ev.push(Evidence::KeywordExact);
     }
-    // Only a page's own names prove it exists; a learnt name, meaning and keywords make it
-    // probable.
+    // Only a page's own names, equal to the whole query, prove it exists; a learnt name, a name
+    // that is only part of the query, meaning and keywords make it probable.
     let named = ev
         .iter()
         .any(|e| matches!(e, Evidence::AliasHit | Evidence::ExactTitleMatch | Evidence::FileNameMatch));
     let safety = if named {
         CreateSafety::Exists
-    } else if ev
-        .iter()
-        .any(|e| matches!(e, Evidence::LearntName | Evidence::KeywordExact | Evidence::HighVectorMatch))
-    {
+    } else if ev.iter().any(|e| {
+        matches!(
+            e,
+            Evidence::LearntName | Evidence::SubjectName | Evidence::KeywordExact | Evidence::HighVectorMatch
+        )
+    }) {
         CreateSafety::Probable
     } else {
         ev.push(Evidence::WeakSemantic);
@@ -305,10 +317,21 @@ mod tests {
             (vec![Evidence::HighVectorMatch], CreateSafety::Probable),
             "close in meaning is not proof"
         );
-        let kw = Signals { cosine: Some(0.3), keyword_rank: Some(1), all_terms_present: true, exact: None };
+        let kw = Signals {
+            cosine: Some(0.3),
+            keyword_rank: Some(1),
+            all_terms_present: true,
+            exact: None,
+            subject: false,
+        };
         assert_eq!(evidence(&kw), (vec![Evidence::KeywordExact], CreateSafety::Probable));
-        let weak =
-            Signals { cosine: Some(0.4), keyword_rank: Some(1), all_terms_present: false, exact: None };
+        let weak = Signals {
+            cosine: Some(0.4),
+            keyword_rank: Some(1),
+            all_terms_present: false,
+            exact: None,
+            subject: false,
+        };
         assert_eq!(evidence(&weak), (vec![Evidence::WeakSemantic], CreateSafety::Unknown));
     }
 }

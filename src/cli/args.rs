@@ -81,8 +81,7 @@ impl SearchArgs {
                 after: self.after.clone(),
                 before: self.before.clone(),
             },
-            pooled_baseline: false,
-            without_learnt_names: false,
+            ..cairn_query::SearchRequest::new("")
         })
     }
 }
@@ -259,8 +258,9 @@ pub enum Command {
 // No doc comment: the variant's above is the subcommand's help.
 #[derive(Args, Debug)]
 pub struct EvalArgs {
-    /// JSON Lines query file (or a bootstrap queries.json); not with --exists or --links.
-    #[arg(required_unless_present_any = ["exists", "links"])]
+    /// JSON Lines query file (or a bootstrap queries.json); not with --exists, --links or
+    /// --subjects.
+    #[arg(required_unless_present_any = ["exists", "links", "subjects"])]
     pub queries: Option<PathBuf>,
     #[arg(long = "source")]
     pub sources: Vec<String>,
@@ -297,8 +297,17 @@ pub struct EvalArgs {
     /// out of an indexed copy (each held-out display text is asked; its target should come back).
     #[arg(long, conflicts_with = "exists")]
     pub links: bool,
+    /// Instead of a query file: questions about one page in N of this vault ("what is TITLE",
+    /// "how does TITLE work"), the page being the answer; asked of --vault, or of the database
+    /// (which must hold this vault as a source).
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["exists", "links", "queries"])]
+    pub subjects: Option<PathBuf>,
+    /// Answer the queries again with this rule off, on the same index, and print what it
+    /// changes (repeatable).
+    #[arg(long, value_enum)]
+    pub ablate: Vec<cairn::eval::Rule>,
     /// With --exists: one page in N is held out, one present title in N is asked. With --links:
-    /// one labelled link in N is held out.
+    /// one labelled link in N is held out. With --subjects: one page in N is asked about.
     #[arg(long, default_value_t = 20)]
     pub every: u64,
 }

@@ -5,7 +5,8 @@ use super::args::{Common, EvalArgs};
 use super::{Usage, attach, config_only, mode, report, show};
 use anyhow::Result;
 use cairn::Cairn;
-use cairn::eval::EvalReport;
+use cairn::eval::{EvalReport, Rule};
+use cairn_query::SearchRequest;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -75,8 +76,11 @@ where
 /// Judged queries over the database, or over `--vault` indexed into a temporary one first.
 pub async fn eval(common: &Common, a: EvalArgs) -> Result<ExitCode> {
     let mode = mode(&a.mode)?;
-    let queries = a.queries.as_ref().ok_or_else(|| Usage("name a query file".into()))?;
-    let judged = cairn::eval::load_queries(queries, &a.skip_flags)?;
+    let judged = match (&a.queries, &a.subjects) {
+        (_, Some(vault)) => cairn::eval::subject_queries(vault, a.every)?,
+        (Some(queries), _) => cairn::eval::load_queries(queries, &a.skip_flags)?,
+        _ => return Err(Usage("name a query file".into()).into()),
+    };
     let temp =
         a.vault.as_ref().map(|_| std::env::temp_dir().join(format!("cairn-eval-{}", std::process::id())));
     let c = match (&a.vault, &temp) {
@@ -84,13 +88,34 @@ pub async fn eval(common: &Common, a: EvalArgs) -> Result<ExitCode> {
         _ => config_only(common)?,
     };
     let with_model = mode != cairn_query::Mode::Fast;
-    let run = async |c: cairn::Config| -> Result<EvalReport> {
-        let cairn = Cairn::attach(c, "eval", with_model).await?;
-        cairn::eval::run(&cairn, &judged, &a.sources, mode, a.k, a.pooled_baseline).await
+    let template = SearchRequest {
+        sources: a.sources.clone(),
+        mode,
+        limit: a.k,
+        pooled_baseline: a.pooled_baseline,
+        ..SearchRequest::new("")
     };
-    let exact = run(c.clone()).await?;
+    let run = async |c: cairn::Config, rules: &[Rule]| -> Result<Vec<EvalReport>> {
+        let cairn = Cairn::attach(c, "eval", with_model).await?;
+        let mut reports = vec![cairn::eval::run(&cairn, &judged, &template).await?];
+        for rule in rules {
+            reports.push(cairn::eval::run(&cairn, &judged, &rule.off(&template)).await?);
+        }
+        Ok(reports)
+    };
+    let mut reports = run(c.clone(), &a.ablate).await?.into_iter();
+    let exact = reports.next().expect("the first run");
+    for (rule, without) in a.ablate.iter().zip(reports) {
+        eprintln!("-- the same queries without {rule}:");
+        if a.json {
+            eprint!("{without}")
+        } else {
+            show(&without)
+        }
+        eprintln!("-- with it, what it changes: {}", changes(&exact, &without));
+    }
     let int8 =
-        if a.int8_too { Some(run(cairn::Config { exact_vectors_up_to: 0, ..c }).await?) } else { None };
+        if a.int8_too { run(cairn::Config { exact_vectors_up_to: 0, ..c }, &[]).await?.pop() } else { None };
     if let Some(t) = temp {
         let _ = std::fs::remove_dir_all(t);
     }
@@ -133,6 +158,18 @@ async fn index_into(mut c: cairn::Config, vault: &Path, db: &Path) -> Result<cai
     eprintln!("indexed {indexed} pages ({failed} failed) into {}", c.db);
     c.sources.clear();
     Ok(c)
+}
+
+/// The overall figures a rule moves: with it against without it.
+fn changes(with: &EvalReport, without: &EvalReport) -> String {
+    let (a, b) = (&with.overall.metrics, &without.overall.metrics);
+    let line = |name: &str, x: f64, y: f64| format!("{name} {x:.3} against {y:.3} ({:+.3})", x - y);
+    [
+        line("hit@1", a.hit_at_1, b.hit_at_1),
+        line("mrr@10", a.mrr_at_10, b.mrr_at_10),
+        line("ndcg@10", a.ndcg_at_10, b.ndcg_at_10),
+    ]
+    .join(", ")
 }
 
 /// The first 20 misses, on stderr.

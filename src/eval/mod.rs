@@ -4,17 +4,19 @@
 
 use crate::Cairn;
 use anyhow::{Context, Result, bail};
+use cairn_query::SearchRequest;
 use cairn_query::metrics::{Judged, QueryScore, Summary, by_family, score};
-use cairn_query::{Mode, SearchRequest};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 mod exists;
 mod links;
+mod subjects;
 
 pub use exists::*;
 pub use links::*;
+pub use subjects::*;
 
 /// Load a query file: JSON Lines in the shared eval format (`query`, `relevant`, optional
 /// `forbidden`, `grades`, `family`, `id`), or the gbrain bootstrap JSON array (`expect_slug`).
@@ -116,29 +118,43 @@ impl std::fmt::Display for EvalReport {
     }
 }
 
-/// Run every query (at most `k` results each; Recall@100 needs `k` = 100) and score the
-/// rankings. Queries run a few at a time: each spends most of its time waiting on LanceDB.
-pub async fn run(
-    searcher: &Cairn,
-    queries: &[Judged],
-    sources: &[String],
-    mode: Mode,
-    k: usize,
-    pooled_baseline: bool,
-) -> Result<EvalReport> {
+/// A rule `cairn eval --ablate` turns off, to measure what it does on the same index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Rule {
+    /// Subject pages first: pages a phrase of the query names, above pages that mention them.
+    Subjects,
+    /// Names the vault teaches: short forms its text defines, link display texts.
+    LearntNames,
+}
+
+/// The rule as `--ablate` names it.
+impl std::fmt::Display for Rule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use clap::ValueEnum as _;
+        f.write_str(self.to_possible_value().expect("no rule is skipped").get_name())
+    }
+}
+
+impl Rule {
+    /// `request` with this rule off.
+    pub fn off(self, request: &SearchRequest) -> SearchRequest {
+        let mut r = request.clone();
+        match self {
+            Rule::Subjects => r.without_subjects = true,
+            Rule::LearntNames => r.without_learnt_names = true,
+        }
+        r
+    }
+}
+
+/// Run every query (each as `template` with its query put in; `template.limit` results each,
+/// so Recall@100 needs 100) and score the rankings. Queries run a few at a time: each spends
+/// most of its time waiting on the store.
+pub async fn run(searcher: &Cairn, queries: &[Judged], template: &SearchRequest) -> Result<EvalReport> {
     use futures::StreamExt;
     let rankings: Vec<Result<Vec<String>>> = futures::stream::iter(queries)
         .map(|q| async move {
-            let req = SearchRequest {
-                query: q.query.clone(),
-                sources: sources.to_vec(),
-                mode,
-                limit: k,
-                explain: false,
-                filter: Default::default(),
-                pooled_baseline,
-                without_learnt_names: false,
-            };
+            let req = SearchRequest { query: q.query.clone(), ..template.clone() };
             match searcher.search(req).await {
                 Ok(resp) => Ok(resp.results.into_iter().map(|r| r.slug).collect()),
                 Err(e) => Err(anyhow::Error::from(e)),

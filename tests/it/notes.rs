@@ -1,7 +1,7 @@
 //! What notes users expect, through the command line on a small Obsidian-style vault with the
 //! real model: file names as names, inline tags and filters, links both ways, duplicate
-//! candidates, the self-test, chunks cut at the model's window, names the vault teaches, and
-//! stale results.
+//! candidates, the self-test, chunks cut at the model's window, names the vault teaches, subject
+//! pages, and stale results.
 
 use crate::support::{cairn_bin, search_json, write};
 use serde_json::Value;
@@ -99,6 +99,12 @@ fn names_tags_filters_links_duplicates_selftest_and_stale_results() {
         assert_eq!(top["create_safety"], "probable", "{top}");
         assert_eq!(top["learnt"]["how"], how, "{top}");
     }
+    // A page a phrase of the query names is its subject: said, and probable, never exists.
+    let subject = search_json(&db, "which ferries dock at the Old Port?", &[]);
+    let top = &subject["results"][0];
+    assert_eq!((&top["slug"], &top["subject"]), (&"places/harbour".into(), &"Old Port".into()), "{subject}");
+    assert!(words(&top["evidence"]).contains(&"subject_name"), "{top}");
+    assert_eq!(top["create_safety"], "probable", "{top}");
     let taught = search_json(&db, "KD", &[]);
     assert_eq!(
         taught["results"][0]["learnt"]["taught_by"],

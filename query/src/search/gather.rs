@@ -24,6 +24,8 @@ pub(super) struct Candidate {
     pub(super) title: Option<ArmRank>,
     pub(super) fused: f32,
     pub(super) exact: Option<ExactKind>,
+    /// The query's phrase that names the page (see [`super::subject`]).
+    pub(super) subject: Option<String>,
 }
 
 pub(super) struct Gathered {
@@ -124,6 +126,7 @@ pub(super) async fn gather_source<R: SourceReader>(
             title: title_ranks.get(slug).copied(),
             fused: *f,
             exact: None,
+            subject: None,
         })
         .collect();
     complete(r, qvec, &mut candidates).await?;
@@ -346,24 +349,37 @@ pub(super) async fn inject_exact<R: SourceReader>(
     exact: &[(String, PageRecord, ExactKind)],
 ) {
     for (source, page, kind) in exact.iter().take(3) {
-        match union.iter_mut().find(|c| c.source == *source && c.slug == page.slug) {
-            Some(c) => c.exact = Some(*kind),
-            None => {
-                let mut c = Candidate {
-                    source: source.clone(),
-                    record: Some(page.clone()),
-                    slug: page.slug.clone(),
-                    keyword: None,
-                    vector: None,
-                    title: None,
-                    fused: 0.0,
-                    exact: Some(*kind),
-                };
-                if let Some(r) = readers.iter().find(|r| r.id() == source) {
-                    let _ = complete(*r, qvec, std::slice::from_mut(&mut c)).await;
-                }
-                union.push(c);
-            }
-        }
+        let i = find_or_add(readers, qvec, union, source, page).await;
+        union[i].exact = Some(*kind);
     }
+}
+
+/// The index of a page in the union; a page no arm found is added with its record and best
+/// chunk.
+pub(super) async fn find_or_add<R: SourceReader>(
+    readers: &[&R],
+    qvec: Option<&[f32]>,
+    union: &mut Vec<Candidate>,
+    source: &str,
+    page: &PageRecord,
+) -> usize {
+    if let Some(i) = union.iter().position(|c| c.source == source && c.slug == page.slug) {
+        return i;
+    }
+    let mut c = Candidate {
+        source: source.to_string(),
+        record: Some(page.clone()),
+        slug: page.slug.clone(),
+        keyword: None,
+        vector: None,
+        title: None,
+        fused: 0.0,
+        exact: None,
+        subject: None,
+    };
+    if let Some(r) = readers.iter().find(|r| r.id() == source) {
+        let _ = complete(*r, qvec, std::slice::from_mut(&mut c)).await;
+    }
+    union.push(c);
+    union.len() - 1
 }

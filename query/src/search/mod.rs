@@ -6,6 +6,7 @@ mod gather;
 mod request;
 mod response;
 mod score;
+mod subject;
 #[cfg(test)]
 mod tests;
 
@@ -20,6 +21,7 @@ use cairn_ingest::tokens;
 use gather::{alias_collisions, gather_source, inject_exact, merge_sources, named_pages, pool_globally};
 use score::{order, relevance_floor, score_union};
 use std::time::Instant;
+use subject::{inject_subjects, subject_pages};
 
 /// Longest query accepted, in bytes.
 pub const MAX_QUERY_BYTES: usize = 4096;
@@ -76,9 +78,10 @@ pub async fn search<R: SourceReader>(
     let qvec = embed_query(req, embedder, &mut degraded, &mut notes);
     let filter = req.filter.compile()?;
 
-    // Gather: every source's own K slots; the exact lookup does not depend on the arms and runs
-    // alongside.
-    let (gathered, (exact, learnt)) = futures::join!(
+    // Gather: every source's own K slots; the exact and subject lookups do not depend on the
+    // arms and run alongside.
+    let learnt_names = !req.without_learnt_names;
+    let (gathered, (exact, learnt), subjects) = futures::join!(
         futures::future::join_all(readers.iter().map(|r| gather_source(
             *r,
             &text,
@@ -86,17 +89,27 @@ pub async fn search<R: SourceReader>(
             k,
             filter.as_ref()
         ))),
-        named_pages(&readers, &req.query, !req.without_learnt_names)
+        named_pages(&readers, &req.query, learnt_names),
+        async {
+            if req.without_subjects {
+                Vec::new()
+            } else {
+                subject_pages(&readers, &req.query, learnt_names).await
+            }
+        }
     );
     // A page named by the query but outside the filter is not injected.
+    let passes = |p: &PageRecord| filter.as_ref().is_none_or(|f| f.matches(p));
     let exact: Vec<(String, PageRecord, ExactKind)> =
-        exact.into_iter().filter(|(_, p, _)| filter.as_ref().is_none_or(|f| f.matches(p))).collect();
+        exact.into_iter().filter(|(_, p, _)| passes(p)).collect();
+    let subjects: Vec<_> = subjects.into_iter().filter(|s| passes(&s.page)).collect();
     let (mut union, statuses) = merge_sources(&readers, gathered, &mut degraded)?;
     if req.pooled_baseline {
         union = pool_globally(union, k);
     }
     let collisions = alias_collisions(&req.query, &exact);
     inject_exact(&readers, qvec.as_deref(), &mut union, &exact).await;
+    inject_subjects(&readers, qvec.as_deref(), &mut union, &subjects, k).await;
     relevance_floor(&mut union);
     let mut results = order(score_union(req, union), &exact, limit);
     for r in &mut results {

@@ -59,6 +59,10 @@ pub struct SearchRequest {
     /// measures against).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub without_learnt_names: bool,
+    /// Evaluation baseline only: no subject pages (pages a phrase of the query names are not
+    /// lifted above the pages that mention them).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub without_subjects: bool,
 }
 
 fn default_limit() -> usize {
@@ -76,6 +80,7 @@ impl SearchRequest {
             filter: Filter::default(),
             pooled_baseline: false,
             without_learnt_names: false,
+            without_subjects: false,
         }
     }
 }

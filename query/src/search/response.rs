@@ -92,6 +92,10 @@ pub struct SearchResult {
     /// `learnt_name`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub learnt: Option<LearntName>,
+    /// The query's phrase that names the page, when the page is the query's subject (evidence
+    /// `subject_name`): it ranks above pages that merely mention that name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
     /// The page's file changed or vanished since it was indexed (looked at when answering).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stale: Option<Stale>,

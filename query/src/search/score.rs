@@ -4,6 +4,7 @@
 use super::gather::Candidate;
 use super::request::SearchRequest;
 use super::response::{Explain, ResultChunk, SearchResult};
+use super::subject::{Terms, lift_subjects};
 use crate::layers::{
     self, Evidence, ExactKind, HIGH_VECTOR_FLOOR, KEYWORD_WEIGHT, RELEVANCE_FLOOR, Signals, TEMPLATE_FACTOR,
     TEMPLATE_PAGES, TITLE_PHRASE_BOOST, evidence, title_phrase_match, union_bm25,
@@ -25,7 +26,8 @@ pub(super) fn relevance_floor(union: &mut Vec<Candidate>) {
 /// re-scored over the union with the union's own term statistics (normalised to 0..1); then
 /// each page's multipliers and evidence.
 pub(super) fn score_union(req: &SearchRequest, union: Vec<Candidate>) -> Vec<SearchResult> {
-    // Each candidate's names and best chunk, as terms (read once, for BM25 and the all-terms check).
+    // Each candidate's names and best chunk, as terms (read once, for BM25, the all-terms check
+    // and the subject lift).
     let doc_terms: Vec<Vec<String>> = union
         .iter()
         .map(|c| {
@@ -40,17 +42,27 @@ pub(super) fn score_union(req: &SearchRequest, union: Vec<Candidate>) -> Vec<Sea
     let query_terms = layers::terms(&req.query);
     let bm25 = union_bm25(&query_terms, &doc_terms);
     let max_bm25 = bm25.iter().copied().fold(0.0f32, f32::max);
-    union
+    let names: Vec<Option<Vec<String>>> = union
+        .iter()
+        .map(|c| c.subject.as_deref().filter(|_| !req.without_subjects).map(layers::terms))
+        .collect();
+    let mut results: Vec<SearchResult> = union
         .into_iter()
         .zip(bm25)
-        .zip(doc_terms)
+        .zip(&doc_terms)
         .map(|((c, bm), doc_terms)| {
             let union_keyword = if max_bm25 > 0.0 { bm / max_bm25 } else { 0.0 };
             let all_terms_present =
                 !query_terms.is_empty() && query_terms.iter().all(|t| doc_terms.contains(t));
             scored_result(req, c, union_keyword, all_terms_present)
         })
-        .collect()
+        .collect();
+    if !req.without_subjects {
+        let terms: Vec<Terms> =
+            names.into_iter().zip(doc_terms).map(|(name, doc)| Terms { name, doc }).collect();
+        lift_subjects(&mut results, &terms, &query_terms);
+    }
+    results
 }
 
 /// Multipliers on a page's base score: the title-phrase boost, and the template factor for a
@@ -83,6 +95,7 @@ pub(super) fn scored_result(
         cosine,
         keyword_rank: c.keyword.as_ref().map(|(a, _)| a.rank),
         all_terms_present,
+        subject: c.subject.is_some() && !req.without_subjects,
     };
     let (evidence, create_safety) = evidence(&signals);
     let best = c.vector.as_ref().or(c.keyword.as_ref()).map(|(_, h)| ResultChunk {
@@ -113,6 +126,7 @@ pub(super) fn scored_result(
         chunk: best,
         boosts: multipliers.into_iter().map(|(n, _)| n).collect(),
         learnt: None,
+        subject: c.subject.filter(|_| !req.without_subjects),
         stale: None,
         explain,
     }
@@ -146,6 +160,9 @@ pub(super) fn why(s: &Signals, ev: &[Evidence]) -> String {
             k => format!("the query equals the page's {k:?}").to_lowercase(),
         };
         parts.insert("exact", what);
+    }
+    if s.subject {
+        parts.insert("subject", "a phrase of the query is the page's name".to_string());
     }
     if let Some(c) = s.cosine {
         let cmp = if c >= HIGH_VECTOR_FLOOR { ">=" } else { "<" };

@@ -25,6 +25,7 @@ fn cand(slug: &str, keyword: Option<f32>, vector: Option<f32>) -> Candidate {
         title: None,
         fused: 0.0,
         exact: None,
+        subject: None,
     }
 }
 
