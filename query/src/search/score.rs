@@ -42,10 +42,9 @@ pub(super) fn score_union(req: &SearchRequest, union: Vec<Candidate>) -> Vec<Sea
     let query_terms = layers::terms(&req.query);
     let bm25 = union_bm25(&query_terms, &doc_terms);
     let max_bm25 = bm25.iter().copied().fold(0.0f32, f32::max);
-    let names: Vec<Option<Vec<String>>> = union
-        .iter()
-        .map(|c| c.subject.as_deref().filter(|_| !req.without_subjects).map(layers::terms))
-        .collect();
+    // Candidates carry a subject only when the rule is on (see `subject_pages`).
+    let names: Vec<Option<Vec<String>>> =
+        union.iter().map(|c| c.subject.as_deref().map(layers::terms)).collect();
     let mut results: Vec<SearchResult> = union
         .into_iter()
         .zip(bm25)
@@ -57,11 +56,8 @@ pub(super) fn score_union(req: &SearchRequest, union: Vec<Candidate>) -> Vec<Sea
             scored_result(req, c, union_keyword, all_terms_present)
         })
         .collect();
-    if !req.without_subjects {
-        let terms: Vec<Terms> =
-            names.into_iter().zip(doc_terms).map(|(name, doc)| Terms { name, doc }).collect();
-        lift_subjects(&mut results, &terms, &query_terms);
-    }
+    let terms: Vec<Terms> = names.into_iter().zip(doc_terms).map(|(name, doc)| Terms { name, doc }).collect();
+    lift_subjects(&mut results, &terms, &query_terms);
     results
 }
 
@@ -95,7 +91,7 @@ pub(super) fn scored_result(
         cosine,
         keyword_rank: c.keyword.as_ref().map(|(a, _)| a.rank),
         all_terms_present,
-        subject: c.subject.is_some() && !req.without_subjects,
+        subject: c.subject.is_some(),
     };
     let (evidence, create_safety) = evidence(&signals);
     let best = c.vector.as_ref().or(c.keyword.as_ref()).map(|(_, h)| ResultChunk {
@@ -126,7 +122,7 @@ pub(super) fn scored_result(
         chunk: best,
         boosts: multipliers.into_iter().map(|(n, _)| n).collect(),
         learnt: None,
-        subject: c.subject.filter(|_| !req.without_subjects),
+        subject: c.subject,
         stale: None,
         explain,
     }

@@ -31,14 +31,20 @@ const EDGE: &[char] = &['.', ',', ';', ':', '!', '?', '"', '\'', '(', ')', '[', 
 pub(super) struct Subject {
     pub(super) source: String,
     pub(super) page: PageRecord,
-    /// The query's words that name it, as written (edge punctuation shed).
+    /// The query's words that name it (as written, or with edge punctuation shed).
     pub(super) phrase: String,
 }
 
+/// A run of the query's words that could be a name, and that name normalised for lookup.
+pub(super) struct Phrase {
+    pub(super) text: String,
+    pub(super) name: String,
+}
+
 /// The phrases of the query that could be names: every run of its words, as written and with
-/// edge punctuation and a possessive shed, with a content word, short enough to be a name, other than the whole
-/// query (the exact layer's); longest first, each once.
-pub(super) fn phrases(query: &str) -> Vec<String> {
+/// edge punctuation and a possessive shed, that holds a content word, is short enough to be a
+/// name and is not the whole query (the exact layer's); longest first, each name once.
+pub(super) fn phrases(query: &str) -> Vec<Phrase> {
     let words: Vec<&str> = query.split_whitespace().take(MAX_QUERY_WORDS).collect();
     // Whether each word has a term: a run has a content word when one of its words does (read
     // once per word, not once per run).
@@ -52,19 +58,16 @@ pub(super) fn phrases(query: &str) -> Vec<String> {
                 continue;
             }
             let joined = run.join(" ");
-            if joined.chars().count() > MAX_NAME_CHARS + 2 {
-                continue;
-            }
             let trimmed = joined.trim_matches(EDGE);
             let bare = trimmed.strip_suffix("'s").or_else(|| trimmed.strip_suffix("’s")).unwrap_or(trimmed);
             // As written first: a name may end in what is punctuation elsewhere ("Inc.").
-            for phrase in [joined.as_str(), bare] {
-                let norm = normalize_name(phrase);
-                if norm.is_empty() || norm == whole || phrase.chars().count() > MAX_NAME_CHARS {
+            for text in [joined.as_str(), bare] {
+                if text.chars().count() > MAX_NAME_CHARS {
                     continue;
                 }
-                if seen.insert(norm) {
-                    out.push(phrase.to_string());
+                let name = normalize_name(text);
+                if !name.is_empty() && name != whole && seen.insert(name.clone()) {
+                    out.push(Phrase { text: text.to_string(), name });
                 }
             }
         }
@@ -86,16 +89,15 @@ pub(super) async fn subject_pages<R: SourceReader>(
         async move {
             let mut found: Vec<Subject> = Vec::new();
             for phrase in phrases {
-                let norm = normalize_name(phrase);
-                let mut pages = r.alias(&norm).await.unwrap_or_default();
+                let mut pages = r.alias(&phrase.name).await.unwrap_or_default();
                 if pages.is_empty() && learnt_names {
-                    pages.extend(r.learnt(&norm).await.ok().flatten().map(|l| l.page));
+                    pages.extend(r.learnt(&phrase.name).await.ok().flatten().map(|l| l.page));
                 }
                 for page in pages {
                     // Longest phrases come first: a page keeps the first that names it.
                     if page.body_shared_by < TEMPLATE_PAGES && !found.iter().any(|s| s.page.slug == page.slug)
                     {
-                        found.push(Subject { source: r.id().to_string(), page, phrase: phrase.clone() });
+                        found.push(Subject { source: r.id().to_string(), page, phrase: phrase.text.clone() });
                     }
                 }
             }
@@ -115,7 +117,7 @@ pub(super) async fn inject_subjects<R: SourceReader>(
     bound: usize,
 ) {
     let mut by_length: Vec<&Subject> = subjects.iter().collect();
-    by_length.sort_by_key(|s| std::cmp::Reverse(terms(&s.phrase).len()));
+    by_length.sort_by_cached_key(|s| std::cmp::Reverse(terms(&s.phrase).len()));
     let mut added = 0;
     for s in by_length {
         let known = union.iter().any(|c| c.source == s.source && c.slug == s.page.slug);
@@ -204,10 +206,11 @@ mod tests {
 
     #[test]
     fn phrases_are_runs_of_the_query_with_a_content_word_but_not_all_of_it() {
-        let p = phrases("who is on the Platform Team?");
+        let texts = |q: &str| phrases(q).into_iter().map(|p| p.text).collect::<Vec<_>>();
+        let p = texts("who is on the Platform Team?");
         assert!(p.contains(&"Platform Team".to_string()), "edge punctuation shed: {p:?}");
         assert!(p.contains(&"Platform Team?".to_string()), "and kept: {p:?}");
-        let inc = phrases("what is America On-Line, Inc.");
+        let inc = texts("what is America On-Line, Inc.");
         assert!(
             inc.contains(&"America On-Line, Inc.".to_string())
                 && inc.contains(&"America On-Line, Inc".to_string())
@@ -221,7 +224,11 @@ mod tests {
         // Longest first: the query without its question mark is a phrase the exact layer (which
         // looks the query up as written) did not ask.
         assert_eq!(p[0], "who is on the Platform Team");
-        assert!(phrases("what is TCP's window").contains(&"TCP".to_string()), "a possessive is shed");
+        assert_eq!(
+            phrases("what is TCP's window")[..].iter().find(|p| p.text == "TCP").map(|p| p.name.as_str()),
+            Some("tcp"),
+            "a possessive is shed"
+        );
         assert!(phrases("tcp").is_empty(), "a one-word query is all query");
     }
 
