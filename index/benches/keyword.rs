@@ -20,7 +20,7 @@
 //! `CAIRN_BENCH_QUERIES` (per kind, default 1,000).
 
 use cairn_index::memory::Memory;
-use cairn_index::resident::keyword::{Bm25, top_k};
+use cairn_index::resident::keyword::{Bm25, Fields, top_k};
 use cairn_index::resident::terms;
 use cairn_ingest::{ParseOptions, PathFilter, ScanOptions, read_page, scan};
 use std::collections::HashSet;
@@ -110,7 +110,7 @@ fn hand_open(work: &Path) -> Report {
     let bm25 = Bm25::read_from(std::fs::File::open(&path).expect("the snapshot"), len).expect("read back");
     r.figure("open ms", ms(t));
     r.run(&queries, |q| {
-        let scored = bm25.scores(&terms(q)).into_iter().map(|(d, s)| (s, d)).collect();
+        let scored = bm25.scores(&terms(q), Fields::Together).into_iter().map(|(d, s)| (s, d)).collect();
         top_k(scored, TOP, |d| *d).into_iter().map(|(_, d)| u64::from(d)).collect()
     });
     r.figure("RSS added MiB", rss_mib() - rss0);

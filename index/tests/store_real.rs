@@ -1,5 +1,6 @@
 //! Per-source LanceDB storage against a real on-disk database (temp dir), with the real model.
 
+use cairn_index::resident::Fields;
 use cairn_index::{Database, Embedder, Manifest, OrtEmbedder, OrtOptions, PageWrite, SourceInfo, WriteBatch};
 use cairn_ingest::{ParseOptions, parse_page};
 use std::path::Path;
@@ -191,14 +192,18 @@ async fn a_resident_index_kept_by_commits_matches_the_tables() {
     assert_eq!((loaded.page_count(), loaded.chunk_count()), counts);
     let ids = |h: &[cairn_index::ChunkHit]| h.iter().map(|h| h.chunk_id.clone()).collect::<Vec<_>>();
     for (q, (lance_kw, lance_vec, v)) in queries.into_iter().zip(&lance) {
-        assert_eq!(kept.keyword(q, 10, None), loaded.keyword(q, 10, None), "{q}");
+        assert_eq!(
+            kept.keyword(q, 10, None, Fields::Apart),
+            loaded.keyword(q, 10, None, Fields::Apart),
+            "{q}"
+        );
         assert_eq!(kept.titles(q, 10, None), loaded.titles(q, 10, None), "{q}");
         assert_eq!(
-            ids(&kept.keyword(q, 10, None)),
+            ids(&kept.keyword(q, 10, None, Fields::Together)),
             ids(lance_kw),
-            "{q}: the same chunks as LanceDB, in order"
+            "{q}: the same chunks as LanceDB, in order (BM25 over the search text, run together)"
         );
-        for (a, b) in kept.keyword(q, 10, None).iter().zip(lance_kw) {
+        for (a, b) in kept.keyword(q, 10, None, Fields::Together).iter().zip(lance_kw) {
             assert!(
                 (a.score - b.score).abs() < 1e-3 * b.score.max(1.0),
                 "{q}: BM25 {} vs LanceDB {}",
@@ -212,7 +217,7 @@ async fn a_resident_index_kept_by_commits_matches_the_tables() {
     }
     assert_eq!(kept.alias("old port"), loaded.alias("old port"));
     assert_eq!(kept.alias("old port")[0].slug, "harbour");
-    assert!(kept.keyword("oak", 10, None).is_empty(), "the edited-out words are gone");
+    assert!(kept.keyword("oak", 10, None, Fields::Apart).is_empty(), "the edited-out words are gone");
     assert!(kept.alias("sourdough").is_empty() && kept.pages(&["sourdough"]).is_empty());
 }
 
@@ -233,7 +238,7 @@ async fn vectors_attached_after_the_pages_and_a_load_in_between_knows_what_waits
     let waiting = resident.read().unembedded();
     assert_eq!(waiting.len(), full.vectors.len());
     assert_eq!(
-        resident.read().keyword("spring tides", 5, None)[0].slug,
+        resident.read().keyword("spring tides", 5, None, Fields::Apart)[0].slug,
         "tides",
         "found by its words meanwhile"
     );
@@ -325,8 +330,10 @@ async fn int8_vectors_re_scored_from_the_store_answer_as_exact_ones() {
                 assert_eq!(a.text, b.text, "the text a coded source does not hold is read from the store");
             }
         }
-        let (e, c) =
-            (exact.keyword(query, 3, None).await.unwrap(), coded.keyword(query, 3, None).await.unwrap());
+        let (e, c) = (
+            exact.keyword(query, 3, None, Fields::Apart).await.unwrap(),
+            coded.keyword(query, 3, None, Fields::Apart).await.unwrap(),
+        );
         assert_eq!(e, c, "{query}: the keyword arm, text included");
     }
     let chunk = &upserts[1].page.chunks[0];
@@ -462,7 +469,7 @@ async fn a_snapshot_stands_for_the_tables_only_while_they_are_as_it_was_taken() 
                     (i.page_count(), i.chunk_count(), i.unembedded_count(), i.exact_vectors()),
                 )
             };
-            let kw = r.keyword("stone seats clay", 5, None).await.unwrap();
+            let kw = r.keyword("stone seats clay", 5, None, Fields::Apart).await.unwrap();
             let vec = r.vector(&q, None, 3, None).await.unwrap();
             (plain, kw, vec)
         }
@@ -474,14 +481,14 @@ async fn a_snapshot_stands_for_the_tables_only_while_they_are_as_it_was_taken() 
     store.write(&WriteBatch { upserts: vec![edit], removals: vec![] }).await.unwrap();
     let (third, _, restored) = Resident::open(&store, 0, &path).await.unwrap();
     assert!(!restored);
-    assert_eq!(third.keyword("spelt", 5, None).await.unwrap()[0].slug, "sourdough");
+    assert_eq!(third.keyword("spelt", 5, None, Fields::Apart).await.unwrap()[0].slug, "sourdough");
     assert_eq!(ResidentIndex::stamp_of(&path), Some(store.stamp(0).await.unwrap()), "saved afresh");
     // A damaged file is read past, not trusted.
     let bytes = std::fs::read(&path).unwrap();
     std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
     let (fourth, _, restored) = Resident::open(&store, 0, &path).await.unwrap();
     assert!(!restored);
-    assert_eq!(fourth.keyword("spelt", 5, None).await.unwrap()[0].slug, "sourdough");
+    assert_eq!(fourth.keyword("spelt", 5, None, Fields::Apart).await.unwrap()[0].slug, "sourdough");
     // Below the limit nothing is saved (a load of the tables is quick there).
     let small = dir.path().join("small.snapshot");
     let (_, _, restored) = Resident::open(&store, usize::MAX, &small).await.unwrap();

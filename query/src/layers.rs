@@ -2,6 +2,8 @@
 //! BM25 over the union, the title-phrase boost, and evidence. Tested without a runtime.
 
 use cairn_index::ChunkHit;
+use cairn_index::resident::Fields;
+use cairn_index::resident::keyword::Bm25;
 pub use cairn_index::resident::terms;
 use cairn_ingest::tokens;
 use std::collections::HashMap;
@@ -38,7 +40,9 @@ pub const TEMPLATE_PAGES: u32 = 3;
 /// 2026-12-04.2: names the vault teaches (short forms its text defines, link texts) name pages.
 /// 2026-12-05.1: subject pages (a phrase of the query names them) rank above the pages that
 /// merely mention them.
-pub const SCORING_VERSION: &str = "2026-12-05.1";
+/// 2026-12-06.1: keyword scores keep names and headings apart from text (BM25F), in each source
+/// and over the union.
+pub const SCORING_VERSION: &str = "2026-12-06.1";
 
 /// Each page's best chunk, pages in order of their best chunk (hits must be sorted best first,
 /// as the store returns them). A page is its best chunk, never whichever chunk came first.
@@ -75,32 +79,22 @@ pub fn rrf<'a>(rankings: &[Vec<&'a str>]) -> HashMap<&'a str, f32> {
     fused
 }
 
-/// BM25 of the query against each document, with term statistics taken over these documents:
-/// the candidates of every source together, so scores are comparable across sources (each
-/// source's own BM25 uses its own statistics and is not). The query and the documents come as
-/// the keyword arm's terms ([`terms`]: one analyzer, so both agree on which words match).
-pub fn union_bm25(q: &[String], docs: &[Vec<String>]) -> Vec<f32> {
-    const K1: f32 = 1.2;
-    const B: f32 = 0.75;
-    let n = docs.len() as f32;
-    if docs.is_empty() || q.is_empty() {
-        return vec![0.0; docs.len()];
+/// BM25 of the query against each document (its names' terms, then its body's), with term
+/// statistics taken over these documents: the candidates of every source together, so scores
+/// are comparable across sources (each source's own BM25 uses its own statistics and is not).
+/// The query and the documents come as the keyword arm's terms ([`terms`]: one analyzer, so both
+/// agree on which words match), and are scored by the keyword index's own BM25, the fields as
+/// `fields` says.
+pub fn union_bm25(q: &[String], docs: &[(Vec<String>, Vec<String>)], fields: Fields) -> Vec<f32> {
+    let mut index = Bm25::default();
+    for (i, (names, body)) in docs.iter().enumerate() {
+        index.insert_fields(i as u32, names, body);
     }
-    let avg = docs.iter().map(Vec::len).sum::<usize>() as f32 / n;
-    let df = |t: &str| docs.iter().filter(|d| d.iter().any(|w| w == t)).count() as f32;
-    let idf: Vec<f32> = q.iter().map(|t| (1.0 + (n - df(t) + 0.5) / (df(t) + 0.5)).ln()).collect();
-    docs.iter()
-        .map(|d| {
-            let len = d.len() as f32;
-            q.iter()
-                .zip(&idf)
-                .map(|(t, idf)| {
-                    let tf = d.iter().filter(|w| *w == t).count() as f32;
-                    idf * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * len / avg.max(1.0)))
-                })
-                .sum()
-        })
-        .collect()
+    let mut scores = vec![0.0; docs.len()];
+    for (d, s) in index.scores(q, fields) {
+        scores[d as usize] = s;
+    }
+    scores
 }
 
 /// Whether the query is the title, or a contiguous run of the title's tokens holding at least
@@ -270,7 +264,8 @@ mod tests {
 
     /// [`union_bm25`] of texts, through the analyzer.
     fn bm25(query: &str, docs: &[String]) -> Vec<f32> {
-        union_bm25(&terms(query), &docs.iter().map(|d| terms(d)).collect::<Vec<_>>())
+        let docs: Vec<_> = docs.iter().map(|d| (Vec::new(), terms(d))).collect();
+        union_bm25(&terms(query), &docs, Fields::Apart)
     }
 
     #[test]
@@ -284,6 +279,21 @@ mod tests {
         assert!(s[1] > s[0] && s[0] > s[2], "{s:?}");
         assert_eq!(s[2], 0.0);
         assert_eq!(bm25("the of", &docs), vec![0.0; 3]);
+    }
+
+    #[test]
+    fn union_bm25_reads_a_page_s_names_apart_from_its_text() {
+        let docs = vec![
+            (terms("Harbour"), terms("ferries leave at dawn from the north quay past the lighthouse")),
+            (terms("Lighthouse"), terms("the lighthouse stands above the harbour and guides ferries")),
+        ];
+        let q = terms("harbour");
+        // Run together, the shorter text wins: both say the word once.
+        let together = union_bm25(&q, &docs, Fields::Together);
+        assert!(together[1] > together[0], "{together:?}");
+        // Apart, the page named by the word wins: a name, whole, weighs what a text does.
+        let apart = union_bm25(&q, &docs, Fields::Apart);
+        assert!(apart[0] > apart[1], "{apart:?}");
     }
 
     #[test]

@@ -3,19 +3,21 @@
 //! [`memory::MemoryReader`] is the test double for unit tests of the layers.
 
 use crate::filter::{Allowed, PageFilter};
-use cairn_index::resident::LearntPage;
+use cairn_index::resident::{Fields, LearntPage};
 use cairn_index::{ChunkHit, PageRecord, Resident, Result};
 use std::future::Future;
 
 /// The per-source read primitives the gather step fans out to.
 pub trait SourceReader: Sync {
     fn id(&self) -> &str;
-    /// Keyword arm: chunks by BM25, best first (of the pages `allow`ed, when given).
+    /// Keyword arm: chunks by BM25 (a chunk's heading path and text scored as `fields` says),
+    /// best first (of the pages `allow`ed, when given).
     fn keyword(
         &self,
         query: &str,
         k: usize,
         allow: Option<&Allowed>,
+        fields: Fields,
     ) -> impl Future<Output = Result<Vec<ChunkHit>>> + Send;
     /// Vector arm: chunks by cosine, best first (of the pages `allow`ed, when given).
     fn vector(
@@ -52,8 +54,14 @@ impl SourceReader for Resident {
     fn id(&self) -> &str {
         Resident::id(self)
     }
-    async fn keyword(&self, query: &str, k: usize, allow: Option<&Allowed>) -> Result<Vec<ChunkHit>> {
-        Resident::keyword(self, query, k, allow).await
+    async fn keyword(
+        &self,
+        query: &str,
+        k: usize,
+        allow: Option<&Allowed>,
+        fields: Fields,
+    ) -> Result<Vec<ChunkHit>> {
+        Resident::keyword(self, query, k, allow, fields).await
     }
     async fn vector(&self, query: &[f32], k: usize, allow: Option<&Allowed>) -> Result<Vec<ChunkHit>> {
         Resident::vector(self, query, None, k, allow).await
@@ -161,7 +169,13 @@ pub mod memory {
         fn id(&self) -> &str {
             &self.id
         }
-        async fn keyword(&self, query: &str, k: usize, allow: Option<&Allowed>) -> Result<Vec<ChunkHit>> {
+        async fn keyword(
+            &self,
+            query: &str,
+            k: usize,
+            allow: Option<&Allowed>,
+            _: Fields,
+        ) -> Result<Vec<ChunkHit>> {
             self.check()?;
             let hits = self
                 .pages

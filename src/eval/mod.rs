@@ -125,6 +125,8 @@ pub enum Rule {
     Subjects,
     /// Names the vault teaches: short forms its text defines, link display texts.
     LearntNames,
+    /// Fields: a chunk's heading path and text scored apart by the keyword arm (BM25F).
+    Fields,
 }
 
 /// The rule as `--ablate` names it.
@@ -142,6 +144,7 @@ impl Rule {
         match self {
             Rule::Subjects => r.without_subjects = true,
             Rule::LearntNames => r.without_learnt_names = true,
+            Rule::Fields => r.without_fields = true,
         }
         r
     }

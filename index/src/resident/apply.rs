@@ -104,7 +104,7 @@ impl ResidentIndex {
                 }
             }
             self.by_id.insert(id, id_of(&self.chunks));
-            self.chunk_text.insert(id, &c.terms);
+            self.chunk_text.insert_fields(id, &c.head_terms, &c.terms);
             chunks.push(id);
         }
         let mut names: Vec<String> = p.names.into_iter().filter(|n| !n.is_empty()).collect();

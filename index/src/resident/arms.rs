@@ -3,23 +3,25 @@
 
 use super::analyzer::terms;
 use super::keys::Key;
-use super::keyword::top_k;
+use super::keyword::{Fields, top_k};
 use super::slots::{Page, ResidentIndex, id_of, text_hash_of};
 use crate::store::{ChunkHit, PageRecord};
 use crate::vectors::dot;
 use std::borrow::Cow;
 
 impl ResidentIndex {
-    /// Keyword arm: chunks by BM25 over their search text, best first (of the pages `allow`ed).
+    /// Keyword arm: chunks by BM25 over their heading path and text (scored as `fields` says),
+    /// best first (of the pages `allow`ed).
     pub fn keyword(
         &self,
         query: &str,
         k: usize,
         allow: Option<&std::collections::HashSet<String>>,
+        fields: Fields,
     ) -> Vec<ChunkHit> {
         let scored = self
             .chunk_text
-            .scores(&terms(query))
+            .scores(&terms(query), fields)
             .into_iter()
             .filter(|(d, _)| self.allowed(*d as usize, allow))
             .map(|(d, s)| (s, d))
@@ -60,7 +62,7 @@ impl ResidentIndex {
     ) -> Vec<PageRecord> {
         let scored: Vec<(f32, &str)> = self
             .page_names
-            .scores(&terms(query))
+            .scores(&terms(query), Fields::Together)
             .into_iter()
             .filter_map(|(d, s)| self.page_slots[d as usize].as_deref().map(|slug| (s, slug)))
             .filter(|(_, slug)| allow.is_none_or(|a| a.contains(*slug)))

@@ -1,4 +1,5 @@
-//! BM25 over chunk text and page names: the keyword index.
+//! BM25 over chunk text and page names: the keyword index, which keeps a document's heading
+//! (a chunk's page title and heading path) apart from its body, for BM25F.
 
 use super::postings::Postings;
 use super::wire::{In, Out, bad};
@@ -7,6 +8,27 @@ use std::io::{self, BufReader, Read, Write};
 
 pub(super) const K1: f32 = 1.2;
 pub(super) const B: f32 = 0.75;
+
+/// How a document's heading and body are scored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Fields {
+    /// BM25F (Robertson, Zaragoza and Taylor 2004): each field's count normalised by that
+    /// field's own length against its own average, weighted (a heading's by the average body's
+    /// length over the average heading's; see `Norm::head_weight`), the two summed, then
+    /// saturated once. A title word in a chunk with a long body counts as much as one in a
+    /// short chunk's, and a chunk deep in a page (a long heading path) gets less from each of
+    /// its heading words.
+    #[default]
+    Apart,
+    /// Plain BM25 over the two run together (the heading path, then the body), as LanceDB's
+    /// full-text index scores the search text.
+    Together,
+}
+
+/// Heading counts above this are kept as this (a heading path rarely says a word more than
+/// twice): they share a posting's count with the body's, in its low bits.
+const HEAD_COUNT_MAX: u32 = 3;
+const HEAD_BITS: u32 = 2;
 
 /// BM25 over documents identified by small integers (slots owned by the caller).
 ///
@@ -17,24 +39,37 @@ pub(super) const B: f32 = 0.75;
 #[derive(Debug, Default)]
 pub struct Bm25 {
     pub(super) term_ids: HashMap<Box<str>, u32>,
+    /// Per posting, the term's count in the body shifted past [`HEAD_BITS`], and its count in
+    /// the heading below them.
     pub(super) postings: Vec<Postings>,
-    /// Per document: its length in terms (0 once removed).
+    /// Per document: its length in terms, heading and body (0 once removed).
     pub(super) doc_len: Vec<u32>,
+    /// Per document: its heading's length in terms.
+    pub(super) head_len: Vec<u32>,
     /// Documents removed since the last purge (their postings are still in the lists).
     pub(super) removed: Vec<u32>,
     pub(super) docs: usize,
     pub(super) total_len: u64,
+    pub(super) total_head: u64,
 }
 
 impl Bm25 {
-    /// Index a document; its slot must be new or freed by [`Bm25::purge`].
+    /// Index a document of one field (a body); its slot must be new or freed by
+    /// [`Bm25::purge`].
     pub fn insert(&mut self, doc: u32, terms: &[String]) {
+        self.insert_fields(doc, &[], terms)
+    }
+
+    /// Index a document of a heading and a body; its slot must be new or freed by
+    /// [`Bm25::purge`].
+    pub fn insert_fields(&mut self, doc: u32, head: &[String], body: &[String]) {
         let d = doc as usize;
         if self.doc_len.len() <= d {
             self.doc_len.resize(d + 1, 0);
+            self.head_len.resize(d + 1, 0);
         }
-        let mut tf: HashMap<u32, u32> = HashMap::new();
-        for t in terms {
+        let mut tf: HashMap<u32, (u32, u32)> = HashMap::new();
+        for (t, in_head) in head.iter().map(|t| (t, true)).chain(body.iter().map(|t| (t, false))) {
             let id = match self.term_ids.get(t.as_str()) {
                 Some(&id) => id,
                 None => {
@@ -44,21 +79,26 @@ impl Bm25 {
                     id
                 }
             };
-            *tf.entry(id).or_default() += 1;
+            let (h, b) = tf.entry(id).or_default();
+            *if in_head { h } else { b } += 1;
         }
-        for (t, n) in tf {
-            self.postings[t as usize].push(doc, n);
+        for (t, (h, b)) in tf {
+            self.postings[t as usize].push(doc, b << HEAD_BITS | h.min(HEAD_COUNT_MAX));
         }
         // A document without terms has no postings to skip, so its length can stay 0.
-        self.doc_len[d] = terms.len() as u32;
+        self.doc_len[d] = (head.len() + body.len()) as u32;
+        self.head_len[d] = head.len() as u32;
         self.docs += 1;
-        self.total_len += terms.len() as u64;
+        self.total_len += (head.len() + body.len()) as u64;
+        self.total_head += head.len() as u64;
     }
 
     pub fn remove(&mut self, doc: u32) {
         let d = doc as usize;
         self.total_len -= self.doc_len[d] as u64;
+        self.total_head -= self.head_len[d] as u64;
         self.doc_len[d] = 0;
+        self.head_len[d] = 0;
         self.docs -= 1;
         self.removed.push(doc);
     }
@@ -122,16 +162,17 @@ impl Bm25 {
         lists
             + names
             + self.postings.capacity() * std::mem::size_of::<Postings>()
-            + self.doc_len.capacity() * 4
+            + (self.doc_len.capacity() + self.head_len.capacity()) * 4
     }
 
-    /// Every document holding a query term, with its score (unordered).
-    pub fn scores(&self, query: &[String]) -> Vec<(u32, f32)> {
+    /// Every document holding a query term, with its score (unordered), its fields scored as
+    /// `fields` says.
+    pub fn scores(&self, query: &[String], fields: Fields) -> Vec<(u32, f32)> {
         if self.docs == 0 {
             return Vec::new();
         }
         let n = self.docs as f32;
-        let avg = (self.total_len as f32 / n).max(f32::MIN_POSITIVE);
+        let norm = Norm::new(self, fields);
         // Each distinct term once, in text order, so the sums do not depend on insertion order.
         let mut query: Vec<&String> = query.iter().collect();
         query.sort();
@@ -153,13 +194,13 @@ impl Bm25 {
                 acc = vec![0.0; self.doc_len.len()];
             }
             let idf = ((n - df + 0.5) / (df + 0.5) + 1.0).ln();
-            for (doc, tf) in list.iter() {
+            for (doc, count) in list.iter() {
                 let len = self.doc_len[doc as usize];
                 if len == 0 {
                     continue;
                 }
-                let (tf, len) = (tf as f32, len as f32);
-                let s = idf * (K1 + 1.0) * tf / (tf + K1 * (1.0 - B + B * len / avg));
+                let tf = norm.tf(count, len, self.head_len[doc as usize]);
+                let s = idf * (K1 + 1.0) * tf / (tf + K1);
                 let a = &mut acc[doc as usize];
                 if *a == 0.0 {
                     touched.push(doc);
@@ -199,9 +240,11 @@ impl Bm25 {
             o.bytes(bytes)?;
         }
         o.u32s(&self.doc_len)?;
+        o.u32s(&self.head_len)?;
         o.u32s(&self.removed)?;
         o.len(self.docs)?;
-        o.u64(self.total_len)
+        o.u64(self.total_len)?;
+        o.u64(self.total_head)
     }
 
     pub(super) fn load<R: Read>(i: &mut In<R>) -> io::Result<Self> {
@@ -216,8 +259,8 @@ impl Bm25 {
             let bytes = i.len(1 << 40)?;
             packed.push((i.raw(bytes)?, last, len));
         }
-        let (doc_len, removed) = (i.u32s()?, i.u32s()?);
-        let (docs, total_len) = (i.len(1 << 34)?, i.u64()?);
+        let (doc_len, head_len, removed) = (i.u32s()?, i.u32s()?, i.u32s()?);
+        let (docs, total_len, total_head) = (i.len(1 << 34)?, i.u64()?, i.u64()?);
         // Checked whole: a posting of a document that is not there would be a panic later.
         let postings = packed
             .into_iter()
@@ -227,7 +270,57 @@ impl Bm25 {
         if removed.iter().any(|d| *d as usize >= doc_len.len()) {
             return Err(bad("a removed document that is not there"));
         }
-        Ok(Self { term_ids, postings, doc_len, removed, docs, total_len })
+        if head_len.len() != doc_len.len() || head_len.iter().zip(&doc_len).any(|(h, d)| h > d) {
+            return Err(bad("heading lengths that do not fit the documents"));
+        }
+        Ok(Self { term_ids, postings, doc_len, head_len, removed, docs, total_len, total_head })
+    }
+}
+
+/// A posting's count made a BM25 term frequency: the length normalisation of the fields, with
+/// the index's average lengths read once per query.
+struct Norm {
+    fields: Fields,
+    avg: f32,
+    avg_head: f32,
+    avg_body: f32,
+    /// What one heading occurrence is worth in body occurrences: the average body's length over
+    /// the average heading's. A heading (the page title, the section names) says in a few words
+    /// what its body says in many, so each field, whole, weighs what the other does, whole: a
+    /// weight read from the index's own lengths, not a factor set by hand. Saturation bounds
+    /// it: a term found only in a heading scores at most (k1 + 1) times one found once in a body
+    /// of average length. Never under 1: a heading word is worth at least a body word.
+    head_weight: f32,
+}
+
+impl Norm {
+    fn new(index: &Bm25, fields: Fields) -> Self {
+        let n = index.docs as f32;
+        let avg = |total: u64| (total as f32 / n).max(f32::MIN_POSITIVE);
+        let (avg_head, avg_body) = (avg(index.total_head), avg(index.total_len - index.total_head));
+        Self {
+            fields,
+            avg: avg(index.total_len),
+            avg_head,
+            avg_body,
+            head_weight: (avg_body / avg_head).max(1.0),
+        }
+    }
+
+    /// The normalised frequency of a term counted `count` (packed) in a document of `len`
+    /// terms, `head` of them its heading's.
+    fn tf(&self, count: u32, len: u32, head: u32) -> f32 {
+        let (in_head, in_body) = ((count & ((1 << HEAD_BITS) - 1)) as f32, (count >> HEAD_BITS) as f32);
+        let norm = |len: u32, avg: f32| 1.0 - B + B * len as f32 / avg;
+        match self.fields {
+            Fields::Together => (in_head + in_body) / norm(len, self.avg),
+            Fields::Apart => {
+                let head_part =
+                    if in_head > 0.0 { self.head_weight * in_head / norm(head, self.avg_head) } else { 0.0 };
+                let body_part = if in_body > 0.0 { in_body / norm(len - head, self.avg_body) } else { 0.0 };
+                head_part + body_part
+            }
+        }
     }
 }
 

@@ -11,12 +11,13 @@
 //! over FOLDOC (14k chunks) takes about a millisecond. Text is tokenised exactly as LanceDB's
 //! full-text index does (its own tokenizer crate with LanceDB's defaults: simple split, tokens
 //! over 40 bytes dropped, lowercase, English stemming, English stop words, ASCII folding), and
-//! scored with the same BM25 (k1 1.2, b 0.75, idf ln(1 + (N − n + ½)/(n + ½))); vectors are
-//! scored by exact cosine, as LanceDB does below its vector-index threshold.
+//! scored with the same BM25 (k1 1.2, b 0.75, idf ln(1 + (N − n + ½)/(n + ½))), a chunk's heading
+//! path kept apart from its text (BM25F, [`Fields`]; run together, the scores are LanceDB's);
+//! vectors are scored by exact cosine, as LanceDB does below its vector-index threshold.
 //!
 //! The parts, each in its own file:
 //! - [`analyzer`]: the words every keyword match in the product reads;
-//! - [`keyword`] and `postings`: the BM25 index (these two and the analyzer build without
+//! - [`keyword`] and `postings`: the BM25F index (these two and the analyzer build without
 //!   LanceDB, for the keyword-engine comparison in `scripts/bench/keyword`);
 //! - `prepared`: a batch tokenised before any lock is taken;
 //! - `slots`: the index itself, chunk and page slots, and `keys`, the maps of slots by id;
@@ -57,6 +58,7 @@ pub mod snapshot;
 mod tests;
 
 pub use analyzer::{is_stop_word, terms};
+pub use keyword::Fields;
 #[cfg(feature = "storage")]
 pub use learnt::{LearntPage, Lesson, Teaching};
 #[cfg(feature = "storage")]

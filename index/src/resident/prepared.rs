@@ -43,6 +43,8 @@ pub fn names_text(title: &str, aliases: &[String]) -> String {
 #[derive(Debug, Clone)]
 pub struct PreparedChunk {
     pub(super) hit: ChunkHit,
+    /// The terms of its heading path (which starts with the page title), and of its text.
+    pub(super) head_terms: Vec<String>,
     pub(super) terms: Vec<String>,
     pub(super) text_hash: String,
     pub(super) vector: Option<Box<[f32]>>,
@@ -79,7 +81,8 @@ impl PreparedPage {
         let chunks = chunks
             .into_iter()
             .map(|c| PreparedChunk {
-                terms: terms(&c.search_text),
+                head_terms: terms(&c.hit.heading_path),
+                terms: terms(&c.hit.text),
                 hit: c.hit,
                 text_hash: c.text_hash,
                 vector: c.vector.map(unit),

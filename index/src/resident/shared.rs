@@ -2,7 +2,7 @@
 //! and read on blocking threads.
 
 use super::chunk_file::{ChunkFile, NOWHERE};
-use super::keyword::top_k;
+use super::keyword::{Fields, top_k};
 use super::prepared::{Prepared, PreparedPage};
 use super::slots::ResidentIndex;
 use super::snapshot::Stamp;
@@ -224,11 +224,12 @@ impl Resident {
         query: &str,
         k: usize,
         allow: Option<&std::collections::HashSet<String>>,
+        fields: Fields,
     ) -> crate::Result<Vec<ChunkHit>> {
         let (query, allow) = (query.to_string(), allow.cloned());
         let (hits, holds_text, held) = self
             .with_index(move |index| {
-                let hits = index.keyword(&query, k, allow.as_ref());
+                let hits = index.keyword(&query, k, allow.as_ref(), fields);
                 let ids: Vec<&str> =
                     hits.iter().filter(|h| h.text.is_empty()).map(|h| h.chunk_id.as_str()).collect();
                 let held = index.stored(&ids);

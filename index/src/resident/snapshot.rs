@@ -47,8 +47,8 @@ const TEXT: u8 = 4;
 
 /// The file's first bytes: a name and the layout's version (a new layout is a new name; 5: body
 /// hashes became SHA-256; 6: the chunk file's dead bytes, for its compaction; 7: the names each
-/// page teaches).
-const MAGIC: &[u8; 8] = b"cairnRI7";
+/// page teaches; 8: the keyword index keeps headings apart from bodies).
+const MAGIC: &[u8; 8] = b"cairnRI8";
 
 impl<W: Write> Out<W> {
     pub(super) fn strs(&mut self, v: &[String]) -> io::Result<()> {
@@ -413,12 +413,13 @@ impl ResidentIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::resident::keyword::Fields;
 
     #[test]
     fn a_keyword_index_reads_back_as_it_was_written_and_refuses_a_damaged_one() {
         let mut bm25 = Bm25::default();
         let doc = |words: &str| words.split(' ').map(String::from).collect::<Vec<_>>();
-        bm25.insert(0, &doc("tides moon tides"));
+        bm25.insert_fields(0, &doc("tides"), &doc("moon tides"));
         bm25.insert(1, &doc("moon"));
         bm25.insert(2, &doc("sun sun sun"));
         bm25.remove(1);
@@ -427,10 +428,13 @@ mod tests {
         assert_eq!(n, bytes.len() as u64);
         let back = Bm25::read_from(&bytes[..], n).unwrap();
         let q = doc("moon sun tides");
-        let (mut want, mut got) = (bm25.scores(&q), back.scores(&q));
-        want.sort_by_key(|(d, _)| *d);
-        got.sort_by_key(|(d, _)| *d);
-        assert_eq!(want, got);
+        for fields in [Fields::Apart, Fields::Together] {
+            let (mut want, mut got) = (bm25.scores(&q, fields), back.scores(&q, fields));
+            want.sort_by_key(|(d, _)| *d);
+            got.sort_by_key(|(d, _)| *d);
+            assert_eq!(want, got);
+        }
+        let want = bm25.scores(&q, Fields::Apart);
         assert_eq!(want.len(), 2, "the removed document scores nothing: {want:?}");
         assert!(Bm25::read_from(&bytes[..bytes.len() - 3], n - 3).is_err());
     }

@@ -66,7 +66,7 @@ fn a_snapshot_reads_back_the_index_it_was_taken_of_and_refuses_a_damaged_one() {
     let other = snapshot::Stamp { pages_version: 3, ..stamp };
     assert!(ResidentIndex::restore(&path, &other).unwrap().is_none(), "another stamp is not this one");
     for q in ["stone", "boats", "ropes", "odeon"] {
-        assert_eq!(back.keyword(q, 5, None), i.keyword(q, 5, None), "{q}");
+        assert_eq!(back.keyword(q, 5, None, Fields::Apart), i.keyword(q, 5, None, Fields::Apart), "{q}");
         assert_eq!(back.titles(q, 5, None), i.titles(q, 5, None), "{q}");
     }
     assert_eq!(back.vector(&[1.0, 0.2], None, 5, None), i.vector(&[1.0, 0.2], None, 5, None));
@@ -212,10 +212,14 @@ fn a_purge_drops_the_terms_no_document_holds_any_more() {
     assert_eq!(b.postings.len(), 2);
     let mut fresh = Bm25::default();
     fresh.insert(0, &t("tide moon"));
-    assert_eq!(b.scores(&t("moon tide")), fresh.scores(&t("moon tide")));
+    assert_eq!(b.scores(&t("moon tide"), Fields::Apart), fresh.scores(&t("moon tide"), Fields::Apart));
     b.insert(1, &t("comet sun"));
-    assert_eq!(b.scores(&t("comet")).len(), 1, "a term comes back with a document that holds it");
-    assert_eq!(b.scores(&t("tide")).len(), 1);
+    assert_eq!(
+        b.scores(&t("comet"), Fields::Apart).len(),
+        1,
+        "a term comes back with a document that holds it"
+    );
+    assert_eq!(b.scores(&t("tide"), Fields::Apart).len(), 1);
 }
 
 #[test]
@@ -230,15 +234,50 @@ fn bm25_matches_the_formula_and_prefers_the_rarer_term() {
         page("b", "B", &[], &[("moon", vec![0.0, 1.0])]),
         page("c", "C", &[], &[("sun", vec![0.0, 1.0])]),
     ]);
-    let hits = i.keyword("tides", 10, None);
+    let hits = i.keyword("tides", 10, None, Fields::Together);
     assert_eq!(hits.iter().map(|h| h.slug.as_str()).collect::<Vec<_>>(), ["a"]);
     // Search text "A\n\ntides tides moon": "a" is a stop word, so 3 terms; average (3+2+2)/3.
     let (n, df, tf, len, avg) = (3.0f32, 1.0f32, 2.0f32, 3.0f32, 7.0f32 / 3.0);
     let idf = ((n - df + 0.5) / (df + 0.5) + 1.0).ln();
     let want = idf * (K1 + 1.0) * tf / (tf + K1 * (1.0 - B + B * len / avg));
     assert!((hits[0].score - want).abs() < 1e-5, "{} against {want}", hits[0].score);
-    let both = i.keyword("tides moon", 10, None);
+    let both = i.keyword("tides moon", 10, None, Fields::Apart);
     assert_eq!(both.iter().map(|h| h.slug.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+}
+
+#[test]
+fn bm25f_reads_a_title_word_against_titles_not_against_the_body_it_heads() {
+    let long_body = ["waves break on the shingle every morning while gulls circle the pier"; 4].join(" ");
+    let i = index(vec![
+        page("long", "Tides", &[], &[(long_body.as_str(), vec![])]),
+        page("short", "Tides", &[], &[("gulls", vec![])]),
+        page("other", "Almanac", &[], &[("moon phases and tides", vec![])]),
+    ]);
+    let score = |fields, slug: &str| {
+        let hits = i.keyword("tides", 10, None, fields);
+        hits.iter().find(|h| h.slug == slug).map(|h| h.score).unwrap()
+    };
+    // Run together, the long chunk's title word is diluted by its body.
+    assert!(score(Fields::Together, "long") < 0.5 * score(Fields::Together, "short"));
+    // Apart, the two titles are the same length, so their word counts the same.
+    assert!((score(Fields::Apart, "long") - score(Fields::Apart, "short")).abs() < 1e-6);
+    // The formula: a heading of one term where every heading has one, and no body count, so the
+    // normalised frequency is the heading weight (the average body's length over the average
+    // heading's, 1) times 1 / (1 − b + b·1/1) = 1, saturated once.
+    let (long, almanac) = (terms(&long_body).len() as f32, terms("moon phases and tides").len() as f32);
+    let avg_body = (long + 1.0 + almanac) / 3.0;
+    let (n, df) = (3.0f32, 3.0f32);
+    let idf = ((n - df + 0.5) / (df + 0.5) + 1.0).ln();
+    let want = idf * (K1 + 1.0) * avg_body / (avg_body + K1);
+    assert!((score(Fields::Apart, "short") - want).abs() < 1e-5);
+    // A body word counts against the bodies' average length, with weight 1.
+    let tf = 1.0 / (1.0 - B + B * almanac / avg_body);
+    let want = idf * (K1 + 1.0) * tf / (tf + K1);
+    assert!(
+        (score(Fields::Apart, "other") - want).abs() < 1e-5,
+        "{} against {want}",
+        score(Fields::Apart, "other")
+    );
 }
 
 #[test]
@@ -268,17 +307,17 @@ fn upserts_replace_and_removals_forget_everything_about_a_page() {
     });
     assert!(i.alias("hall of light").is_empty());
     assert!(i.titles("greek", 5, None).is_empty());
-    assert!(i.keyword("stone", 5, None).is_empty());
-    assert_eq!(i.keyword("marble", 5, None)[0].slug, "hall");
+    assert!(i.keyword("stone", 5, None, Fields::Apart).is_empty());
+    assert_eq!(i.keyword("marble", 5, None, Fields::Apart)[0].slug, "hall");
     assert_eq!(i.chunk_count(), 2);
     i.apply(Prepared { upserts: vec![], removals: vec!["hall".into(), "missing".into()] });
     assert_eq!((i.page_count(), i.chunk_count()), (1, 1));
-    assert!(i.keyword("marble", 5, None).is_empty());
+    assert!(i.keyword("marble", 5, None, Fields::Apart).is_empty());
     assert!(i.pages(&["hall"]).is_empty());
     assert_eq!(i.vector(&[1.0, 0.0], None, 5, None).len(), 1);
     // Freed slots are reused and stay consistent.
     i.apply(Prepared::pages(vec![page("new", "New", &[], &[("marble", vec![-1.0, 0.0])])]));
-    assert_eq!(i.keyword("marble", 5, None)[0].slug, "new");
+    assert_eq!(i.keyword("marble", 5, None, Fields::Apart)[0].slug, "new");
     assert_eq!(i.chunk_count(), 2);
     let v = i.vector(&[-1.0, 0.0], None, 5, None);
     assert_eq!((v[0].slug.as_str(), v[0].score), ("new", 1.0), "the reused slot holds the new vector");
@@ -291,19 +330,19 @@ fn removed_documents_score_nothing_and_their_slots_come_back_at_a_purge() {
     b.insert(0, &t("tide moon"));
     b.insert(1, &t("tide"));
     b.insert(2, &t("sun"));
-    let before = b.scores(&t("tide"));
+    let before = b.scores(&t("tide"), Fields::Apart);
     b.remove(1);
     // Scored as if document 1 had never been: df 1 of 2 documents, average length 1.5.
     let mut fresh = Bm25::default();
     fresh.insert(0, &t("tide moon"));
     fresh.insert(2, &t("sun"));
-    assert_eq!(b.scores(&t("tide")), fresh.scores(&t("tide")));
-    assert_ne!(b.scores(&t("tide")), before);
+    assert_eq!(b.scores(&t("tide"), Fields::Apart), fresh.scores(&t("tide"), Fields::Apart));
+    assert_ne!(b.scores(&t("tide"), Fields::Apart), before);
     assert!(!b.purge_due(), "one removal of three does not pay for a pass over every list");
     assert_eq!(b.purge(), vec![1]);
     assert_eq!(b.postings.iter().map(Postings::len).sum::<usize>(), 3, "its posting went");
     b.insert(1, &t("moon"));
-    let moon: HashMap<u32, f32> = b.scores(&t("moon")).into_iter().collect();
+    let moon: HashMap<u32, f32> = b.scores(&t("moon"), Fields::Apart).into_iter().collect();
     assert_eq!(moon.len(), 2, "the slot holds the new document alone");
 }
 
@@ -317,16 +356,20 @@ fn past_its_limit_a_source_keeps_only_the_text_of_chunks_waiting_for_a_vector() 
         &[("tides", vec![1.0, 0.0]), ("moon", vec![0.0, 1.0])],
     )]));
     assert!(!i.holds_text());
-    let hit = &i.keyword("tides", 5, None)[0];
+    let hit = &i.keyword("tides", 5, None, Fields::Apart)[0];
     assert_eq!((hit.slug.as_str(), hit.text.as_str()), ("a", ""), "the store holds the text");
     i.apply(Prepared::pages(vec![page("b", "B", &[], &[("spring", vec![])])]));
-    assert_eq!(i.keyword("spring", 5, None)[0].text, "spring", "kept until its vector arrives");
+    assert_eq!(
+        i.keyword("spring", 5, None, Fields::Apart)[0].text,
+        "spring",
+        "kept until its vector arrives"
+    );
     assert_eq!(i.unembedded()[0].2, "B\n\nspring");
     i.apply_vectors(&[("b#0".into(), vec![1.0, 1.0])]);
-    assert_eq!(i.keyword("spring", 5, None)[0].text, "");
+    assert_eq!(i.keyword("spring", 5, None, Fields::Apart)[0].text, "");
     // Below the limit every chunk keeps its text.
     let small = index(vec![page("a", "A", &[], &[("tides", vec![1.0, 0.0])])]);
-    assert_eq!(small.keyword("tides", 5, None)[0].text, "tides");
+    assert_eq!(small.keyword("tides", 5, None, Fields::Apart)[0].text, "tides");
 }
 
 #[test]
@@ -358,7 +401,7 @@ fn chunks_without_vectors_are_found_by_words_and_join_the_vector_arm_when_theirs
         page("b", "B", &[], &[("moon", vec![]), ("sun", vec![])]),
     ]);
     assert_eq!(i.unembedded_count(), 2);
-    assert_eq!(i.keyword("moon", 5, None)[0].slug, "b");
+    assert_eq!(i.keyword("moon", 5, None, Fields::Apart)[0].slug, "b");
     let only_a: Vec<String> = i.vector(&[0.0, 1.0], None, 5, None).into_iter().map(|h| h.slug).collect();
     assert_eq!(only_a, ["a"], "a chunk without a vector is not in the vector arm");
     let pending = i.unembedded();

@@ -8,7 +8,7 @@ use crate::error::{QueryError, Result};
 use crate::filter::PageFilter;
 use crate::layers::{ExactKind, max_pool, rrf};
 use crate::reader::SourceReader;
-use cairn_index::resident::LearntPage;
+use cairn_index::resident::{Fields, LearntPage};
 use cairn_index::{ChunkHit, PageRecord};
 use cairn_ingest::{MAX_NAME_CHARS, normalize_name, slugify_id};
 use std::collections::HashMap;
@@ -74,6 +74,7 @@ pub(super) async fn gather_source<R: SourceReader>(
     qvec: Option<&[f32]>,
     k: usize,
     filter: Option<&PageFilter>,
+    fields: Fields,
 ) -> cairn_index::Result<Gathered> {
     let pool = k * 4;
     // A filter restricts every arm before its cut: the source's slots go to pages that pass.
@@ -86,7 +87,7 @@ pub(super) async fn gather_source<R: SourceReader>(
         if text.is_empty() {
             Ok((Vec::new(), false))
         } else {
-            pooled_arm(k, pool, |n| r.keyword(text, n, allow)).await
+            pooled_arm(k, pool, |n| r.keyword(text, n, allow, fields)).await
         }
     };
     let vec = async {

@@ -87,7 +87,8 @@ pub async fn search<R: SourceReader>(
             &text,
             qvec.as_deref(),
             k,
-            filter.as_ref()
+            filter.as_ref(),
+            req.fields(),
         ))),
         named_pages(&readers, &req.query, learnt_names),
         async {

@@ -2,6 +2,7 @@
 
 use crate::error::{QueryError, Result};
 use crate::filter::Filter;
+use cairn_index::resident::Fields;
 
 /// How much work a call does.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -63,6 +64,10 @@ pub struct SearchRequest {
     /// lifted above the pages that mention them).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub without_subjects: bool,
+    /// Evaluation baseline only: the keyword arm scores a chunk's heading path and text run
+    /// together (plain BM25), not as two fields (BM25F).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub without_fields: bool,
 }
 
 fn default_limit() -> usize {
@@ -81,6 +86,12 @@ impl SearchRequest {
             pooled_baseline: false,
             without_learnt_names: false,
             without_subjects: false,
+            without_fields: false,
         }
+    }
+
+    /// How the keyword arm scores a chunk's heading path and text.
+    pub fn fields(&self) -> Fields {
+        if self.without_fields { Fields::Together } else { Fields::Apart }
     }
 }

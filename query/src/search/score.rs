@@ -28,19 +28,21 @@ pub(super) fn relevance_floor(union: &mut Vec<Candidate>) {
 pub(super) fn score_union(req: &SearchRequest, union: Vec<Candidate>) -> Vec<SearchResult> {
     // Each candidate's names and best chunk, as terms (read once, for BM25, the all-terms check
     // and the subject lift).
-    let doc_terms: Vec<Vec<String>> = union
+    let fields: Vec<(Vec<String>, Vec<String>)> = union
         .iter()
         .map(|c| {
-            let (title, aliases) = c
+            let names = c
                 .record
                 .as_ref()
-                .map_or((String::new(), String::new()), |p| (p.title.clone(), p.aliases.join(" ")));
+                .map_or_else(Vec::new, |p| layers::terms(&format!("{} {}", p.title, p.aliases.join(" "))));
             let chunk = c.keyword.as_ref().or(c.vector.as_ref()).map_or("", |(_, h)| h.text.as_str());
-            layers::terms(&format!("{title} {aliases} {chunk}"))
+            (names, layers::terms(chunk))
         })
         .collect();
     let query_terms = layers::terms(&req.query);
-    let bm25 = union_bm25(&query_terms, &doc_terms);
+    let bm25 = union_bm25(&query_terms, &fields, req.fields());
+    let doc_terms: Vec<Vec<String>> =
+        fields.into_iter().map(|(names, body)| [names, body].concat()).collect();
     let max_bm25 = bm25.iter().copied().fold(0.0f32, f32::max);
     // Candidates carry a subject only when the rule is on (see `subject_pages`).
     let names: Vec<Option<Vec<String>>> =
