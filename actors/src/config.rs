@@ -55,6 +55,9 @@ pub struct ModelConfig {
     pub dim: Option<usize>,
     /// Tokens of a text the model reads (default 256).
     pub max_tokens: Option<usize>,
+    /// Whether each chunk is embedded after its heading path (the page title, then its
+    /// headings; default true) or alone.
+    pub heading_context: Option<bool>,
 }
 
 impl ModelConfig {
@@ -68,6 +71,7 @@ impl ModelConfig {
             document_prefix: self.document_prefix.clone().unwrap_or_default(),
             dim: self.dim,
             max_tokens: self.max_tokens.unwrap_or(d.max_tokens),
+            heading_context: self.heading_context.unwrap_or(d.heading_context),
             ..d
         }
     }

@@ -22,7 +22,7 @@ pub struct Embedded {
 
 /// Turns text into L2-normalised vectors. Implementations are `Send + Sync`; callers share one.
 pub trait Embedder: Send + Sync + std::fmt::Debug {
-    /// Vectors for documents (chunks).
+    /// Vectors for documents: chunks, each as [`cairn_ingest::Chunk::embed_text`] gives it.
     fn embed_documents(&self, texts: &[&str]) -> Result<Embedded>;
     /// The vector for a query.
     fn embed_query(&self, text: &str) -> Result<Vec<f32>>;
@@ -51,6 +51,9 @@ pub struct OrtOptions {
     pub document_prefix: String,
     /// The width the model must output (checked when it loads; `None`: whatever it outputs).
     pub dim: Option<usize>,
+    /// Whether a chunk is embedded with its heading path (the page title, then its headings)
+    /// before its text, as [`cairn_ingest::Chunk::embed_text`] gives it, or its text alone.
+    pub heading_context: bool,
 }
 
 impl Default for OrtOptions {
@@ -65,6 +68,7 @@ impl Default for OrtOptions {
             query_prefix: String::new(),
             document_prefix: String::new(),
             dim: None,
+            heading_context: true,
         }
     }
 }
@@ -83,6 +87,9 @@ impl OrtOptions {
         }
         if !self.query_prefix.is_empty() || !self.document_prefix.is_empty() {
             parts.push(format!("prefixes={:?}/{:?}", self.query_prefix, self.document_prefix));
+        }
+        if !self.heading_context {
+            parts.push("heading_context=false".into());
         }
         parts.iter().map(|p| format!("|{p}")).collect()
     }
@@ -347,7 +354,11 @@ impl OrtEmbedder {
 
 impl Embedder for OrtEmbedder {
     fn embed_documents(&self, texts: &[&str]) -> Result<Embedded> {
-        self.embed_texts(texts, &self.options.document_prefix)
+        if self.options.heading_context {
+            return self.embed_texts(texts, &self.options.document_prefix);
+        }
+        let texts: Vec<&str> = texts.iter().map(|t| cairn_ingest::without_heading_path(t)).collect();
+        self.embed_texts(&texts, &self.options.document_prefix)
     }
 
     fn embed_query(&self, text: &str) -> Result<Vec<f32>> {

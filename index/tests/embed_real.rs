@@ -219,3 +219,22 @@ fn a_second_configuration_of_the_bundled_model_reads_otherwise_and_says_so_in_it
     let wrong = OrtEmbedder::open(OrtOptions { dim: Some(768), ..OrtOptions::default() }).unwrap_err();
     assert!(wrong.to_string().contains("dim = 768"), "{wrong}");
 }
+
+#[test]
+fn without_heading_context_a_chunk_is_embedded_from_its_own_text_alone() {
+    let bare = OrtEmbedder::open(OrtOptions { heading_context: false, ..OrtOptions::default() }).unwrap();
+    let e = embedder();
+    assert!(bare.model_id().contains("heading_context=false"), "{}", bare.model_id());
+    assert_ne!(bare.model_id(), e.model_id(), "vectors of other settings never share a table");
+    let chunk = "Harbour › Ferries\n\nBoats leave at dawn.";
+    let alone = bare.embed_documents(&[chunk]).unwrap().vectors.remove(0);
+    let text = e.embed_documents(&["Boats leave at dawn."]).unwrap().vectors.remove(0);
+    assert!(cosine(&alone, &text) > 0.9999, "the heading path is left out");
+    let with = e.embed_documents(&[chunk]).unwrap().vectors.remove(0);
+    assert!(cosine(&with, &text) < 0.99, "by default the heading path is read too");
+    let query = bare.embed_query("Harbour › Ferries\n\nBoats").unwrap();
+    assert!(
+        cosine(&query, &e.embed_query("Harbour › Ferries\n\nBoats").unwrap()) > 0.9999,
+        "a query is read whole"
+    );
+}

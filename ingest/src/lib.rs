@@ -22,7 +22,9 @@ pub mod scan;
 pub mod slug;
 
 pub use budget::{Budget, OverBudget};
-pub use chunk::{CHUNKER_VERSION, Chunk, ChunkOptions, MAX_NAME_CHARS, estimate_tokens};
+pub use chunk::{
+    CHUNKER_VERSION, Chunk, ChunkOptions, MAX_NAME_CHARS, estimate_tokens, without_heading_path,
+};
 pub use debounce::{Debouncer, RawEvent, Settled};
 pub use error::{Error, Result};
 pub use folder::{Consent, FolderIdentity, Glance, HeldRemovals, Reading, Unavailable, Verdict, judge};

@@ -85,6 +85,12 @@ fn embed_text(path: &[String], text: &str) -> String {
     format!("{}\n\n{}", path.join(PATH_SEPARATOR), text)
 }
 
+/// The chunk's own markdown of a text [`Chunk::embed_text`] made: its heading path left out
+/// (a heading is one line, so the path ends at the first blank line).
+pub fn without_heading_path(embed_text: &str) -> &str {
+    embed_text.split_once("\n\n").map_or(embed_text, |(_, text)| text)
+}
+
 /// A cheap, deliberately generous estimate of WordPiece tokens: a word costs one token per five
 /// letters or digits (at least one) plus one per punctuation character, and one per character of
 /// scripts written without spaces (Chinese, Japanese, Korean), which the tokenizer splits into
