@@ -35,8 +35,8 @@ pub struct SourceConfig {
 }
 
 /// Where the embedding model comes from, and how it reads text. Any setting that changes the
-/// vectors (another model file, pooling, prefixes, max tokens) changes the model id the tables
-/// record, so a source built otherwise is rebuilt, never mixed.
+/// vectors (another model file, pooling, prefixes, max tokens, output, heading context) changes
+/// the model id the tables record, so a source built otherwise is rebuilt, never mixed.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelConfig {
@@ -55,6 +55,9 @@ pub struct ModelConfig {
     pub dim: Option<usize>,
     /// Tokens of a text the model reads (default 256).
     pub max_tokens: Option<usize>,
+    /// The model output holding the vectors (default: `last_hidden_state`, `token_embeddings`
+    /// or `sentence_embedding`, else the first output of token vectors, then of text vectors).
+    pub output: Option<String>,
     /// Whether each chunk is embedded after its heading path (the page title, then its
     /// headings; default true) or alone.
     pub heading_context: Option<bool>,
@@ -72,6 +75,7 @@ impl ModelConfig {
             dim: self.dim,
             max_tokens: self.max_tokens.unwrap_or(d.max_tokens),
             heading_context: self.heading_context.unwrap_or(d.heading_context),
+            output: self.output.clone(),
             ..d
         }
     }

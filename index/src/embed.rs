@@ -51,6 +51,9 @@ pub struct OrtOptions {
     pub document_prefix: String,
     /// The width the model must output (checked when it loads; `None`: whatever it outputs).
     pub dim: Option<usize>,
+    /// The model output that holds the vectors (`None`: chosen when the model loads; see
+    /// [`choose_output`]).
+    pub output: Option<String>,
     /// Whether a chunk is embedded with its heading path (the page title, then its headings)
     /// before its text, as [`cairn_ingest::Chunk::embed_text`] gives it, or its text alone.
     pub heading_context: bool,
@@ -68,6 +71,7 @@ impl Default for OrtOptions {
             query_prefix: String::new(),
             document_prefix: String::new(),
             dim: None,
+            output: None,
             heading_context: true,
         }
     }
@@ -88,6 +92,9 @@ impl OrtOptions {
         if !self.query_prefix.is_empty() || !self.document_prefix.is_empty() {
             parts.push(format!("prefixes={:?}/{:?}", self.query_prefix, self.document_prefix));
         }
+        if let Some(output) = &self.output {
+            parts.push(format!("output={output}"));
+        }
         if !self.heading_context {
             parts.push("heading_context=false".into());
         }
@@ -104,6 +111,49 @@ pub enum Pooling {
     Mean,
     /// The first token's (`[CLS]`) vector (BGE and other CLS-pooled models).
     Cls,
+}
+
+/// The model output vectors are read from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VectorOutput {
+    pub name: String,
+    /// Vectors per text, pooled by the model itself (rank 2: text × dimension), rather than one
+    /// per token (rank 3: text × token × dimension), pooled as `pooling` says.
+    pub pooled: bool,
+}
+
+/// Which of a model's outputs (name, rank) holds its vectors, or why none does. Named, when
+/// `wanted` names one; else by the names sentence-embedding exports give them
+/// (`last_hidden_state`, `token_embeddings`, then `sentence_embedding`); else the first output
+/// of token vectors, then the first of text vectors.
+pub fn choose_output(
+    outputs: &[(String, usize)],
+    wanted: Option<&str>,
+) -> std::result::Result<VectorOutput, String> {
+    let listed = || outputs.iter().map(|(n, r)| format!("{n} (rank {r})")).collect::<Vec<_>>().join(", ");
+    let found = |(name, rank): &(String, usize)| match rank {
+        3 => Some(VectorOutput { name: name.clone(), pooled: false }),
+        2 => Some(VectorOutput { name: name.clone(), pooled: true }),
+        _ => None,
+    };
+    if let Some(wanted) = wanted {
+        let named = outputs.iter().find(|(n, _)| n == wanted);
+        return named.and_then(found).ok_or_else(|| {
+            format!(
+                "the configured output {wanted:?} is not an output of rank 2 or 3; the model has: {}",
+                listed()
+            )
+        });
+    }
+    let by_name = ["last_hidden_state", "token_embeddings", "sentence_embedding"]
+        .iter()
+        .find_map(|want| outputs.iter().find(|(n, _)| n == want).and_then(found));
+    by_name
+        .or_else(|| outputs.iter().filter(|(_, r)| *r == 3).find_map(found))
+        .or_else(|| outputs.iter().filter(|(_, r)| *r == 2).find_map(found))
+        .ok_or_else(|| {
+            format!("no output holds token or text vectors (rank 3 or 2); the model has: {}", listed())
+        })
 }
 
 /// Timing of the last `embed_documents` call, split into the model's own time and the rest.
@@ -124,6 +174,7 @@ pub struct OrtEmbedder {
     session: Mutex<Session>,
     /// Whether the model takes `token_type_ids` (BERT exports do; others do not).
     token_types: bool,
+    output: VectorOutput,
     tokenizer: Tokenizer,
     options: OrtOptions,
     model_id: String,
@@ -193,9 +244,16 @@ impl OrtEmbedder {
         };
         let model_id = format!("{name}#{}{}", &files.model_sha256[..16], options.vector_settings());
         let token_types = session.inputs().iter().any(|i| i.name() == "token_type_ids");
+        let outputs: Vec<(String, usize)> = session
+            .outputs()
+            .iter()
+            .map(|o| (o.name().to_string(), o.dtype().tensor_shape().map_or(0, |s| s.len())))
+            .collect();
+        let output = choose_output(&outputs, options.output.as_deref()).map_err(model_err)?;
         let mut embedder = Self {
             session: Mutex::new(session),
             token_types,
+            output,
             tokenizer,
             cache: QueryCache::new(options.query_cache),
             options,
@@ -277,27 +335,51 @@ impl OrtEmbedder {
         let started = std::time::Instant::now();
         let outputs = session.run(inputs).map_err(model_err)?;
         *session_time += started.elapsed();
-        let (shape, hidden) = outputs["last_hidden_state"].try_extract_tensor::<f32>().map_err(model_err)?;
-        let dim = shape[2] as usize;
-        let seq = shape[1] as usize;
-        Ok((0..rows)
-            .map(|r| {
-                let mut v = vec![0f32; dim];
-                let n = match self.options.pooling {
-                    Pooling::Mean => batch[r].len(),
-                    Pooling::Cls => 1,
-                };
-                for t in 0..n {
-                    let at = (r * seq + t) * dim;
-                    for (acc, x) in v.iter_mut().zip(&hidden[at..at + dim]) {
-                        *acc += x;
-                    }
-                }
-                normalize(&mut v, n.max(1) as f32);
-                v
-            })
-            .collect())
+        let (shape, hidden) =
+            outputs[self.output.name.as_str()].try_extract_tensor::<f32>().map_err(model_err)?;
+        let lens: Vec<usize> = batch.iter().map(|ids| ids.len()).collect();
+        pool(&self.output, self.options.pooling, shape, hidden, &lens)
+            .map_err(|message| Error::Model { model: self.model_id.clone(), message })
     }
+}
+
+/// One unit vector per text from a model's output of `shape` (`lens`: each text's tokens): its
+/// token vectors pooled as `pooling` says, or the text vectors the model pooled itself.
+fn pool(
+    output: &VectorOutput,
+    pooling: Pooling,
+    shape: &[i64],
+    data: &[f32],
+    lens: &[usize],
+) -> std::result::Result<Vec<Vec<f32>>, String> {
+    let rank = if output.pooled { 2 } else { 3 };
+    let cells = shape.iter().map(|&d| d.max(0) as usize).product::<usize>();
+    if shape.len() != rank || shape[0] as usize != lens.len() || cells != data.len() {
+        return Err(format!("output {} has shape {shape:?} when run", output.name));
+    }
+    let dim = shape[rank - 1] as usize;
+    // Text vectors are read as one token each.
+    let seq = if output.pooled { 1 } else { shape[1] as usize };
+    Ok(lens
+        .iter()
+        .enumerate()
+        .map(|(r, &len)| {
+            let n = match pooling {
+                _ if output.pooled => 1,
+                Pooling::Mean => len.min(seq),
+                Pooling::Cls => 1,
+            };
+            let mut v = vec![0f32; dim];
+            for t in 0..n {
+                let at = (r * seq + t) * dim;
+                for (acc, x) in v.iter_mut().zip(&data[at..at + dim]) {
+                    *acc += x;
+                }
+            }
+            normalize(&mut v, n.max(1) as f32);
+            v
+        })
+        .collect())
 }
 
 fn floor_char_boundary(s: &str, mut i: usize) -> usize {
@@ -491,6 +573,52 @@ pub mod testing {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn token_vectors_are_pooled_and_text_vectors_taken_as_the_model_pooled_them() {
+        let tokens = VectorOutput { name: "last_hidden_state".into(), pooled: false };
+        // Two texts of 2 and 1 tokens, padded to 2, dimension 2.
+        let hidden = [3.0, 0.0, 0.0, 4.0, /* second text */ 0.0, 2.0, 9.0, 9.0];
+        let mean = pool(&tokens, Pooling::Mean, &[2, 2, 2], &hidden, &[2, 1]).unwrap();
+        assert_eq!(mean, [vec![0.6, 0.8], vec![0.0, 1.0]], "the mean of each text's own tokens, unit length");
+        let cls = pool(&tokens, Pooling::Cls, &[2, 2, 2], &hidden, &[2, 1]).unwrap();
+        assert_eq!(cls, [vec![1.0, 0.0], vec![0.0, 1.0]]);
+        let texts = VectorOutput { name: "sentence_embedding".into(), pooled: true };
+        let pooled = pool(&texts, Pooling::Mean, &[2, 2], &[0.0, 5.0, 3.0, 4.0], &[2, 1]).unwrap();
+        assert_eq!(pooled, [vec![0.0, 1.0], vec![0.6, 0.8]], "one vector per text, made unit length");
+        assert!(
+            pool(&texts, Pooling::Mean, &[2, 2, 2], &hidden, &[2, 1]).is_err(),
+            "a rank it did not declare"
+        );
+        assert!(pool(&tokens, Pooling::Mean, &[3, 2, 2], &hidden, &[2, 1]).is_err(), "more rows than texts");
+    }
+
+    #[test]
+    fn the_vectors_are_read_from_the_output_that_holds_them() {
+        let outs = |o: &[(&str, usize)]| o.iter().map(|(n, r)| (n.to_string(), *r)).collect::<Vec<_>>();
+        let tokens = |name: &str| VectorOutput { name: name.into(), pooled: false };
+        let texts = |name: &str| VectorOutput { name: name.into(), pooled: true };
+        // By the names exports give them, token vectors first.
+        let st = outs(&[("sentence_embedding", 2), ("token_embeddings", 3)]);
+        assert_eq!(choose_output(&st, None), Ok(tokens("token_embeddings")));
+        assert_eq!(
+            choose_output(&outs(&[("pooler_output", 2), ("last_hidden_state", 3)]), None),
+            Ok(tokens("last_hidden_state"))
+        );
+        assert_eq!(
+            choose_output(&outs(&[("logits", 1), ("sentence_embedding", 2)]), None),
+            Ok(texts("sentence_embedding"))
+        );
+        // Otherwise by rank: token vectors, then text vectors.
+        assert_eq!(choose_output(&outs(&[("pooled", 2), ("hidden", 3)]), None), Ok(tokens("hidden")));
+        assert_eq!(choose_output(&outs(&[("scores", 1), ("embeddings", 2)]), None), Ok(texts("embeddings")));
+        // Named in the configuration.
+        assert_eq!(choose_output(&st, Some("sentence_embedding")), Ok(texts("sentence_embedding")));
+        let missing = choose_output(&st, Some("output_0")).unwrap_err();
+        assert!(missing.contains("output_0") && missing.contains("token_embeddings (rank 3)"), "{missing}");
+        let none = choose_output(&outs(&[("logits", 1)]), None).unwrap_err();
+        assert!(none.contains("logits (rank 1)"), "{none}");
+    }
 
     #[test]
     fn query_cache_evicts_the_least_recently_used() {

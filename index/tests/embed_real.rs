@@ -238,3 +238,41 @@ fn without_heading_context_a_chunk_is_embedded_from_its_own_text_alone() {
         "a query is read whole"
     );
 }
+
+#[test]
+fn a_model_whose_vectors_come_out_under_another_name_is_read_the_same() {
+    // The bundled model with its output renamed (a name of the same length, so the file's
+    // lengths hold): found by its rank, the vectors are the same.
+    let files = cairn_index::provision::provision().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = std::fs::read(&files.model).unwrap();
+    let (from, to) = (b"last_hidden_state", b"token_vectors_out");
+    let mut renamed = Vec::with_capacity(bytes.len());
+    let mut at = 0;
+    while at < bytes.len() {
+        if bytes[at..].starts_with(from) {
+            renamed.extend_from_slice(to);
+            at += from.len();
+        } else {
+            renamed.push(bytes[at]);
+            at += 1;
+        }
+    }
+    assert_ne!(renamed, bytes, "the output was renamed");
+    std::fs::write(dir.path().join("model.onnx"), &renamed).unwrap();
+    std::fs::copy(&files.tokenizer, dir.path().join("tokenizer.json")).unwrap();
+    let other = cairn_index::provision::provision_with(Some(dir.path())).unwrap();
+    let e = OrtEmbedder::from_files(&other, OrtOptions::default()).unwrap();
+    let text = "Ferries leave the Old Port at dawn.";
+    let (got, want) = (
+        e.embed_documents(&[text]).unwrap().vectors.remove(0),
+        embedder().embed_documents(&[text]).unwrap().vectors.remove(0),
+    );
+    assert!(cosine(&got, &want) > 0.99999, "{}", cosine(&got, &want));
+    let named = OrtOptions { output: Some("last_hidden_state".into()), ..OrtOptions::default() };
+    let err = OrtEmbedder::from_files(&other, named).unwrap_err().to_string();
+    assert!(
+        err.contains("token_vectors_out (rank 3)"),
+        "a configured output the model lacks is named: {err}"
+    );
+}
