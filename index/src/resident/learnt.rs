@@ -161,7 +161,6 @@ mod tests {
         record.links = Json::of(&links);
         let chunk = StoredChunk {
             hit: ChunkHit::numbered(slug, 0, title, text),
-            search_text: text.into(),
             text_hash: format!("h:{slug}"),
             vector: None,
         };

@@ -124,12 +124,7 @@ impl PreparedPage {
                     line_end: c.line_end as i32,
                     score: 0.0,
                 };
-                StoredChunk {
-                    hit,
-                    search_text: c.embed_text(),
-                    text_hash: c.text_hash.clone(),
-                    vector: v.clone(),
-                }
+                StoredChunk { hit, text_hash: c.text_hash.clone(), vector: v.clone() }
             })
             .collect();
         Self::stored(record, chunks)

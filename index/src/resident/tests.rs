@@ -13,7 +13,6 @@ fn page(slug: &str, title: &str, aliases: &[&str], bodies: &[(&str, Vec<f32>)]) 
         .enumerate()
         .map(|(i, (text, v))| StoredChunk {
             hit: ChunkHit::numbered(slug, i, title, text),
-            search_text: format!("{title}\n\n{text}"),
             text_hash: format!("h:{text}"),
             vector: (!v.is_empty()).then(|| v.clone()),
         })

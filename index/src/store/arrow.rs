@@ -32,6 +32,12 @@ pub(super) const PAGE_COLUMNS: [&str; 13] = [
 pub(super) const CHUNK_COLUMNS: [&str; 7] =
     ["slug", "id", "ordinal", "heading_path", "text", "line_start", "line_end"];
 
+/// The columns [`stored_chunks`] reads: a hit's, and the hashes and vector (not the search text,
+/// which is the heading path and text again).
+pub(super) fn stored_chunk_columns() -> Vec<&'static str> {
+    CHUNK_COLUMNS.iter().copied().chain(["text_hash", "page_hash", "vector"]).collect()
+}
+
 fn malformed(message: String) -> Error {
     Error::Storage { source_id: "*".into(), uri: String::new(), message }
 }
@@ -139,19 +145,13 @@ fn batch_hits(b: &RecordBatch, score: &[f32]) -> Result<Vec<ChunkHit>> {
 /// Chunk rows as stored, with the content hash of the page they were written with.
 pub(super) fn stored_chunks(b: &RecordBatch) -> Result<Vec<(String, StoredChunk)>> {
     let hits = batch_hits(b, &vec![0.0; b.num_rows()])?;
-    let (search, text_hash, page_hash) =
-        (string(b, "search_text")?, string(b, "text_hash")?, string(b, "page_hash")?);
+    let (text_hash, page_hash) = (string(b, "text_hash")?, string(b, "page_hash")?);
     Ok(hits
         .into_iter()
         .zip(vectors(b)?)
         .enumerate()
         .map(|(i, (hit, vector))| {
-            let chunk = StoredChunk {
-                hit,
-                search_text: search.value(i).to_string(),
-                text_hash: text_hash.value(i).to_string(),
-                vector,
-            };
+            let chunk = StoredChunk { hit, text_hash: text_hash.value(i).to_string(), vector };
             (page_hash.value(i).to_string(), chunk)
         })
         .collect())

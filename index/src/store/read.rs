@@ -3,7 +3,8 @@
 //! keyword/vector/name searches (the benchmarks' floor).
 
 use super::arrow::{
-    CHUNK_COLUMNS, PAGE_COLUMNS, chunk_hits, column, int32, page_records, stored_chunks, string, vectors,
+    CHUNK_COLUMNS, PAGE_COLUMNS, chunk_hits, column, int32, page_records, stored_chunk_columns,
+    stored_chunks, string, vectors,
 };
 use super::records::{ChunkHit, Loaded, PageNames, PageRecord, PageState, StoredChunk};
 use super::{SourceStore, in_list, quote};
@@ -111,11 +112,7 @@ impl SourceStore {
         let mut rows: HashMap<String, Vec<(String, StoredChunk)>> = HashMap::new();
         let mut sent: std::collections::HashSet<String> = std::collections::HashSet::new();
         let mut ready: Vec<LoadedPage> = Vec::new();
-        let columns: Vec<&str> = CHUNK_COLUMNS
-            .iter()
-            .copied()
-            .chain(["search_text", "text_hash", "page_hash", "vector"])
-            .collect();
+        let columns = stored_chunk_columns();
         let q = self.chunks.query().select(Select::columns(&columns));
         let mut stream = q.execute().await.map_err(|e| self.err(e))?;
         while let Some(b) = stream.try_next().await.map_err(|e| self.err(e))? {
@@ -336,11 +333,7 @@ impl SourceStore {
         if slugs.is_empty() {
             return Ok(Vec::new());
         }
-        let columns: Vec<&str> = CHUNK_COLUMNS
-            .iter()
-            .copied()
-            .chain(["search_text", "text_hash", "page_hash", "vector"])
-            .collect();
+        let columns = stored_chunk_columns();
         let q = self.chunks.query().only_if(in_list("slug", slugs)).select(Select::columns(&columns));
         let mut rows: HashMap<String, Vec<StoredChunk>> = HashMap::new();
         for b in self.collect(q.execute().await).await? {
@@ -379,11 +372,7 @@ impl SourceStore {
     /// Every chunk with its vector, sorted by page and ordinal (tests compare two indexes of one
     /// folder with it, vectors included).
     pub async fn chunk_contents(&self) -> Result<Vec<StoredChunk>> {
-        let columns: Vec<&str> = CHUNK_COLUMNS
-            .iter()
-            .copied()
-            .chain(["search_text", "text_hash", "page_hash", "vector"])
-            .collect();
+        let columns = stored_chunk_columns();
         let q = self.chunks.query().select(Select::columns(&columns));
         let mut out: Vec<StoredChunk> = Vec::new();
         for b in self.collect(q.execute().await).await? {

@@ -176,12 +176,12 @@ fn is_zero(n: &u32) -> bool {
     *n == 0
 }
 
-/// A chunk as stored: its hit (score 0), the text it is searched and embedded by, the hash of
-/// that text, and its vector once it has one.
+/// A chunk as stored: its hit (score 0; heading path and text, which make the text it is
+/// searched and embedded by: [`ChunkHit::embed_text`]), the hash of that text, and its vector
+/// once it has one.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredChunk {
     pub hit: ChunkHit,
-    pub search_text: String,
     pub text_hash: String,
     pub vector: Option<Vec<f32>>,
 }
