@@ -42,7 +42,8 @@ pub const TEMPLATE_PAGES: u32 = 3;
 /// merely mention them.
 /// 2026-12-06.1: keyword scores keep names and headings apart from text (BM25F), in each source
 /// and over the union.
-pub const SCORING_VERSION: &str = "2026-12-06.1";
+/// 2026-12-07.1: a query that names no page is moved toward its first answers' vectors (feedback).
+pub const SCORING_VERSION: &str = "2026-12-07.1";
 
 /// Each page's best chunk, pages in order of their best chunk (hits must be sorted best first,
 /// as the store returns them). A page is its best chunk, never whichever chunk came first.

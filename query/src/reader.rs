@@ -5,6 +5,7 @@
 use crate::filter::{Allowed, PageFilter};
 use cairn_index::resident::{Fields, LearntPage};
 use cairn_index::{ChunkHit, PageRecord, Resident, Result};
+use std::collections::HashMap;
 use std::future::Future;
 
 /// The per-source read primitives the gather step fans out to.
@@ -19,6 +20,8 @@ pub trait SourceReader: Sync {
         allow: Option<&Allowed>,
         fields: Fields,
     ) -> impl Future<Output = Result<Vec<ChunkHit>>> + Send;
+    /// The vectors of chunks, by id (those that have one).
+    fn chunk_vectors(&self, ids: &[&str]) -> impl Future<Output = Result<HashMap<String, Vec<f32>>>> + Send;
     /// Vector arm: chunks by cosine, best first (of the pages `allow`ed, when given).
     fn vector(
         &self,
@@ -63,6 +66,9 @@ impl SourceReader for Resident {
     ) -> Result<Vec<ChunkHit>> {
         Resident::keyword(self, query, k, allow, fields).await
     }
+    async fn chunk_vectors(&self, ids: &[&str]) -> Result<HashMap<String, Vec<f32>>> {
+        Resident::chunk_vectors(self, ids).await
+    }
     async fn vector(&self, query: &[f32], k: usize, allow: Option<&Allowed>) -> Result<Vec<ChunkHit>> {
         Resident::vector(self, query, None, k, allow).await
     }
@@ -95,7 +101,6 @@ pub mod memory {
     use cairn_index::embed::testing::HashEmbedder;
     use cairn_index::{Embedder, Error, cosine};
     use cairn_ingest::{normalize_name, tokens};
-    use std::collections::HashMap;
 
     /// A page and its chunks, each with its vector.
     pub type MemoryPage = (PageRecord, Vec<(ChunkHit, Vec<f32>)>);
@@ -189,6 +194,16 @@ pub mod memory {
                 })
                 .collect();
             Ok(self.ranked(hits, k))
+        }
+        async fn chunk_vectors(&self, ids: &[&str]) -> Result<HashMap<String, Vec<f32>>> {
+            self.check()?;
+            Ok(self
+                .pages
+                .iter()
+                .flat_map(|(_, cs)| cs.iter())
+                .filter(|(c, _)| ids.contains(&c.chunk_id.as_str()))
+                .map(|(c, v)| (c.chunk_id.clone(), v.clone()))
+                .collect())
         }
         async fn vector(&self, query: &[f32], k: usize, allow: Option<&Allowed>) -> Result<Vec<ChunkHit>> {
             let slugs: Vec<&str> = self

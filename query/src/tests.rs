@@ -291,3 +291,44 @@ async fn a_query_names_a_page_by_its_slug_only_when_slugifying_loses_nothing() {
         ("data-platform", CreateSafety::Exists)
     );
 }
+
+/// Pages on glaciers, and a short page that shares only the query's one common word.
+fn glaciers() -> MemoryReader {
+    MemoryReader::new(
+        "notes",
+        vec![
+            page("a", "Retreat", &[], &["glacier melt on the ice field moraine"]),
+            page("b", "Survey", &[], &["glacier melt ice field moraine summer"]),
+            page("c", "Field notes", &[], &["ice field moraine summer melt crevasse ablation"]),
+            page("d", "Fondue", &[], &["cheese melt"]),
+        ],
+    )
+}
+
+async fn order_of(notes: &MemoryReader, query: &str, without_feedback: bool) -> Vec<(String, Option<f32>)> {
+    let req = SearchRequest { without_feedback, explain: true, ..SearchRequest::new(query) };
+    let resp = run(&[notes], req).await.unwrap();
+    resp.results.into_iter().map(|r| (r.slug, r.explain.and_then(|e| e.feedback_cosine))).collect()
+}
+
+#[tokio::test]
+async fn feedback_lifts_a_page_that_says_what_the_first_answers_say_in_other_words() {
+    let notes = glaciers();
+    let slugs = |o: Vec<(String, Option<f32>)>| o.into_iter().map(|(s, _)| s).collect::<Vec<_>>();
+    // By the query alone, the short page holding its word "melt" comes before the glacier page
+    // that holds only that word too; moved toward the first answers, the query prefers the
+    // page that talks about what they talk about.
+    assert_eq!(slugs(order_of(&notes, "glacier melt", true).await), ["a", "b", "d", "c"]);
+    assert_eq!(slugs(order_of(&notes, "glacier melt", false).await), ["a", "b", "c", "d"]);
+}
+
+#[tokio::test]
+async fn a_query_that_names_a_page_gets_no_feedback() {
+    let notes = glaciers();
+    let named = order_of(&notes, "Field notes", false).await;
+    assert_eq!(named[0].0, "c");
+    assert!(named.iter().all(|(_, f)| f.is_none()), "{named:?}");
+    assert_eq!(named, order_of(&notes, "Field notes", true).await);
+    // A query that names nothing gets it.
+    assert!(order_of(&notes, "glacier melt", false).await.iter().all(|(_, f)| f.is_some()));
+}

@@ -127,6 +127,8 @@ pub enum Rule {
     LearntNames,
     /// Fields: a chunk's heading path and text scored apart by the keyword arm (BM25F).
     Fields,
+    /// Feedback: a query that names no page moved toward its first answers' vectors.
+    Feedback,
 }
 
 /// The rule as `--ablate` names it.
@@ -145,6 +147,7 @@ impl Rule {
             Rule::Subjects => r.without_subjects = true,
             Rule::LearntNames => r.without_learnt_names = true,
             Rule::Fields => r.without_fields = true,
+            Rule::Feedback => r.without_feedback = true,
         }
         r
     }

@@ -267,3 +267,31 @@ async fn another_model_configuration_rebuilds_the_source_instead_of_mixing_vecto
     let old = database.open_source("notes", &Manifest::current(default.model_id(), default.dim())).await;
     assert!(old.is_err(), "no vector of the default settings is left in the source");
 }
+
+/// Feedback reads its first answers' vectors exact on either path: from memory while it holds
+/// them, and from the stored vectors once it holds only their int8 codes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunk_vectors_are_exact_whether_memory_holds_the_vectors_or_their_codes() {
+    use cairn_index::Resident;
+    use cairn_index::resident::Fields;
+    let (vault, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    write(vault.path(), "amphitheater.md", LONG_PAGE);
+    write(vault.path(), "bread.md", "# Sourdough\n\nFeed the starter, proof overnight, bake hot.\n");
+    index(db.path(), &[spec("notes", vault.path())]).await;
+    let database = Database::open(db.path().to_str().unwrap()).await.unwrap();
+    let store = database.open_existing("notes").await.unwrap();
+    let (exact, _) = Resident::load(&store, usize::MAX).await.unwrap();
+    let (coded, _) = Resident::load(&store, 0).await.unwrap();
+    let hits = exact.keyword("amphitheater benches sourdough", 10, None, Fields::Apart).await.unwrap();
+    let ids: Vec<&str> = hits.iter().map(|h| h.chunk_id.as_str()).collect();
+    assert!(ids.len() >= 3, "{ids:?}");
+    let unit = |v: &Vec<f32>| cairn_index::vectors::unit(v.clone());
+    let (from_memory, from_store) =
+        (exact.chunk_vectors(&ids).await.unwrap(), coded.chunk_vectors(&ids).await.unwrap());
+    assert_eq!(from_memory.len(), ids.len());
+    for id in &ids {
+        let (m, s) = (unit(&from_memory[*id]), unit(&from_store[*id]));
+        assert!(m.iter().zip(s.iter()).all(|(a, b)| (a - b).abs() < 1e-6), "{id}");
+    }
+    assert!(coded.chunk_vectors(&["no-such-chunk"]).await.unwrap().is_empty());
+}

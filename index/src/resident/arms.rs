@@ -8,6 +8,7 @@ use super::slots::{Page, ResidentIndex, id_of, text_hash_of};
 use crate::store::{ChunkHit, PageRecord};
 use crate::vectors::dot;
 use std::borrow::Cow;
+use std::collections::HashMap;
 
 impl ResidentIndex {
     /// Keyword arm: chunks by BM25 over their heading path and text (scored as `fields` says),
@@ -138,6 +139,20 @@ impl ResidentIndex {
     pub fn vector_of(&self, text_hash: &str) -> Option<Vec<f32>> {
         let slot = self.by_text_hash.get(&Key::new(text_hash), text_hash_of(&self.chunks))? as usize;
         (self.vectors.exact() && self.vectors.dim() > 0).then(|| self.vectors.get(slot).into_owned())
+    }
+
+    /// The vectors of chunks (by id) that have one, as this index holds them: exact while its
+    /// vectors are, else decoded from their int8 codes (see [`Resident::chunk_vectors`] for the
+    /// exact ones).
+    ///
+    /// [`Resident::chunk_vectors`]: super::Resident::chunk_vectors
+    pub fn chunk_vectors(&self, ids: &[&str]) -> HashMap<String, Vec<f32>> {
+        ids.iter()
+            .filter_map(|id| {
+                let slot = self.by_id.get(&Key::new(id), id_of(&self.chunks))? as usize;
+                self.embedded(slot).then(|| (id.to_string(), self.vectors.get(slot).into_owned()))
+            })
+            .collect()
     }
 
     /// Whether a chunk with this text (by its hash) has a vector, which the store holds.

@@ -162,6 +162,28 @@ impl Resident {
             .map_err(|e| crate::Error::Io(std::io::Error::other(e)))
     }
 
+    /// The exact vectors of chunks (by id) that have one: from memory while the vectors are
+    /// exact, else from the stored vectors (as the vector arm re-scores). A chunk whose row is
+    /// gone (replaced since) is left out.
+    pub async fn chunk_vectors(&self, ids: &[&str]) -> crate::Result<HashMap<String, Vec<f32>>> {
+        let owned: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
+        let stored_behind = self.store.is_some();
+        let (exact, held) = self
+            .with_index(move |index| {
+                let ids: Vec<&str> = owned.iter().map(String::as_str).collect();
+                match stored_behind && !index.exact_vectors() {
+                    false => (Some(index.chunk_vectors(&ids)), HashMap::new()),
+                    true => (None, index.stored(&ids)),
+                }
+            })
+            .await?;
+        if let Some(exact) = exact {
+            return Ok(exact);
+        }
+        let stored = self.stored(held, ids.iter().copied()).await?;
+        Ok(stored.into_iter().filter_map(|(id, (_, v))| Some((id, v?))).collect())
+    }
+
     /// Vector arm with exact cosines: [`ResidentIndex::vector`] on exact vectors; on int8 codes,
     /// its best `k` × [`RESCORE`] candidates (every chunk of the pages `within`) re-scored from
     /// the stored vectors. A candidate whose row is gone (replaced since) drops out.

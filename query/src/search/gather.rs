@@ -26,6 +26,8 @@ pub(super) struct Candidate {
     pub(super) exact: Option<ExactKind>,
     /// The query's phrase that names the page (see [`super::subject`]).
     pub(super) subject: Option<String>,
+    /// The best chunk's cosine with the query moved by feedback (see [`super::feedback`]).
+    pub(super) feedback: Option<f32>,
 }
 
 pub(super) struct Gathered {
@@ -128,6 +130,7 @@ pub(super) async fn gather_source<R: SourceReader>(
             fused: *f,
             exact: None,
             subject: None,
+            feedback: None,
         })
         .collect();
     complete(r, qvec, &mut candidates).await?;
@@ -377,6 +380,7 @@ pub(super) async fn find_or_add<R: SourceReader>(
         fused: 0.0,
         exact: None,
         subject: None,
+        feedback: None,
     };
     if let Some(r) = readers.iter().find(|r| r.id() == source) {
         let _ = complete(*r, qvec, std::slice::from_mut(&mut c)).await;

@@ -2,6 +2,7 @@
 //! each source, a union ordered by scores comparable across sources, the title-phrase boost,
 //! exact lookup and alias hop, and evidence.
 
+mod feedback;
 mod gather;
 mod request;
 mod response;
@@ -19,7 +20,7 @@ use crate::reader::SourceReader;
 use cairn_index::{Embedder, PageRecord};
 use cairn_ingest::tokens;
 use gather::{alias_collisions, gather_source, inject_exact, merge_sources, named_pages, pool_globally};
-use score::{order, relevance_floor, score_union};
+use score::{order, relevance_floor, score_union, union_words};
 use std::time::Instant;
 use subject::{inject_subjects, subject_pages};
 
@@ -112,7 +113,9 @@ pub async fn search<R: SourceReader>(
     inject_exact(&readers, qvec.as_deref(), &mut union, &exact).await;
     inject_subjects(&readers, qvec.as_deref(), &mut union, &subjects, k).await;
     relevance_floor(&mut union);
-    let mut results = order(score_union(req, union), &exact, limit);
+    let words = union_words(req, &union);
+    feedback::feedback(req, &readers, qvec.as_deref(), &mut union, &words).await;
+    let mut results = order(score_union(req, union, &words), &exact, limit);
     for r in &mut results {
         let taught = learnt.iter().find(|(s, l)| *s == r.source && l.page.slug == r.slug);
         r.learnt = taught.map(|(_, l)| LearntName::of(l));

@@ -68,6 +68,9 @@ pub struct SearchRequest {
     /// together (plain BM25), not as two fields (BM25F).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub without_fields: bool,
+    /// Evaluation baseline only: no feedback (candidates scored by the query's own vector).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub without_feedback: bool,
 }
 
 fn default_limit() -> usize {
@@ -87,6 +90,7 @@ impl SearchRequest {
             without_learnt_names: false,
             without_subjects: false,
             without_fields: false,
+            without_feedback: false,
         }
     }
 

@@ -31,6 +31,10 @@ pub struct Explain {
     pub fused_in_source: f32,
     /// BM25 over the union of every source's candidates, normalised to 0..1.
     pub union_keyword: f32,
+    /// The best chunk's cosine with the query moved by feedback, which the score uses in place
+    /// of the cosine (absent when the query got no feedback).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub feedback_cosine: Option<f32>,
     pub multipliers: Vec<(String, f32)>,
     pub why: String,
 }

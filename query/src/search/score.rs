@@ -22,12 +22,18 @@ pub(super) fn relevance_floor(union: &mut Vec<Candidate>) {
     });
 }
 
-/// Union scoring: scores comparable across sources, the raw cosine of the best chunk plus BM25
-/// re-scored over the union with the union's own term statistics (normalised to 0..1); then
-/// each page's multipliers and evidence.
-pub(super) fn score_union(req: &SearchRequest, union: Vec<Candidate>) -> Vec<SearchResult> {
-    // Each candidate's names and best chunk, as terms (read once, for BM25, the all-terms check
-    // and the subject lift).
+/// What union scoring reads from the candidates' words, read once however often the union is
+/// scored: the query's terms, each candidate's BM25 over the union (normalised to 0..1), and
+/// each candidate's names and best chunk (and subject name) as terms.
+pub(super) struct UnionWords {
+    query: Vec<String>,
+    keyword: Vec<f32>,
+    terms: Vec<Terms>,
+}
+
+/// The union's words: BM25 re-scored over the union with the union's own term statistics, for
+/// scores comparable across sources.
+pub(super) fn union_words(req: &SearchRequest, union: &[Candidate]) -> UnionWords {
     let fields: Vec<(Vec<String>, Vec<String>)> = union
         .iter()
         .map(|c| {
@@ -39,27 +45,41 @@ pub(super) fn score_union(req: &SearchRequest, union: Vec<Candidate>) -> Vec<Sea
             (names, layers::terms(chunk))
         })
         .collect();
-    let query_terms = layers::terms(&req.query);
-    let bm25 = union_bm25(&query_terms, &fields, req.fields());
-    let doc_terms: Vec<Vec<String>> =
-        fields.into_iter().map(|(names, body)| [names, body].concat()).collect();
+    let query = layers::terms(&req.query);
+    let bm25 = union_bm25(&query, &fields, req.fields());
     let max_bm25 = bm25.iter().copied().fold(0.0f32, f32::max);
+    let keyword = bm25.into_iter().map(|b| if max_bm25 > 0.0 { b / max_bm25 } else { 0.0 }).collect();
     // Candidates carry a subject only when the rule is on (see `subject_pages`).
-    let names: Vec<Option<Vec<String>>> =
-        union.iter().map(|c| c.subject.as_deref().map(layers::terms)).collect();
-    let mut results: Vec<SearchResult> = union
-        .into_iter()
-        .zip(bm25)
-        .zip(&doc_terms)
-        .map(|((c, bm), doc_terms)| {
-            let union_keyword = if max_bm25 > 0.0 { bm / max_bm25 } else { 0.0 };
-            let all_terms_present =
-                !query_terms.is_empty() && query_terms.iter().all(|t| doc_terms.contains(t));
-            scored_result(req, c, union_keyword, all_terms_present)
+    let terms = union
+        .iter()
+        .zip(fields)
+        .map(|(c, (names, body))| Terms {
+            name: c.subject.as_deref().map(layers::terms),
+            doc: [names, body].concat(),
         })
         .collect();
-    let terms: Vec<Terms> = names.into_iter().zip(doc_terms).map(|(name, doc)| Terms { name, doc }).collect();
-    lift_subjects(&mut results, &terms, &query_terms);
+    UnionWords { query, keyword, terms }
+}
+
+/// Union scoring: the raw cosine of each candidate's best chunk (with the query as feedback moved
+/// it, when it was) plus its BM25 over the union (`words`, of these same candidates in this
+/// order); then each page's multipliers and evidence, and the subject lift.
+pub(super) fn score_union(
+    req: &SearchRequest,
+    union: Vec<Candidate>,
+    words: &UnionWords,
+) -> Vec<SearchResult> {
+    let query = &words.query;
+    let mut results: Vec<SearchResult> = union
+        .into_iter()
+        .zip(&words.keyword)
+        .zip(&words.terms)
+        .map(|((c, keyword), t)| {
+            let all_terms_present = !query.is_empty() && query.iter().all(|q| t.doc.contains(q));
+            scored_result(req, c, *keyword, all_terms_present)
+        })
+        .collect();
+    lift_subjects(&mut results, &words.terms, query);
     results
 }
 
@@ -84,7 +104,9 @@ pub(super) fn scored_result(
     all_terms_present: bool,
 ) -> SearchResult {
     let cosine = c.vector.as_ref().map(|(_, h)| h.score);
-    let base = cosine.unwrap_or(0.0) + KEYWORD_WEIGHT * union_keyword;
+    // The score reads the cosine with the query as feedback moved it; the evidence, the query's
+    // own.
+    let base = c.feedback.or(cosine).unwrap_or(0.0) + KEYWORD_WEIGHT * union_keyword;
     let title = c.record.as_ref().map_or(String::new(), |p| p.title.clone());
     let multipliers = multipliers(&req.query, c.record.as_ref());
     let score = multipliers.iter().fold(base, |s, (_, m)| s * m);
@@ -108,6 +130,7 @@ pub(super) fn scored_result(
         title: c.title,
         fused_in_source: c.fused,
         union_keyword,
+        feedback_cosine: c.feedback,
         multipliers: multipliers.clone(),
         why: why(&signals, &evidence),
     });

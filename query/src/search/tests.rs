@@ -1,7 +1,7 @@
 //! Each stage of [`search`] on its own.
 
 use super::gather::{Candidate, Gathered, alias_collisions, inject_exact, merge_sources};
-use super::score::{multipliers, order, relevance_floor, score_union};
+use super::score::{multipliers, order, relevance_floor, score_union, union_words};
 use super::*;
 use crate::layers::{KEYWORD_WEIGHT, RELEVANCE_FLOOR, TEMPLATE_FACTOR, TEMPLATE_PAGES, TITLE_PHRASE_BOOST};
 use crate::reader::memory::{MemoryReader, page};
@@ -26,7 +26,14 @@ fn cand(slug: &str, keyword: Option<f32>, vector: Option<f32>) -> Candidate {
         fused: 0.0,
         exact: None,
         subject: None,
+        feedback: None,
     }
+}
+
+/// The union scored as `search` scores it, its words read from it.
+fn scored(req: &SearchRequest, union: Vec<Candidate>) -> Vec<SearchResult> {
+    let words = union_words(req, &union);
+    score_union(req, union, &words)
 }
 
 fn slugs<T>(items: &[T], slug: impl Fn(&T) -> &str) -> Vec<String> {
@@ -148,7 +155,9 @@ fn score_union_adds_cosine_to_union_keyword_normalised_to_the_best_page() {
     let mut moon = cand("moon", Some(1.0), None);
     moon.keyword.as_mut().unwrap().1.text = "the moon".into();
     let other = cand("other", None, Some(0.4));
-    let results = score_union(&req, vec![tide, moon, other]);
+    let mut fed = cand("fed", None, Some(0.3));
+    fed.feedback = Some(0.45);
+    let results = scored(&req, vec![tide, moon, other, fed]);
     let uk = |i: usize| results[i].explain.as_ref().unwrap().union_keyword;
     assert_eq!(uk(0), 1.0, "the best keyword page of the union scores 1");
     assert!(uk(1) > 0.0 && uk(1) < 1.0);
@@ -156,13 +165,17 @@ fn score_union_adds_cosine_to_union_keyword_normalised_to_the_best_page() {
     assert!((results[0].base_score - (0.5 + KEYWORD_WEIGHT)).abs() < 1e-6);
     assert_eq!(results[1].cosine, None);
     assert!((results[2].base_score - 0.4).abs() < 1e-6);
+    // A candidate feedback scored: the score reads the moved cosine, the evidence its own.
+    assert!((results[3].base_score - 0.45).abs() < 1e-6);
+    assert_eq!(results[3].cosine, Some(0.3));
+    assert_eq!(results[3].explain.as_ref().unwrap().feedback_cosine, Some(0.45));
     assert!(results.iter().all(|r| r.score == r.base_score), "no multiplier applies");
 }
 
 #[test]
 fn order_puts_exact_names_first_then_scores_and_keeps_the_limit() {
     let result = |slug: &str, score: f32| {
-        let mut r = score_union(&SearchRequest::new("q"), vec![cand(slug, None, None)]).remove(0);
+        let mut r = scored(&SearchRequest::new("q"), vec![cand(slug, None, None)]).remove(0);
         r.score = score;
         r
     };
