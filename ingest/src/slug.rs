@@ -14,14 +14,15 @@ pub fn is_markdown(path: &Path) -> bool {
 }
 
 /// Slug of one path segment: NFD, combining marks dropped, NFC, lowercase; letters, digits, `.`,
-/// `_` kept; every run of anything else (`-` included, so `a -- b` is `a-b`) becomes one `-`;
-/// `-` trimmed at both ends.
+/// `_` and `+` kept; every run of anything else (`-` included, so `a -- b` is `a-b`) becomes one
+/// `-`; `-` trimmed at both ends. `+` is part of names (`C++`, `Ada++`, `A+`): dropped, `C++.md`
+/// and `C.md` would be one page and one of them left out of the index.
 pub fn slugify_segment(segment: &str) -> String {
     let folded: String = segment.nfd().filter(|c| !is_combining_mark(*c)).nfc().collect();
     let mut out = String::with_capacity(folded.len());
     let mut pending_dash = false;
     for c in folded.chars().flat_map(char::to_lowercase) {
-        if c.is_alphanumeric() || matches!(c, '.' | '_') {
+        if c.is_alphanumeric() || matches!(c, '.' | '_' | '+') {
             if pending_dash && !out.is_empty() {
                 out.push('-');
             }
@@ -104,6 +105,16 @@ mod tests {
         assert_eq!(slugify_path(Path::new("Straße/Ωmega.MD")).as_deref(), Some("straße/ωmega"));
         assert_eq!(slugify_id("exclamation mark").as_deref(), Some("exclamation-mark"));
         assert_eq!(slugify_path(Path::new("notes/file.txt")).as_deref(), Some("notes/file.txt"));
+    }
+
+    #[test]
+    fn a_plus_is_part_of_a_name() {
+        let slug = |p: &str| slugify_path(Path::new(p));
+        assert_eq!(slug("C++.md").as_deref(), Some("c++"));
+        assert_ne!(slug("C++.md"), slug("C.md"));
+        assert_ne!(slug("ASL+.md"), slug("ASL.md"));
+        assert_eq!(slug("Notepad++ tips.md").as_deref(), Some("notepad++-tips"));
+        assert_eq!(slugify_id("C++").as_deref(), Some("c++"), "a link to C++ reaches its page");
     }
 
     #[test]
