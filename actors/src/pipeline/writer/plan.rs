@@ -119,20 +119,7 @@ impl Planner {
             match p {
                 Parsed::Page { page, mtime_ms } => self.page(*page, mtime_ms, origin, &mut out),
                 Parsed::Failed { rel, error } => {
-                    let f = FileFailure {
-                        path: rel_string(&rel),
-                        kind: error.kind().into(),
-                        reason: error.to_string(),
-                    };
-                    if self.reported.get(&f.path) != Some(&vec![f.reason.clone()]) {
-                        self.reported.insert(f.path.clone(), vec![f.reason.clone()]);
-                        out.events.push(EventKind::PageFailed {
-                            path: f.path.clone(),
-                            kind: f.kind.clone(),
-                            reason: f.reason.clone(),
-                        });
-                    }
-                    out.failures.push(f);
+                    self.failed(rel_string(&rel), &error, &mut out);
                     out.done += 1;
                 }
                 // Only the page at that path: a folder standing there now holds new pages.
@@ -145,6 +132,57 @@ impl Planner {
         }
         self.detect_renames_by_hash(renamed, now);
         out
+    }
+
+    /// A file that cannot be indexed: reported (once while its problem stays the same) and
+    /// counted for the status.
+    fn failed(&mut self, path: String, error: &cairn_ingest::Error, out: &mut Ingested) {
+        let f = FileFailure { path, kind: error.kind().into(), reason: error.to_string() };
+        if self.reported.get(&f.path) != Some(&vec![f.reason.clone()]) {
+            self.reported.insert(f.path.clone(), vec![f.reason.clone()]);
+            out.events.push(EventKind::PageFailed {
+                path: f.path.clone(),
+                kind: f.kind.clone(),
+                reason: f.reason.clone(),
+            });
+        }
+        out.failures.push(f);
+    }
+
+    /// Another file whose path makes `page`'s slug, stored (and not being removed) or waiting:
+    /// two files one slug names cannot both be pages. A stored page whose path makes another
+    /// slug now (slugs made by an older rule) holds nothing.
+    fn holder(&self, page: &ParsedPage) -> Option<String> {
+        let claims = |path: &&str| {
+            *path != page.path && slugify_path(Path::new(path)).as_deref() == Some(page.slug.as_str())
+        };
+        let waiting = self.buffer.iter().find(|w| w.page.slug == page.slug).map(|w| w.page.path.as_str());
+        let stored = self.known.get(&page.slug).filter(|_| !self.removals.contains(&page.slug));
+        waiting.or(stored.map(|s| s.path.as_str())).filter(claims).map(str::to_string)
+    }
+
+    /// Of two files with one slug, the first by path keeps it, as a scan keeps it (the other is
+    /// reported as a duplicate): so a file created beside another of the same slug never
+    /// replaces its page, and the index is what the next scan makes it. True when `page` keeps
+    /// the slug (a waiting page of the other file is dropped).
+    fn keeps_slug(&mut self, page: &ParsedPage, out: &mut Ingested) -> bool {
+        let Some(other) = self.holder(page) else { return true };
+        let keeps = Path::new(&page.path) < Path::new(&other);
+        let (kept, refused) = if keeps { (&page.path, other.clone()) } else { (&other, page.path.clone()) };
+        let error = cairn_ingest::Error::DuplicateSlug {
+            path: PathBuf::from(&refused),
+            slug: page.slug.clone(),
+            kept: PathBuf::from(kept),
+        };
+        self.failed(refused.clone(), &error, out);
+        let before = self.buffer.len();
+        self.buffer.retain(|w| w.page.path != refused);
+        if self.buffer.len() < before {
+            self.buffered_chunks = self.buffer.iter().map(|w| w.page.chunks.len()).sum();
+            self.files -= before - self.buffer.len();
+            out.done += before - self.buffer.len();
+        }
+        keeps
     }
 
     /// A removal either waits for the commit or had nothing to remove.
@@ -176,6 +214,10 @@ impl Planner {
                 s.bytes = page.bytes as i64;
             }
             out.events.push(EventKind::PageSkipped { path: page.path.clone(), slug: page.slug.clone() });
+            out.done += 1;
+            return;
+        }
+        if !self.keeps_slug(&page, out) {
             out.done += 1;
             return;
         }
