@@ -8,7 +8,7 @@
 
 use anyhow::{Context, Result, bail};
 use cairn_actors::event::{Event, EventKind};
-use cairn_ingest::{ParseOptions, PathFilter, ScanOptions, read_page, scan};
+use cairn_ingest::{ParseOptions, PathFilter, ScanOptions, read_scanned, scan};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -513,7 +513,7 @@ pub fn scan_source(id: &str, root: &Path, opts: &ParseOptions) -> Result<ScanSum
     let mut failures: Vec<Failure> = report.problems.iter().map(|e| Failure::of(id, e)).collect();
     let mut pages = Vec::new();
     for file in &report.files {
-        match read_page(id, root, &file.rel, opts) {
+        match read_scanned(id, root, &report, file, opts) {
             Ok(p) => pages.push(PageSummary {
                 problems: p.problems.iter().map(ToString::to_string).collect(),
                 slug: p.slug,

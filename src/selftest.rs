@@ -5,7 +5,7 @@
 
 use crate::Cairn;
 use anyhow::Result;
-use cairn_ingest::{ParseOptions, PathFilter, ScanOptions, normalize_name, read_page, scan};
+use cairn_ingest::{ParseOptions, PathFilter, ScanOptions, normalize_name, read_scanned, scan};
 use cairn_query::{CreateSafety, Mode, SearchRequest};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -216,7 +216,7 @@ fn probes_of(
     let mut out = Vec::new();
     let mut pages = 0;
     for f in &report.files {
-        let Ok(page) = read_page(id, root, &f.rel, parse) else { continue };
+        let Ok(page) = read_scanned(id, root, &report, f, parse) else { continue };
         pages += 1;
         let key = (id.to_string(), page.slug.clone());
         let probe = |family, query: &str| Probe { family, query: query.to_string(), page: key.clone() };

@@ -74,11 +74,13 @@ pub enum Error {
     #[error("{path}: skipped until the file changes: {reason}")]
     Poisoned { path: PathBuf, reason: String },
 
+    /// Indexed, under a slug of its own: another file's name makes the same slug, and that file
+    /// had it first (or names it more nearly).
     #[error(
-        "{path}: has the same slug `{slug}` as {kept}, which is indexed instead; rename one of \
-         the two files"
+        "{path}: its name makes the slug `{slug}`, which is {holder}'s, so its page is `{given}`; \
+         rename one of the two files to give each a slug of its own"
     )]
-    DuplicateSlug { path: PathBuf, slug: String, kept: PathBuf },
+    SlugTaken { path: PathBuf, slug: String, holder: PathBuf, given: String },
 
     #[error("{path}: the file name has no letter or digit, so the page has no slug; rename the file")]
     NoSlug { path: PathBuf },
@@ -121,7 +123,7 @@ impl Error {
             | Error::ParseTimeout { path, .. }
             | Error::Poisoned { path, .. }
             | Error::Truncated { path, .. }
-            | Error::DuplicateSlug { path, .. }
+            | Error::SlugTaken { path, .. }
             | Error::NoSlug { path }
             | Error::SymlinkOutsideRoot { path, .. }
             | Error::SymlinkLoop { path, .. }
@@ -143,7 +145,7 @@ impl Error {
             Error::ParseTimeout { .. } => "parse_timeout",
             Error::Poisoned { .. } => "poisoned",
             Error::Truncated { .. } => "truncated",
-            Error::DuplicateSlug { .. } => "duplicate_slug",
+            Error::SlugTaken { .. } => "slug_taken",
             Error::NoSlug { .. } => "no_slug",
             Error::SymlinkOutsideRoot { .. } => "symlink_outside_root",
             Error::SymlinkLoop { .. } => "symlink_loop",

@@ -33,5 +33,8 @@ pub use markdown::Link;
 pub use page::{
     ParseOptions, ParsedPage, TitleSource, content_hash_of, parse_page, read_page, read_within, rel_string,
 };
-pub use scan::{PathFilter, ScanOptions, ScanReport, ScannedFile, scan, within_root};
-pub use slug::{is_markdown, normalize_name, slugify_id, slugify_path, tokens};
+pub use scan::{PathFilter, ScanOptions, ScanReport, ScannedFile, read_scanned, scan, within_root};
+pub use slug::{
+    VARIANT_MARK, is_markdown, is_slug_of, normalize_name, slug_base, slug_changes, slug_variant, slugify_id,
+    slugify_path, tokens,
+};

@@ -91,6 +91,39 @@ impl std::fmt::Debug for ParsedPage {
     }
 }
 
+impl ParsedPage {
+    /// The slug this page's file name makes (its slug, unless [`ParsedPage::take_slug`] gave it
+    /// another).
+    pub fn own_slug(&self) -> &str {
+        self.problems
+            .iter()
+            .find_map(|p| match p {
+                Error::SlugTaken { slug, .. } => Some(slug.as_str()),
+                _ => None,
+            })
+            .unwrap_or(&self.slug)
+    }
+
+    /// Index this page as `given` (a [`crate::slug_variant`] of [`ParsedPage::own_slug`]): another
+    /// file, `holder`, has the slug the name makes. The chunks' ids follow the slug, and the page
+    /// says why (one `slug_taken` problem; none when `given` is its own slug).
+    pub fn take_slug(&mut self, given: String, holder: &Path) {
+        if given == self.slug {
+            return;
+        }
+        let own = self.own_slug().to_string();
+        self.problems.retain(|p| !matches!(p, Error::SlugTaken { .. }));
+        for c in &mut self.chunks {
+            c.id = crate::chunk::chunk_id(&self.source_id, &given, c.ordinal, &c.text_hash);
+        }
+        self.slug = given.clone();
+        if given != own {
+            let path = PathBuf::from(&self.path);
+            self.problems.push(Error::SlugTaken { path, slug: own, holder: holder.into(), given });
+        }
+    }
+}
+
 /// The bytes of one file of a source: refused when it resolves outside `root` (a symlink out of
 /// the vault) or holds more than `cap` bytes. The cap is checked on the open file before reading
 /// and again while reading, so a file that grows meanwhile is refused, never read whole.

@@ -3,7 +3,8 @@
 //! root, loops and unreadable folders reported instead of fatal, duplicate slugs refused.
 
 use crate::error::{Error, Result};
-use crate::slug::{is_markdown, slugify_path};
+use crate::page::{ParseOptions, ParsedPage, read_page};
+use crate::slug::{is_markdown, slug_changes, slug_variant, slugify_path};
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -74,7 +75,8 @@ pub struct ScannedFile {
 /// The files of a source and what could not be included.
 #[derive(Debug, Clone, Default)]
 pub struct ScanReport {
-    /// Sorted by path; slugs are unique.
+    /// In path order, but for files that do not have the slug their name makes (see
+    /// [`assign_slugs`]); slugs are unique.
     pub files: Vec<ScannedFile>,
     pub problems: Vec<Error>,
 }
@@ -157,9 +159,26 @@ pub fn scan(root: &Path, filter: &PathFilter) -> Result<ScanReport> {
             }
         }
     }
-    let mut problems = problems.into_inner();
-    let files = refuse_duplicate_slugs(found, &mut problems);
+    let problems = problems.into_inner();
+    let files = assign_slugs(found);
     Ok(ScanReport { files, problems })
+}
+
+/// Read a file of `report` as a new index would: under the slug the scan gave it (another
+/// file's name may make the same slug).
+pub fn read_scanned(
+    id: &str,
+    root: &Path,
+    report: &ScanReport,
+    file: &ScannedFile,
+    opts: &ParseOptions,
+) -> Result<ParsedPage> {
+    let mut page = read_page(id, root, &file.rel, opts)?;
+    if page.slug != file.slug {
+        let holder = report.files.iter().find(|f| f.slug == page.slug).map_or(Path::new(""), |f| &f.rel);
+        page.take_slug(file.slug.clone(), holder);
+    }
+    Ok(page)
 }
 
 /// Milliseconds since the Unix epoch.
@@ -167,26 +186,29 @@ pub fn mtime_ms(t: std::time::SystemTime) -> i64 {
     t.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
-/// Keep the first file (by path) of every slug; each later one becomes a `DuplicateSlug` error
-/// naming both files.
-fn refuse_duplicate_slugs(mut files: Vec<ScannedFile>, problems: &mut Vec<Error>) -> Vec<ScannedFile> {
+/// Give every file the slug a new index gives it. Files whose names make one slug are ranked by
+/// [`slug_changes`] (the name the slug most nearly is first), then by path: the first has the
+/// slug, the k-th `slug~k` ([`slug_variant`]). The files are in path order, except that those
+/// without their own slug come last, so an index built by reading them in order (a file takes
+/// the first of its slugs no file holds) gives each the slug it has here.
+fn assign_slugs(mut files: Vec<ScannedFile>) -> Vec<ScannedFile> {
     files.sort_by(|a, b| a.rel.cmp(&b.rel));
-    let mut kept: HashMap<String, PathBuf> = HashMap::new();
-    files.retain(|f| match kept.get(&f.slug) {
-        Some(first) => {
-            problems.push(Error::DuplicateSlug {
-                path: f.rel.clone(),
-                slug: f.slug.clone(),
-                kept: first.clone(),
-            });
-            false
+    let mut claims: HashMap<String, Vec<usize>> = HashMap::new();
+    for (i, f) in files.iter().enumerate() {
+        claims.entry(f.slug.clone()).or_default().push(i);
+    }
+    // `None` (a file with its own slug) sorts first, then each base's later files by rank.
+    let mut order: Vec<(Option<(String, usize)>, usize)> = (0..files.len()).map(|i| (None, i)).collect();
+    for (base, mut claimants) in claims.into_iter().filter(|(_, c)| c.len() > 1) {
+        claimants.sort_by_key(|&i| (slug_changes(&files[i].rel), i));
+        for (rank, &i) in claimants.iter().enumerate().skip(1) {
+            files[i].slug = slug_variant(&base, rank as u32 + 1);
+            order[i].0 = Some((base.clone(), rank));
         }
-        None => {
-            kept.insert(f.slug.clone(), f.rel.clone());
-            true
-        }
-    });
-    files
+    }
+    order.sort();
+    let mut files: Vec<Option<ScannedFile>> = files.into_iter().map(Some).collect();
+    order.into_iter().filter_map(|(_, i)| files[i].take()).collect()
 }
 
 #[cfg(test)]
@@ -244,15 +266,25 @@ mod tests {
     }
 
     #[test]
-    fn duplicate_slugs_keep_the_first_and_name_both() {
+    fn files_of_one_slug_are_all_indexed_and_the_nearest_name_keeps_it() {
         let dir = tempfile::tempdir().unwrap();
-        write(dir.path(), "My Note.md", "x");
-        write(dir.path(), "my-note.md", "y");
+        for rel in ["(c).md", "C.md", "My Note.md", "b.md", "c-.md", "my-note.md"] {
+            write(dir.path(), rel, "x");
+        }
         let report = scan(dir.path(), &PathFilter::new(&ScanOptions::default()).unwrap()).unwrap();
-        assert_eq!(report.files.len(), 1);
-        assert_eq!(report.files[0].rel, Path::new("My Note.md"));
-        let msg = report.problems[0].to_string();
-        assert!(msg.contains("my-note.md") && msg.contains("My Note.md"), "{msg}");
+        assert!(report.problems.is_empty(), "{:?}", report.problems);
+        let got: Vec<(String, &str)> =
+            report.files.iter().map(|f| (f.rel.to_string_lossy().into_owned(), f.slug.as_str())).collect();
+        let want = [
+            ("C.md", "c"),
+            ("b.md", "b"),
+            ("my-note.md", "my-note"),
+            // The files a new index reads last, so that each finds the slug it has here free.
+            ("c-.md", "c~2"),
+            ("(c).md", "c~3"),
+            ("My Note.md", "my-note~2"),
+        ];
+        assert_eq!(got, want.map(|(p, s)| (p.to_string(), s)));
     }
 
     #[cfg(unix)]

@@ -57,6 +57,53 @@ pub fn slugify_id(id: &str) -> Option<String> {
     slugify_path(Path::new(id))
 }
 
+/// The mark between a slug and the number that sets apart the pages of files whose names make
+/// that one slug (`c`, `c~2`): slugification never makes it, so no file's own slug has it.
+pub const VARIANT_MARK: char = '~';
+
+/// The `k`-th slug of files whose names make `base`: `base` itself for the first, `base~k` after.
+pub fn slug_variant(base: &str, k: u32) -> String {
+    if k <= 1 { base.to_string() } else { format!("{base}{VARIANT_MARK}{k}") }
+}
+
+/// Whether `slug` is one a file whose name makes `base` can have (`base`, or `base~k`, k ≥ 2).
+pub fn is_slug_of(slug: &str, base: &str) -> bool {
+    slug == base
+        || slug
+            .strip_prefix(base)
+            .and_then(|r| r.strip_prefix(VARIANT_MARK))
+            .and_then(|k| k.parse::<u32>().ok())
+            .is_some_and(|k| k >= 2 && slug_variant(base, k) == slug)
+}
+
+/// The slug a file's name makes, of one of its slugs (`c` of `c~2`; a slug without a variant
+/// number is its own base).
+pub fn slug_base(slug: &str) -> &str {
+    match slug.rsplit_once(VARIANT_MARK) {
+        Some((base, _)) if is_slug_of(slug, base) => base,
+        _ => slug,
+    }
+}
+
+/// How many characters of a path (its extension aside) its slug does not keep as they are:
+/// folded case and accents, dropped or replaced punctuation. Of files whose names make one slug,
+/// the one with the fewest is the one the slug most nearly names (`C.md` for `c`, not `(c).md`).
+pub fn slug_changes(rel: &Path) -> usize {
+    let without_ext = if is_markdown(rel) { rel.with_extension("") } else { rel.to_path_buf() };
+    let name = without_ext.to_string_lossy().nfc().collect::<String>();
+    let trimmed = |seg: &str| seg.trim_matches('-').chars().count();
+    let edge_dashes: usize = name.split('/').map(|seg| seg.chars().count() - trimmed(seg)).sum();
+    let changed = name
+        .chars()
+        .filter(|c| {
+            let kept = matches!(c, '.' | '_' | '+' | '-' | '/')
+                || c.is_alphanumeric() && c.to_lowercase().eq([*c]) && c.nfd().count() == 1;
+            !kept
+        })
+        .count();
+    changed + edge_dashes
+}
+
 /// The one normalisation for comparing aliases, titles, slugs and queries: NFKC, lowercase,
 /// whitespace collapsed and trimmed, one layer of wrapping quotes or brackets (`"…"`, `'…'`,
 /// `“…”`, `[[…]]`, `(…)`) stripped.
@@ -115,6 +162,39 @@ mod tests {
         assert_ne!(slug("ASL+.md"), slug("ASL.md"));
         assert_eq!(slug("Notepad++ tips.md").as_deref(), Some("notepad++-tips"));
         assert_eq!(slugify_id("C++").as_deref(), Some("c++"), "a link to C++ reaches its page");
+    }
+
+    #[test]
+    fn variants_are_slugs_of_their_base_only() {
+        assert_eq!(slug_variant("c", 1), "c");
+        assert_eq!(slug_variant("c", 2), "c~2");
+        assert!(is_slug_of("c", "c") && is_slug_of("c~2", "c") && is_slug_of("c~13", "c"));
+        for other in ["c~1", "c~0", "c~02", "c~", "c~x", "c++", "cc~2", "c~2~2"] {
+            assert!(!is_slug_of(other, "c"), "{other}");
+        }
+        assert!(is_slug_of("a/b~3", "a/b"));
+        assert_eq!(
+            (slug_base("c~2"), slug_base("c"), slug_base("c~1"), slug_base("a~b/c")),
+            ("c", "c", "c~1", "a~b/c")
+        );
+        for name in ["C", "(c)", "C++", "Ab~2 x"] {
+            let slug = slugify_id(name).unwrap();
+            assert!(!slug.contains(VARIANT_MARK), "{name}: no file's own slug holds the mark");
+        }
+    }
+
+    #[test]
+    fn slug_changes_count_what_slugification_does_to_a_name() {
+        let changes = |p: &str| slug_changes(Path::new(p));
+        assert_eq!(changes("fixed-point.md"), 0);
+        assert_eq!(changes("C.md"), 1);
+        assert_eq!(changes("(c).md"), 2);
+        assert_eq!(changes("Pascal.md"), 1);
+        assert_eq!(changes("Pascal-.md"), 2, "a dash at the end is dropped");
+        assert_eq!(changes("log.md"), 0);
+        assert_eq!(changes("{log}.md"), 2);
+        assert_eq!(changes("Café/x.md"), 2);
+        assert!(changes("language-sensitive editor.md") < changes("Language Sensitive Editor.md"));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The hostile fixture vault (`fixtures/vaults/hostile`): every file becomes the page or the
 //! error its golden (`hostile.expected.json`) says, and the scan reports what it cannot include.
 
-use cairn_ingest::{Error, ParseOptions, PathFilter, ScanOptions, read_page, rel_string, scan};
+use cairn_ingest::{Error, ParseOptions, PathFilter, ScanOptions, read_scanned, rel_string, scan};
 use serde_json::{Value, json};
 use std::path::PathBuf;
 
@@ -15,7 +15,7 @@ fn hostile_vault_matches_its_golden() {
     let mut failures = serde_json::Map::new();
     for file in &report.files {
         let key = rel_string(&file.rel);
-        match read_page("hostile", &root, &file.rel, &ParseOptions::default()) {
+        match read_scanned("hostile", &root, &report, file, &ParseOptions::default()) {
             Ok(p) => {
                 for problem in &p.problems {
                     assert!(problem.to_string().contains(&key), "problem must name the file: {problem}");

@@ -92,12 +92,14 @@ impl HeldOut {
 
 /// Copy the pages of `vault` not held out into `dest`, and collect the queries.
 fn hold_out(vault: &Path, dest: &Path, every: u64) -> Result<HeldOut> {
-    use cairn_ingest::{ParseOptions, PathFilter, ScanOptions, normalize_name, read_page, rel_string, scan};
+    use cairn_ingest::{
+        ParseOptions, PathFilter, ScanOptions, normalize_name, read_scanned, rel_string, scan,
+    };
     let report = scan(vault, &PathFilter::new(&ScanOptions::default())?)?;
     let mut split = HeldOut { pages: report.files.len(), ..HeldOut::default() };
     for (i, f) in report.files.iter().enumerate() {
         let rel = rel_string(&f.rel);
-        let Ok(page) = read_page("x", vault, &f.rel, &ParseOptions::default()) else { continue };
+        let Ok(page) = read_scanned("x", vault, &report, f, &ParseOptions::default()) else { continue };
         if held_out(&rel, every) {
             split.held_out += 1;
             split.absent.push((page.title.clone(), page.slug.clone()));

@@ -11,7 +11,7 @@
 use super::held_out;
 use crate::Cairn;
 use anyhow::{Context, Result};
-use cairn_ingest::{ParseOptions, PathFilter, ScanOptions, normalize_name, read_page, rel_string, scan};
+use cairn_ingest::{ParseOptions, PathFilter, ScanOptions, normalize_name, rel_string, scan};
 use cairn_query::{Evidence, Mode, SearchRequest};
 use serde::Serialize;
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -101,15 +101,16 @@ struct VaultPage {
 }
 
 fn pages(vault: &Path) -> Result<Vec<VaultPage>> {
-    let files = scan(vault, &PathFilter::new(&ScanOptions::default())?)?.files;
-    Ok(files
-        .into_iter()
+    let report = scan(vault, &PathFilter::new(&ScanOptions::default())?)?;
+    Ok(report
+        .files
+        .iter()
         .filter_map(|f| {
-            let page = read_page("x", vault, &f.rel, &ParseOptions::default()).ok()?;
+            let page = cairn_ingest::read_scanned("x", vault, &report, f, &ParseOptions::default()).ok()?;
             let file = cairn_index::resident::file_name(&rel_string(&f.rel));
             let fixed = [&page.title, &file, &page.slug].into_iter().map(|x| normalize_name(x)).collect();
             let aliases = page.aliases.iter().map(|x| normalize_name(x)).collect();
-            Some(VaultPage { rel: f.rel, slug: page.slug, fixed, aliases })
+            Some(VaultPage { rel: f.rel.clone(), slug: page.slug, fixed, aliases })
         })
         .collect())
 }

@@ -5,7 +5,7 @@
 
 use super::held_out;
 use anyhow::Result;
-use cairn_ingest::{ParseOptions, PathFilter, ScanOptions, normalize_name, read_page, rel_string, scan};
+use cairn_ingest::{ParseOptions, PathFilter, ScanOptions, normalize_name, read_scanned, rel_string, scan};
 use cairn_query::metrics::Judged;
 use std::collections::HashMap;
 use std::path::Path;
@@ -23,7 +23,7 @@ pub fn subject_queries(vault: &Path, every: u64) -> Result<Vec<Judged>> {
     let mut carriers: HashMap<String, usize> = HashMap::new();
     for f in &report.files {
         let rel = rel_string(&f.rel);
-        let Ok(page) = read_page("x", vault, &f.rel, &ParseOptions::default()) else { continue };
+        let Ok(page) = read_scanned("x", vault, &report, f, &ParseOptions::default()) else { continue };
         let file = cairn_index::resident::file_name(&rel);
         let mut names: Vec<String> =
             [&page.title, &file].into_iter().chain(&page.aliases).map(|n| normalize_name(n)).collect();

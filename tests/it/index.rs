@@ -184,6 +184,58 @@ async fn a_page_with_a_problem_is_reported_on_every_run_until_fixed() {
     assert_eq!((fixed.counts.pages_indexed, fixed.counts.warnings.len()), (1, 0));
 }
 
+/// Files whose names make one slug are all indexed, through the real store: the name the slug
+/// most nearly is has it, the other `slug~2` with a warning; a run with nothing changed writes
+/// nothing; when the slug's file goes, the other page moves down to it on the next run, its
+/// vectors reused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_of_one_slug_are_all_indexed_and_converge_when_one_goes() {
+    let (vault, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    write(
+        vault.path(),
+        "(c).md",
+        "# (c)
+
+An ASCII rendition of the encircled copyright sign.
+",
+    );
+    write(
+        vault.path(),
+        "C.md",
+        "# C
+
+A programming language designed by Dennis Ritchie at Bell Labs.
+",
+    );
+    let specs = [spec("notes", vault.path())];
+    let first = index(db.path(), &specs).await;
+    assert_eq!((first.counts.pages_indexed, first.counts.pages_failed), (2, 0));
+    assert_eq!(first.counts.warnings.len(), 1, "{:?}", first.counts.warnings);
+    let store =
+        Database::open(db.path().to_str().unwrap()).await.unwrap().open_existing("notes").await.unwrap();
+    assert_eq!(store.page("c").await.unwrap().unwrap().path, "C.md");
+    assert_eq!(store.page("c~2").await.unwrap().unwrap().path, "(c).md");
+
+    let again = index(db.path(), &specs).await;
+    assert_eq!(
+        (again.counts.pages_indexed, again.counts.pages_removed, again.counts.chunks_embedded),
+        (0, 0, 0)
+    );
+    assert_eq!(again.counts.warnings.len(), 1, "still said while both files are there");
+
+    std::fs::remove_file(vault.path().join("C.md")).unwrap();
+    let moved = index(db.path(), &specs).await;
+    assert_eq!(
+        (moved.counts.pages_indexed, moved.counts.chunks_embedded),
+        (1, 0),
+        "moved, not embedded again"
+    );
+    assert_eq!(moved.counts.warnings.len(), 0);
+    assert_eq!(store.page("c").await.unwrap().unwrap().path, "(c).md");
+    assert!(store.page("c~2").await.unwrap().is_none());
+    assert_eq!(store.counts().await.unwrap().0, 1);
+}
+
 /// Past its limit a source opens from the snapshot of its resident index that its last open
 /// saved, while the tables have not moved since, and answers exactly as after a load of the
 /// tables (text read from the store included); once an edit moves the tables, the next open

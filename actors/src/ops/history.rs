@@ -4,7 +4,7 @@
 use crate::event::{Event, EventKind};
 use crate::ops::log::{EventLog, read_log};
 use cairn_index::{PageRecord, SourceStore};
-use cairn_ingest::slugify_path;
+use cairn_ingest::{slug_base, slugify_path};
 use cairn_query::IngestState;
 use std::path::{Path, PathBuf};
 
@@ -36,8 +36,10 @@ fn slug_of(path: &str) -> String {
     slugify_path(Path::new(path)).unwrap_or_default()
 }
 
-/// Whether `e` (of the page's source) is about the page `slug`.
+/// Whether `e` (of the page's source) is about the page `slug`. An event that names only a path
+/// is about the pages whose files' names make `slug`'s base (`c` and `c~2` alike).
 fn names_page(e: &Event, slug: &str) -> bool {
+    let about = |path: &str| slug_of(path) == slug_base(slug);
     match &e.kind {
         EventKind::PageIndexed { slug: s, .. }
         | EventKind::PageEmbedded { slug: s, .. }
@@ -47,8 +49,8 @@ fn names_page(e: &Event, slug: &str) -> bool {
         EventKind::FileChanged { path }
         | EventKind::FileRemoved { path }
         | EventKind::PageFailed { path, .. }
-        | EventKind::PageWarning { path, .. } => slug_of(path) == slug,
-        EventKind::FileRenamed { from, to, .. } => slug_of(from) == slug || slug_of(to) == slug,
+        | EventKind::PageWarning { path, .. } => about(path),
+        EventKind::FileRenamed { from, to, .. } => about(from) || about(to),
         _ => false,
     }
 }

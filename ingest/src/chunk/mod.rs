@@ -190,6 +190,11 @@ pub fn chunk_page_within(
     Ok(chunks)
 }
 
+/// A chunk's stable id: a hash of its source, its page's slug, its ordinal and its text hash.
+pub fn chunk_id(source_id: &str, slug: &str, ordinal: u32, text_hash: &str) -> String {
+    hex_digest(&[source_id.as_bytes(), slug.as_bytes(), &ordinal.to_le_bytes(), text_hash.as_bytes()])
+}
+
 fn make_chunk(
     page: PageText<'_>,
     ordinal: u32,
@@ -200,12 +205,7 @@ fn make_chunk(
 ) -> Chunk {
     let embedded = embed_text(&heading_path, &text);
     let text_hash = hex_digest(&[embedded.as_bytes()]);
-    let id = hex_digest(&[
-        page.source_id.as_bytes(),
-        page.slug.as_bytes(),
-        &ordinal.to_le_bytes(),
-        text_hash.as_bytes(),
-    ]);
+    let id = chunk_id(page.source_id, page.slug, ordinal, &text_hash);
     Chunk {
         id,
         ordinal,

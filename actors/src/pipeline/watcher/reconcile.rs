@@ -11,7 +11,7 @@ use crate::pipeline::writer::States;
 use crate::status::SourceState;
 use cairn_index::PageState;
 use cairn_ingest::folder::{self, Consent, FolderIdentity, HeldRemovals, Reading, Unavailable, Verdict};
-use cairn_ingest::{ScanReport, rel_string};
+use cairn_ingest::{ScanReport, is_slug_of, rel_string, slug_base};
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 
@@ -155,12 +155,9 @@ async fn scan_and_judge(
     let states = h.writer.send(States).await?;
     cairn_index::fault::point("reconcile.scanned");
     events.extend(problems(&scan, reported));
-    let present: HashSet<&str> = scan.files.iter().map(|f| f.slug.as_str()).collect();
-    let gone: Vec<&str> = states
-        .iter()
-        .filter(|(s, _)| !present.contains(s.as_str()))
-        .map(|(_, st)| st.path.as_str())
-        .collect();
+    let present: HashSet<String> = scan.files.iter().map(|f| rel_string(&f.rel)).collect();
+    let gone: Vec<&str> =
+        states.values().filter(|st| !present.contains(&st.path)).map(|st| st.path.as_str()).collect();
     let moved = moved(&states, &scan, &gone);
     let recorded = h.folders.get(&h.id).and_then(|r| r.identity);
     let reading = Reading {
@@ -204,23 +201,45 @@ fn problems(scan: &ScanReport, reported: &mut HashSet<(String, String)>) -> Vec<
 /// For each page `gone` from its path, whether a new file of its size and time arrived
 /// elsewhere: a move.
 fn moved(states: &HashMap<String, PageState>, scan: &ScanReport, gone: &[&str]) -> Vec<bool> {
-    let stat =
-        |p: &str| states.values().find(|st| st.path == p).map_or((0, 0), |st| (st.bytes as u64, st.mtime_ms));
-    let arrived: Vec<(u64, i64)> =
-        scan.files.iter().filter(|f| !states.contains_key(&f.slug)).map(|f| (f.size, f.mtime_ms)).collect();
+    let stored = by_path(states);
+    let stat = |p: &str| {
+        stored.get(p).and_then(|s| s.first()).map_or((0, 0), |(_, st)| (st.bytes as u64, st.mtime_ms))
+    };
+    let arrived: Vec<(u64, i64)> = scan
+        .files
+        .iter()
+        .filter(|f| !stored.contains_key(rel_string(&f.rel).as_str()))
+        .map(|f| (f.size, f.mtime_ms))
+        .collect();
     folder::moved(&gone.iter().map(|p| stat(p)).collect::<Vec<_>>(), &arrived)
 }
 
-/// The files to read: all but those whose path, size and time are what they were indexed with.
+/// The stored pages by path: one each, but for a page whose slug an older rule made.
+fn by_path(states: &HashMap<String, PageState>) -> HashMap<&str, Vec<(&str, &PageState)>> {
+    let mut out: HashMap<&str, Vec<(&str, &PageState)>> = HashMap::new();
+    for (slug, st) in states {
+        out.entry(st.path.as_str()).or_default().push((slug.as_str(), st));
+    }
+    out
+}
+
+/// The files to read: all but those whose path, size and time are what they were indexed with,
+/// under one slug their name can have (a page under a slug an older rule made is read again, and
+/// the writer gives it its slug now).
 fn changed(scan: &ScanReport, states: &HashMap<String, PageState>) -> Vec<PathBuf> {
+    let stored = by_path(states);
     let unchanged = |f: &cairn_ingest::ScannedFile| {
-        states.get(&f.slug).is_some_and(|s| {
-            s.clean
-                && f.mtime_ms != 0
-                && s.mtime_ms == f.mtime_ms
-                && s.bytes == f.size as i64
-                && s.path == rel_string(&f.rel)
-        })
+        let path = rel_string(&f.rel);
+        match stored.get(path.as_str()).map(Vec::as_slice) {
+            Some([(slug, s)]) => {
+                is_slug_of(slug, slug_base(&f.slug))
+                    && s.clean
+                    && f.mtime_ms != 0
+                    && s.mtime_ms == f.mtime_ms
+                    && s.bytes == f.size as i64
+            }
+            _ => false,
+        }
     };
     scan.files.iter().filter(|f| !unchanged(f)).map(|f| f.rel.clone()).collect()
 }

@@ -13,7 +13,7 @@ use crate::event::EventKind;
 use crate::pipeline::workers::Parsed;
 use crate::status::FileFailure;
 use cairn_index::{PageState, WriteBatch};
-use cairn_ingest::{ParsedPage, rel_string, slugify_path};
+use cairn_ingest::{ParsedPage, rel_string, slug_variant};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -56,6 +56,9 @@ pub struct Plan {
 #[derive(Debug, Default)]
 pub struct Planner {
     known: HashMap<String, PageState>,
+    /// Path → the slugs stored for it: one, but for a page whose slug an older rule made, until
+    /// the next scan removes it.
+    slugs_at: HashMap<String, Vec<String>>,
     buffer: Vec<Waiting>,
     buffered_chunks: usize,
     removals: BTreeSet<String>,
@@ -73,6 +76,10 @@ impl Planner {
     /// Start from what the tables hold: every page's state, and the slugs whose chunk rows have
     /// no page row (a crash between the two writes), which the first commit removes.
     pub fn load(&mut self, states: HashMap<String, PageState>, orphans: impl IntoIterator<Item = String>) {
+        self.slugs_at.clear();
+        for (slug, st) in &states {
+            self.slugs_at.entry(st.path.clone()).or_default().push(slug.clone());
+        }
         self.known = states;
         self.removals.extend(orphans);
     }
@@ -149,40 +156,37 @@ impl Planner {
         out.failures.push(f);
     }
 
-    /// Another file whose path makes `page`'s slug, stored (and not being removed) or waiting:
-    /// two files one slug names cannot both be pages. A stored page whose path makes another
-    /// slug now (slugs made by an older rule) holds nothing.
-    fn holder(&self, page: &ParsedPage) -> Option<String> {
-        let claims = |path: &&str| {
-            *path != page.path && slugify_path(Path::new(path)).as_deref() == Some(page.slug.as_str())
-        };
-        let waiting = self.buffer.iter().find(|w| w.page.slug == page.slug).map(|w| w.page.path.as_str());
-        let stored = self.known.get(&page.slug).filter(|_| !self.removals.contains(&page.slug));
-        waiting.or(stored.map(|s| s.path.as_str())).filter(claims).map(str::to_string)
+    /// The other file that holds `slug`: waiting for a commit, or stored and not being removed.
+    fn holder(&self, slug: &str, path: &str) -> Option<&str> {
+        let waiting = self.buffer.iter().find(|w| w.page.slug == slug && w.page.path != path);
+        let stored = || self.known.get(slug).filter(|st| st.path != path && !self.removals.contains(slug));
+        waiting.map(|w| w.page.path.as_str()).or_else(|| stored().map(|st| st.path.as_str()))
     }
 
-    /// Of two files with one slug, the first by path keeps it, as a scan keeps it (the other is
-    /// reported as a duplicate): so a file created beside another of the same slug never
-    /// replaces its page, and the index is what the next scan makes it. True when `page` keeps
-    /// the slug (a waiting page of the other file is dropped).
-    fn keeps_slug(&mut self, page: &ParsedPage, out: &mut Ingested) -> bool {
-        let Some(other) = self.holder(page) else { return true };
-        let keeps = Path::new(&page.path) < Path::new(&other);
-        let (kept, refused) = if keeps { (&page.path, other.clone()) } else { (&other, page.path.clone()) };
-        let error = cairn_ingest::Error::DuplicateSlug {
-            path: PathBuf::from(&refused),
-            slug: page.slug.clone(),
-            kept: PathBuf::from(kept),
-        };
-        self.failed(refused.clone(), &error, out);
-        let before = self.buffer.len();
-        self.buffer.retain(|w| w.page.path != refused);
-        if self.buffer.len() < before {
-            self.buffered_chunks = self.buffer.iter().map(|w| w.page.chunks.len()).sum();
-            self.files -= before - self.buffer.len();
-            out.done += before - self.buffer.len();
+    /// Give `page` the first of the slugs its file name can have (its own, then `slug~2`, …)
+    /// that no other file holds: files whose names make one slug are all indexed, the one that
+    /// holds it keeps it, and a page under `slug~k` moves down when a lower one is free (its
+    /// `slug_taken` problem has it read again at each scan). Another slug stored for the file (a
+    /// variant it left, or a slug an older rule made) goes with this commit.
+    fn assign_slug(&mut self, page: &mut ParsedPage) {
+        let own = page.own_slug().to_string();
+        let given = (1..)
+            .map(|k| slug_variant(&own, k))
+            .find(|s| self.holder(s, &page.path).is_none())
+            .expect("a file's slugs run out before u32 does");
+        if given != page.slug {
+            let holder = self.holder(&own, &page.path).unwrap_or_default().to_string();
+            page.take_slug(given, Path::new(&holder));
         }
-        keeps
+        let stale: Vec<String> = self
+            .slugs_at
+            .get(&page.path)
+            .into_iter()
+            .flatten()
+            .filter(|s| **s != page.slug)
+            .cloned()
+            .collect();
+        self.removals.extend(stale);
     }
 
     /// A removal either waits for the commit or had nothing to remove.
@@ -193,7 +197,8 @@ impl Planner {
         }
     }
 
-    fn page(&mut self, page: ParsedPage, mtime_ms: i64, origin: Origin, out: &mut Ingested) {
+    fn page(&mut self, mut page: ParsedPage, mtime_ms: i64, origin: Origin, out: &mut Ingested) {
+        self.assign_slug(&mut page);
         let problems: Vec<String> = page.problems.iter().map(|e| e.to_string()).collect();
         if self.reported.get(&page.path) != Some(&problems) {
             out.events.extend(page.problems.iter().map(|e| EventKind::PageWarning {
@@ -214,10 +219,6 @@ impl Planner {
                 s.bytes = page.bytes as i64;
             }
             out.events.push(EventKind::PageSkipped { path: page.path.clone(), slug: page.slug.clone() });
-            out.done += 1;
-            return;
-        }
-        if !self.keeps_slug(&page, out) {
             out.done += 1;
             return;
         }
@@ -249,12 +250,13 @@ impl Planner {
     /// Slugs of the stored pages at `rel` (with `folder`, under it too).
     fn stored_at(&self, rel: &Path, folder: bool) -> Vec<String> {
         let (path, prefix) = path_and_prefix(rel, folder);
-        let slug = slugify_path(rel).unwrap_or_default();
-        self.known
-            .iter()
-            .filter(|(s, st)| **s == slug && st.path == path || st.path.starts_with(&prefix))
-            .map(|(s, _)| s.clone())
-            .collect()
+        let mut slugs: Vec<String> = self.slugs_at.get(&path).cloned().unwrap_or_default();
+        if folder {
+            slugs.extend(
+                self.known.iter().filter(|(_, st)| st.path.starts_with(&prefix)).map(|(s, _)| s.clone()),
+            );
+        }
+        slugs
     }
 
     /// How many stored pages these removed paths would take, and how many are stored.
@@ -331,6 +333,7 @@ impl Planner {
     pub fn committed(&mut self, batch: &WriteBatch, now: Instant) {
         for s in &batch.removals {
             if let Some(st) = self.known.remove(s) {
+                self.unindex(s, &st.path);
                 self.recently_removed.insert(st.content_hash, (st.path, now));
             }
         }
@@ -343,7 +346,20 @@ impl Planner {
                 bytes: p.bytes as i64,
                 clean: p.problems.is_empty(),
             };
-            self.known.insert(p.slug.clone(), state);
+            if let Some(old) = self.known.insert(p.slug.clone(), state) {
+                self.unindex(&p.slug, &old.path);
+            }
+            self.slugs_at.entry(p.path.clone()).or_default().push(p.slug.clone());
+        }
+    }
+
+    /// `slug` is no longer stored for `path`.
+    fn unindex(&mut self, slug: &str, path: &str) {
+        if let Some(slugs) = self.slugs_at.get_mut(path) {
+            slugs.retain(|s| s != slug);
+            if slugs.is_empty() {
+                self.slugs_at.remove(path);
+            }
         }
     }
 
@@ -425,6 +441,9 @@ mod replay {
     struct Taken {
         /// `[path, text]` of each page written, in order.
         pages: Vec<(String, String)>,
+        /// Their slugs, when the case says them.
+        #[serde(default)]
+        slugs: Vec<String>,
         #[serde(default)]
         removals: Vec<String>,
         #[serde(default)]
@@ -500,6 +519,7 @@ mod replay {
                 }
                 if let Some(want) = &step.take {
                     last = planner.take();
+                    let slugs = want.as_ref().is_some_and(|t| !t.slugs.is_empty());
                     let got = last.as_ref().map(|p| Taken {
                         pages: p
                             .pages
@@ -516,6 +536,7 @@ mod replay {
                                 (w.page.path.clone(), text)
                             })
                             .collect(),
+                        slugs: p.pages.iter().filter(|_| slugs).map(|w| w.page.slug.clone()).collect(),
                         removals: p.removals.clone(),
                         events: p.deferred.iter().map(render).collect(),
                         files: p.files,
