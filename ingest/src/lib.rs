@@ -35,6 +35,6 @@ pub use page::{
 };
 pub use scan::{PathFilter, ScanOptions, ScanReport, ScannedFile, read_scanned, scan, within_root};
 pub use slug::{
-    VARIANT_MARK, is_markdown, is_slug_of, normalize_name, slug_base, slug_changes, slug_variant, slugify_id,
-    slugify_path, tokens,
+    VARIANT_MARK, is_markdown, is_slug_of, normalize_name, page_id, slug_base, slug_changes, slug_variant,
+    slugify_id, slugify_path, tokens,
 };

@@ -51,6 +51,14 @@ pub fn slugify_path(rel: &Path) -> Option<String> {
     if segments.is_empty() { None } else { Some(segments.join("/")) }
 }
 
+/// A page's id in the shared eval format: its vault-relative path without the markdown
+/// extension, in NFC (a name a file system stores decomposed is the same id).
+pub fn page_id(rel: &str) -> String {
+    let p = Path::new(rel);
+    let without_ext = if is_markdown(p) { p.with_extension("") } else { p.to_path_buf() };
+    without_ext.to_string_lossy().nfc().collect()
+}
+
 /// Slug of a page id written as text (a wikilink target or an eval query's page id): the same
 /// rules as [`slugify_path`], with `/` as the separator.
 pub fn slugify_id(id: &str) -> Option<String> {
@@ -152,6 +160,8 @@ mod tests {
         assert_eq!(slugify_path(Path::new("Straße/Ωmega.MD")).as_deref(), Some("straße/ωmega"));
         assert_eq!(slugify_id("exclamation mark").as_deref(), Some("exclamation-mark"));
         assert_eq!(slugify_path(Path::new("notes/file.txt")).as_deref(), Some("notes/file.txt"));
+        assert_eq!(page_id("a/(c).md"), "a/(c)");
+        assert_eq!(page_id("Cafe\u{301}.markdown"), "Caf\u{e9}");
     }
 
     #[test]

@@ -95,8 +95,12 @@ pub async fn eval(common: &Common, a: EvalArgs) -> Result<ExitCode> {
         pooled_baseline: a.pooled_baseline,
         ..SearchRequest::new("")
     };
+    // A query file names pages by path; the subject questions by the slugs of a scan.
+    let by_path = a.subjects.is_none();
     let run = async |c: cairn::Config, rules: &[Rule]| -> Result<Vec<EvalReport>> {
         let cairn = Cairn::attach(c, "eval", with_model).await?;
+        let judged =
+            if by_path { cairn::eval::resolve_page_ids(&cairn, &judged).await? } else { judged.clone() };
         let mut reports = vec![cairn::eval::run(&cairn, &judged, &template).await?];
         for rule in rules {
             reports.push(cairn::eval::run(&cairn, &judged, &rule.off(&template)).await?);

@@ -20,7 +20,8 @@ pub use subjects::*;
 
 /// Load a query file: JSON Lines in the shared eval format (`query`, `relevant`, optional
 /// `forbidden`, `grades`, `family`, `id`), or the gbrain bootstrap JSON array (`expect_slug`).
-/// Page ids become slugs. Queries whose boolean flag named in `skip_flags` is true are left out.
+/// Page ids stay as written ([`resolve_page_ids`] makes them slugs of an index). Queries whose
+/// boolean flag named in `skip_flags` is true are left out.
 pub fn load_queries(path: &Path, skip_flags: &[String]) -> Result<Vec<Judged>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let values: Vec<serde_json::Value> = if text.trim_start().starts_with('[') {
@@ -34,7 +35,7 @@ pub fn load_queries(path: &Path, skip_flags: &[String]) -> Result<Vec<Judged>> {
             })
             .collect::<Result<_>>()?
     };
-    let slug = |id: &str| cairn_ingest::slugify_id(id).unwrap_or_else(|| id.to_string());
+    let slug = |id: &str| id.to_string();
     let strings = |v: &serde_json::Value, key: &str| -> Vec<String> {
         v.get(key)
             .and_then(|x| x.as_array())
@@ -72,6 +73,49 @@ pub fn load_queries(path: &Path, skip_flags: &[String]) -> Result<Vec<Judged>> {
         });
     }
     Ok(out)
+}
+
+/// The queries with their page ids (a page's path in its vault without `.md`, or a slug) made
+/// the slugs of `searcher`'s pages: an id is the page whose file has that path, whichever of the
+/// slugs its name makes it has (`C` is `C.md`'s page `c`, `(c)` is `(c).md`'s `c~2`); an id that
+/// is no file's path is taken as a slug (ids written as slugs, or spelled otherwise).
+pub async fn resolve_page_ids(searcher: &Cairn, queries: &[Judged]) -> Result<Vec<Judged>> {
+    let sources: Vec<String> = searcher.status().await?.sources.into_iter().map(|s| s.source).collect();
+    let mut slugs: HashMap<String, String> = HashMap::new();
+    for q in queries {
+        for id in q.relevant.iter().chain(&q.forbidden).chain(q.grades.keys()) {
+            if !slugs.contains_key(id) {
+                slugs.insert(id.clone(), page_slug(searcher, &sources, id).await?);
+            }
+        }
+    }
+    let slug = |id: &String| slugs[id].clone();
+    Ok(queries
+        .iter()
+        .map(|q| Judged {
+            relevant: q.relevant.iter().map(slug).collect(),
+            forbidden: q.forbidden.iter().map(slug).collect(),
+            grades: q.grades.iter().map(|(id, g)| (slug(id), *g)).collect(),
+            ..q.clone()
+        })
+        .collect())
+}
+
+/// The slug of the page whose file is at page id `id` in one of `sources`, else `id` as a slug.
+async fn page_slug(searcher: &Cairn, sources: &[String], id: &str) -> Result<String> {
+    let Some(base) = cairn_ingest::slugify_id(id) else { return Ok(id.to_string()) };
+    let wanted = cairn_ingest::page_id(id);
+    for source in sources {
+        for k in 1.. {
+            let slug = cairn_ingest::slug_variant(&base, k);
+            match searcher.get(source, &slug).await? {
+                Some(p) if cairn_ingest::page_id(&p.page.path) == wanted => return Ok(slug),
+                None if k > 1 => break,
+                _ => {}
+            }
+        }
+    }
+    Ok(base)
 }
 
 /// A query that missed (no relevant page at rank 1, or a forbidden page in the top 3).

@@ -223,6 +223,16 @@ A programming language designed by Dennis Ritchie at Bell Labs.
     );
     assert_eq!(again.counts.warnings.len(), 1, "still said while both files are there");
 
+    // An eval's page ids are paths: each reaches its own file's page, whatever slug it has.
+    let config = Config::new(db.path().to_str().unwrap(), specs.iter().map(SourceSpec::config).collect());
+    let reader = cairn::Cairn::attach(config, "test", false).await.unwrap();
+    let judged = |id: &str| cairn_query::metrics::Judged { relevant: vec![id.into()], ..Default::default() };
+    let resolved =
+        cairn::eval::resolve_page_ids(&reader, &[judged("C"), judged("(c)"), judged("c")]).await.unwrap();
+    let slugs: Vec<&str> = resolved.iter().map(|j| j.relevant[0].as_str()).collect();
+    assert_eq!(slugs, ["c", "c~2", "c"], "`c`, no file's path, is read as a slug");
+    reader.shutdown().await.unwrap();
+
     std::fs::remove_file(vault.path().join("C.md")).unwrap();
     let moved = index(db.path(), &specs).await;
     assert_eq!(
