@@ -70,17 +70,22 @@ impl std::fmt::Display for Links {
 /// One source's pages, indexed for resolving links.
 #[derive(Debug)]
 pub struct Resolver<'a> {
-    /// Lower-cased path without `.md` → slug.
-    by_path: HashMap<String, &'a str>,
+    /// Lower-cased path without `.md` → (the path without `.md`, slug) of each page there: two
+    /// when files' names differ only in case (`Notes.md`, `notes.md`).
+    by_path: HashMap<String, Vec<(&'a str, &'a str)>>,
     /// Normalised file name → (slug, path).
     by_file_name: HashMap<String, Vec<(&'a str, &'a str)>>,
     by_alias: HashMap<String, Vec<&'a str>>,
 }
 
-fn stem(path: &str) -> String {
+/// The path without a leading `./` or `/` and without `.md`, as written.
+fn bare(path: &str) -> &str {
     let p = path.trim_start_matches("./").trim_start_matches('/');
-    let p = p.strip_suffix(".md").or_else(|| p.strip_suffix(".markdown")).unwrap_or(p);
-    p.to_lowercase()
+    p.strip_suffix(".md").or_else(|| p.strip_suffix(".markdown")).unwrap_or(p)
+}
+
+fn stem(path: &str) -> String {
+    bare(path).to_lowercase()
 }
 
 fn folder(path: &str) -> &str {
@@ -106,12 +111,15 @@ impl<'a> Resolver<'a> {
     pub fn new(pages: impl IntoIterator<Item = &'a PageRecord>) -> Self {
         let mut r = Self { by_path: HashMap::new(), by_file_name: HashMap::new(), by_alias: HashMap::new() };
         for p in pages {
-            r.by_path.insert(stem(&p.path), p.slug.as_str());
+            r.by_path.entry(stem(&p.path)).or_default().push((bare(&p.path), p.slug.as_str()));
             let name = normalize_name(&cairn_index::resident::file_name(&p.path));
             r.by_file_name.entry(name).or_default().push((p.slug.as_str(), p.path.as_str()));
             for a in &p.aliases {
                 r.by_alias.entry(normalize_name(a)).or_default().push(p.slug.as_str());
             }
+        }
+        for v in r.by_path.values_mut() {
+            v.sort();
         }
         for v in r.by_file_name.values_mut() {
             v.sort_by_key(|(slug, path)| (path.len(), *slug));
@@ -140,8 +148,12 @@ impl<'a> Resolver<'a> {
         }
         let here = folder(from_path);
         for path in [join(here, target), join("", target)].into_iter().flatten() {
-            if let Some(slug) = self.by_path.get(&stem(&path)) {
-                return Some((slug, "path"));
+            // The file of that name as written, else one whose name differs only in case.
+            if let Some(found) = self.by_path.get(&stem(&path)) {
+                let exact = found.iter().find(|(p, _)| *p == bare(&path));
+                if let Some((_, slug)) = exact.or(found.first()) {
+                    return Some((slug, "path"));
+                }
             }
         }
         let name = normalize_name(last.strip_suffix(".md").unwrap_or(last));
@@ -269,5 +281,16 @@ mod tests {
         let back: Vec<&str> = index.backlinks.iter().map(|b| b.slug.as_str()).collect();
         assert_eq!(back, ["places/harbour", "projects/alpha"]);
         assert!(links_of("v", &refs, "missing").is_none());
+    }
+
+    #[test]
+    fn a_link_reaches_the_file_of_its_name_as_written_before_one_of_another_case() {
+        let mut lower = page("notes.md", &[], &[]);
+        lower.slug = "notes~2".into();
+        let pages = [page("index.md", &[], &["Notes", "notes", "NOTES"]), page("Notes.md", &[], &[]), lower];
+        let refs: Vec<&PageRecord> = pages.iter().collect();
+        let l = links_of("v", &refs, "index").unwrap();
+        let got: Vec<Option<&str>> = l.outgoing.iter().map(|o| o.resolved.as_deref()).collect();
+        assert_eq!(got, [Some("notes"), Some("notes~2"), Some("notes")], "NOTES: the first by path");
     }
 }
