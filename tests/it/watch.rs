@@ -181,6 +181,43 @@ async fn watching_reflects_new_edited_renamed_and_deleted_pages_for_every_reader
     assert_eq!(touched, 1, "the touched file is read once, not at every scan");
 }
 
+/// A file written beside another whose name makes its slug, while cairn watches: it is indexed
+/// under a slug of its own, with a warning, and the page that had the slug keeps it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_written_beside_another_of_its_slug_gets_a_page_of_its_own() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (vault, db) = (tmp.path().join("vault"), tmp.path().join("db"));
+    write(&vault, "owls.md", "# Owls\n\nBarn owls hunt by sound in complete darkness.\n");
+    let config = Config::new(
+        db.to_str().unwrap(),
+        vec![SourceConfig { id: "notes".into(), root: vault.clone(), include: vec![], exclude: vec![] }],
+    );
+    let cairn = Cairn::open(config).await.unwrap();
+    let mut events = cairn.subscribe().await.unwrap();
+    cairn.flush().await.unwrap();
+
+    write(&vault, "Owls!.md", "# Owls!\n\nA quiz show on night birds, aired on Tuesdays.\n");
+    let warned = next_matching(
+        &mut events,
+        |e| matches!(&e.kind, EventKind::PageWarning { path, .. } if path == "Owls!.md"),
+    )
+    .await;
+    assert!(
+        matches!(&warned.kind, EventKind::PageWarning { kind, .. } if kind == "slug_taken"),
+        "{warned:?}"
+    );
+    next_matching(&mut events, |e| {
+        matches!(&e.kind, EventKind::PageIndexed { path, slug, .. } if path == "Owls!.md" && slug == "owls~2")
+    })
+    .await;
+    cairn.flush().await.unwrap();
+    let quiz = cairn.search(SearchRequest::new("quiz show night birds")).await.unwrap();
+    assert_eq!(quiz.results[0].slug, "owls~2");
+    let owls = cairn.get("notes", "owls").await.unwrap().unwrap();
+    assert_eq!(owls.page.path, "owls.md", "the page that had the slug keeps it");
+    cairn.shutdown().await.unwrap();
+}
+
 async fn sources(cairn: &Cairn) -> Vec<cairn_actors::SourceStatus> {
     cairn.status().await.unwrap().sources
 }
