@@ -25,6 +25,12 @@ fn other_process_search(db: &Path, query: &str) -> Vec<String> {
     v["results"].as_array().unwrap().iter().map(|r| r["slug"].as_str().unwrap().to_string()).collect()
 }
 
+/// A database at `db` with one source, `id`, of `vault`.
+fn one_source(db: &Path, id: &str, vault: &Path) -> Config {
+    let source = SourceConfig { id: id.into(), root: vault.to_path_buf(), include: vec![], exclude: vec![] };
+    Config::new(db.to_str().unwrap(), vec![source])
+}
+
 fn unwatched_note(v: &serde_json::Value) -> bool {
     v["notes"].as_array().unwrap().iter().any(|n| n.as_str().unwrap().contains("no running `cairn watch`"))
 }
@@ -40,10 +46,7 @@ async fn watching_reflects_new_edited_renamed_and_deleted_pages_for_every_reader
     );
     write(&vault, "owls.md", "# Owls\n\nBarn owls hunt by sound in complete darkness.\n");
     write(&vault, "tides.md", "# Tides\n\nSpring tides follow the new and the full moon.\n");
-    let config = Config::new(
-        db.to_str().unwrap(),
-        vec![SourceConfig { id: "notes".into(), root: vault.clone(), include: vec![], exclude: vec![] }],
-    );
+    let config = one_source(&db, "notes", &vault);
     let cairn = Cairn::open(config).await.unwrap();
     let mut events = cairn.subscribe().await.unwrap();
     cairn.flush().await.unwrap();
@@ -188,10 +191,7 @@ async fn a_file_written_beside_another_of_its_slug_gets_a_page_of_its_own() {
     let tmp = tempfile::tempdir().unwrap();
     let (vault, db) = (tmp.path().join("vault"), tmp.path().join("db"));
     write(&vault, "owls.md", "# Owls\n\nBarn owls hunt by sound in complete darkness.\n");
-    let config = Config::new(
-        db.to_str().unwrap(),
-        vec![SourceConfig { id: "notes".into(), root: vault.clone(), include: vec![], exclude: vec![] }],
-    );
+    let config = one_source(&db, "notes", &vault);
     let cairn = Cairn::open(config).await.unwrap();
     let mut events = cairn.subscribe().await.unwrap();
     cairn.flush().await.unwrap();
@@ -232,10 +232,7 @@ async fn ten_thousand_changes_at_once_overflow_into_a_rescan_that_reflects_them_
     let tmp = tempfile::tempdir().unwrap();
     let (vault, db) = (tmp.path().join("vault"), tmp.path().join("db"));
     write(&vault, "index.md", "# Index\n\nThe notes of the release.\n");
-    let config = Config::new(
-        db.to_str().unwrap(),
-        vec![SourceConfig { id: "bulk".into(), root: vault.clone(), include: vec![], exclude: vec![] }],
-    );
+    let config = one_source(&db, "bulk", &vault);
     let cairn = Cairn::open(config).await.unwrap();
     cairn.flush().await.unwrap();
     // Commits counted as they come, by a task of its own (the writes below block this one).
@@ -333,10 +330,7 @@ async fn edits_during_upkeep_leave_no_stray_files() {
     for i in 0..20 {
         write(&vault, &format!("note-{i}.md"), &body(i, 0));
     }
-    let config = Config::new(
-        db.to_str().unwrap(),
-        vec![SourceConfig { id: "log".into(), root: vault.clone(), include: vec![], exclude: vec![] }],
-    );
+    let config = one_source(&db, "log", &vault);
     let cairn = Cairn::open(config).await.unwrap();
     let mut events = cairn.subscribe().await.unwrap();
     cairn.flush().await.unwrap();
@@ -377,10 +371,7 @@ async fn a_scan_commits_full_batches_not_one_per_parse_group() {
     for i in 0..300 {
         write(&vault, &format!("n/{i:03}.md"), &format!("# Note {i}\n\nMarker{i} stands alone.\n"));
     }
-    let mut config = Config::new(
-        db.to_str().unwrap(),
-        vec![SourceConfig { id: "n".into(), root: vault.clone(), include: vec![], exclude: vec![] }],
-    );
+    let mut config = one_source(&db, "n", &vault);
     config.commit_chunks = 100;
     cairn::index(config, false, false).await.unwrap();
     let pages: Vec<usize> = cairn_actors::ops::log::read_log(&db.join("events/events.jsonl"))
