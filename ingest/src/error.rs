@@ -82,7 +82,9 @@ pub enum Error {
     )]
     SlugTaken { path: PathBuf, slug: String, holder: PathBuf, given: String },
 
-    #[error("{path}: the file name has no letter or digit, so the page has no slug; rename the file")]
+    #[error(
+        "{path}: no name is left once the extension is dropped (`..md`), so the page has no slug; rename the file"
+    )]
     NoSlug { path: PathBuf },
 
     #[error("{path}: symlink leads outside the source root ({target}); it is not followed")]

@@ -460,6 +460,8 @@ mod tests {
         assert!(e.to_string().contains("l.md") && e.to_string().contains("iconv"));
         let png = parse_page("s", Path::new("p.md"), b"\x89PNG\r\n\x1a\n....", &ParseOptions::default());
         assert_eq!(png.unwrap_err().kind(), "binary");
-        assert_eq!(parse("(()).md", "x").unwrap_err().kind(), "no_slug");
+        let punctuation = parse("(()).md", "x").unwrap();
+        assert_eq!((punctuation.slug.as_str(), punctuation.title.as_str()), ("u+28-u+28-u+29-u+29", "(())"));
+        assert_eq!(parse("..md", "x").unwrap_err().kind(), "no_slug");
     }
 }

@@ -16,8 +16,18 @@ pub fn is_markdown(path: &Path) -> bool {
 /// Slug of one path segment: NFD, combining marks dropped, NFC, lowercase; letters, digits, `.`,
 /// `_` and `+` kept; every run of anything else (`-` included, so `a -- b` is `a-b`) becomes one
 /// `-`; `-` trimmed at both ends. `+` is part of names (`C++`, `Ada++`, `A+`): dropped, `C++.md`
-/// and `C.md` would be one page and one of them left out of the index.
+/// and `C.md` would be one page and one of them left out of the index. A segment with nothing
+/// left (a name of punctuation alone: `-`, `(())`) is spelled by its characters' code points
+/// (`u+2d`, `u+28-u+28-u+29-u+29`), so its file is a page too.
 pub fn slugify_segment(segment: &str) -> String {
+    let slug = fold_segment(segment);
+    if !slug.is_empty() {
+        return slug;
+    }
+    segment.chars().map(|c| format!("u+{:x}", c as u32)).collect::<Vec<_>>().join("-")
+}
+
+fn fold_segment(segment: &str) -> String {
     let folded: String = segment.nfd().filter(|c| !is_combining_mark(*c)).nfc().collect();
     let mut out = String::with_capacity(folded.len());
     let mut pending_dash = false;
@@ -35,9 +45,8 @@ pub fn slugify_segment(segment: &str) -> String {
     out.trim_matches('-').to_string()
 }
 
-/// Slug of a vault-relative path: the markdown extension dropped, each segment slugified, empty
-/// segments dropped, joined with `/`. `None` when nothing is left (a file named only with
-/// punctuation, e.g. `(()).md`): such a file cannot be addressed and is reported by the scanner.
+/// Slug of a vault-relative path: the markdown extension dropped, each segment slugified, joined
+/// with `/`. `None` for a path with no segment at all (no file has one).
 pub fn slugify_path(rel: &Path) -> Option<String> {
     let without_ext = if is_markdown(rel) { rel.with_extension("") } else { rel.to_path_buf() };
     let segments: Vec<String> = without_ext
@@ -46,7 +55,6 @@ pub fn slugify_path(rel: &Path) -> Option<String> {
             Component::Normal(s) => Some(slugify_segment(&s.to_string_lossy())),
             _ => None,
         })
-        .filter(|s| !s.is_empty())
         .collect();
     if segments.is_empty() { None } else { Some(segments.join("/")) }
 }
@@ -155,8 +163,10 @@ mod tests {
     fn slug_edge_cases() {
         assert_eq!(slugify_path(Path::new("A  B -- C.markdown")).as_deref(), Some("a-b-c"));
         assert_eq!(slugify_path(Path::new("!!!Batch.md")).as_deref(), Some("batch"));
-        assert_eq!(slugify_path(Path::new("(()).md")), None);
-        assert_eq!(slugify_path(Path::new("x/(())/y.md")).as_deref(), Some("x/y"));
+        assert_eq!(slugify_path(Path::new("(()).md")).as_deref(), Some("u+28-u+28-u+29-u+29"));
+        assert_eq!(slugify_path(Path::new("x/(())/y.md")).as_deref(), Some("x/u+28-u+28-u+29-u+29/y"));
+        assert_eq!(slugify_path(Path::new("-.md")).as_deref(), Some("u+2d"));
+        assert_eq!(slugify_path(Path::new("~_.md")).as_deref(), Some("_"), "a kept character is kept");
         assert_eq!(slugify_path(Path::new("Straße/Ωmega.MD")).as_deref(), Some("straße/ωmega"));
         assert_eq!(slugify_id("exclamation mark").as_deref(), Some("exclamation-mark"));
         assert_eq!(slugify_path(Path::new("notes/file.txt")).as_deref(), Some("notes/file.txt"));
