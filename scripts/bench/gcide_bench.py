@@ -29,6 +29,7 @@ DB = WORK / "db"
 QUERIES = int(os.environ.get("CAIRN_BENCH_QUERIES", "1002"))
 EDITS = int(os.environ.get("CAIRN_BENCH_EDITS", "50"))
 LAST_VECTOR = os.environ.get("CAIRN_BENCH_LAST_VECTOR") == "1"
+LIMIT = 1800  # seconds a `duplicates` or `selftest` run may take before it is stopped and said so
 rng = random.Random(30)
 
 
@@ -306,11 +307,14 @@ def while_running(args):
     asker = threading.Thread(target=ask, daemon=True)
     asker.start()
     w0 = time.monotonic()
-    out = subprocess.run([BIN, *args, "--db", str(DB)], capture_output=True, text=True)
+    try:
+        out = subprocess.run([BIN, *args, "--db", str(DB)], capture_output=True, text=True, timeout=LIMIT)
+        ok = "ok" if out.returncode == 0 else f"exit {out.returncode}: {out.stderr.strip()[-300:]}"
+    except subprocess.TimeoutExpired:
+        ok = f"stopped: not done after {LIMIT} s"
     wall = time.monotonic() - w0
     done.set()
     asker.join()
-    ok = "ok" if out.returncode == 0 else f"exit {out.returncode}: {out.stderr.strip()[-300:]}"
     slow = sum(t > 200 for t in took)
     say(f"`cairn {' '.join(args)}` on the whole vault: {wall:.1f} s ({ok}); {len(took)} searches meanwhile: "
         f"p50 {q(took, .5):.1f} ms, p99 {q(took, .99):.1f} ms, max {max(took, default=0):.1f} ms, "
