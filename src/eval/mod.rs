@@ -35,11 +35,10 @@ pub fn load_queries(path: &Path, skip_flags: &[String]) -> Result<Vec<Judged>> {
             })
             .collect::<Result<_>>()?
     };
-    let slug = |id: &str| id.to_string();
     let strings = |v: &serde_json::Value, key: &str| -> Vec<String> {
         v.get(key)
             .and_then(|x| x.as_array())
-            .map_or_else(Vec::new, |a| a.iter().filter_map(|s| s.as_str()).map(slug).collect())
+            .map_or_else(Vec::new, |a| a.iter().filter_map(|s| s.as_str()).map(str::to_string).collect())
     };
     let mut out = Vec::new();
     for (i, v) in values.iter().enumerate() {
@@ -51,12 +50,12 @@ pub fn load_queries(path: &Path, skip_flags: &[String]) -> Result<Vec<Judged>> {
         };
         let mut relevant = strings(v, "relevant");
         if let Some(s) = v.get("expect_slug").and_then(|s| s.as_str()) {
-            relevant.push(slug(s));
+            relevant.push(s.to_string());
         }
         let grades: HashMap<String, f64> = v
             .get("grades")
             .and_then(|g| g.as_object())
-            .map(|g| g.iter().filter_map(|(k, x)| Some((slug(k), x.as_f64()?))).collect())
+            .map(|g| g.iter().filter_map(|(k, x)| Some((k.clone(), x.as_f64()?))).collect())
             .unwrap_or_default();
         let family =
             ["family", "kind"].iter().find_map(|k| v.get(*k).and_then(|f| f.as_str())).unwrap_or("all");
