@@ -489,8 +489,12 @@ async fn a_snapshot_stands_for_the_tables_only_while_they_are_as_it_was_taken() 
     let (fourth, _, restored) = Resident::open(&store, 0, &path).await.unwrap();
     assert!(!restored);
     assert_eq!(fourth.keyword("spelt", 5, None, Fields::Apart).await.unwrap()[0].slug, "sourdough");
-    // Below the limit nothing is saved (a load of the tables is quick there).
+    // Below the limit too (the snapshot then carries the chunks' text and exact vectors), and it
+    // answers as the tables do.
     let small = dir.path().join("small.snapshot");
-    let (_, _, restored) = Resident::open(&store, usize::MAX, &small).await.unwrap();
-    assert!(!restored && !small.exists());
+    let (from_tables, _, restored) = Resident::open(&store, usize::MAX, &small).await.unwrap();
+    assert!(!restored && small.exists());
+    let (from_snapshot, _, restored) = Resident::open(&store, usize::MAX, &small).await.unwrap();
+    assert!(restored && from_snapshot.read().exact_vectors());
+    assert_eq!(answers(&from_snapshot).await, answers(&from_tables).await);
 }

@@ -252,12 +252,23 @@ A programming language designed by Dennis Ritchie at Bell Labs.
 /// reads them again and finds the edit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_source_past_its_limit_opens_from_its_snapshot_while_its_tables_stay() {
+    opens_from_its_snapshot_while_its_tables_stay(0).await;
+}
+
+/// Below its limit as well (the snapshot then carries the chunks' text and exact vectors, and no
+/// chunk file is made): a restart of an unchanged source does not read its tables.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_below_its_limit_opens_from_its_snapshot_while_its_tables_stay() {
+    opens_from_its_snapshot_while_its_tables_stay(Config::new("", vec![]).exact_vectors_up_to).await;
+}
+
+async fn opens_from_its_snapshot_while_its_tables_stay(exact_vectors_up_to: usize) {
     use cairn_actors::{Cairn, EventKind, SearchRequest};
     let (vault, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     write(vault.path(), "amphitheater.md", LONG_PAGE);
     write(vault.path(), "bread.md", "# Sourdough\n\nFeed the starter, proof overnight, bake hot.\n");
     let config = Config {
-        exact_vectors_up_to: 0,
+        exact_vectors_up_to,
         ..Config::new(db.path().to_str().unwrap(), vec![spec("notes", vault.path()).config()])
     };
     let run = |query: &'static str| {
@@ -278,17 +289,27 @@ async fn a_source_past_its_limit_opens_from_its_snapshot_while_its_tables_stay()
         from_tables[0].2.as_deref().is_some_and(|t| t.contains("Tiered stone benches")),
         "{from_tables:?}"
     );
-    // The text an answer returns comes from the chunk file beside the snapshot (not the tables):
-    // changed there, the next answer carries the change.
     let chunks = db.path().join("snapshots/notes.chunks");
-    let bytes = std::fs::read(&chunks).unwrap();
-    let at =
-        bytes.windows(20).position(|w| w == b"Tiered stone benches").expect("the text is in the chunk file");
-    let mut changed = bytes.clone();
-    changed[at..at + 20].copy_from_slice(b"TIERED STONE BENCHES");
-    std::fs::write(&chunks, &changed).unwrap();
-    let from_file = run("stone benches").await;
-    assert!(from_file[0].2.as_deref().is_some_and(|t| t.contains("TIERED STONE BENCHES")), "{from_file:?}");
+    if exact_vectors_up_to == 0 {
+        // The text an answer returns comes from the chunk file beside the snapshot (not the
+        // tables): changed there, the next answer carries the change.
+        let bytes = std::fs::read(&chunks).unwrap();
+        let at = bytes
+            .windows(20)
+            .position(|w| w == b"Tiered stone benches")
+            .expect("the text is in the chunk file");
+        let mut changed = bytes.clone();
+        changed[at..at + 20].copy_from_slice(b"TIERED STONE BENCHES");
+        std::fs::write(&chunks, &changed).unwrap();
+        let from_file = run("stone benches").await;
+        assert!(
+            from_file[0].2.as_deref().is_some_and(|t| t.contains("TIERED STONE BENCHES")),
+            "{from_file:?}"
+        );
+    } else {
+        assert!(db.path().join("snapshots/notes.snapshot").exists() && !chunks.exists());
+        assert_eq!(run("stone benches").await, from_tables);
+    }
     write(vault.path(), "bread.md", "# Sourdough\n\nRye and spelt, proofed for two days.\n");
     run("spelt").await;
     let edited = run("spelt").await;

@@ -40,8 +40,8 @@ impl SourceWriter {
     /// commit race (LanceDB would refuse it and its rewritten files would stay behind, unused),
     /// and files no version references are strays of a crash or of an older build, safe to
     /// remove. An edit arriving meanwhile waits for one compaction of the small fragments.
-    /// The run once the writer is `idle` also saves the resident index's snapshot, when the
-    /// source keeps one and it no longer matches the tables.
+    /// The run once the writer is `idle` also saves the resident index's snapshot, when it no
+    /// longer matches the tables.
     fn run_upkeep(&mut self, idle: bool, ctx: &mut Context<Self>) {
         if self.retired {
             return;
@@ -116,9 +116,7 @@ impl Run {
         if let Some((before, after)) = compacted {
             tracing::info!("source `{id}`: chunk file compacted from {before} to {after} bytes");
         }
-        if let (Some(path), Some(resident)) =
-            (&self.snapshot, self.resident.as_ref().filter(|r| !r.holds_text()))
-        {
+        if let (Some(path), Some(resident)) = (&self.snapshot, &self.resident) {
             let stamp = store.stamp(self.exact_up_to).await?;
             if compacted.is_some() || ResidentIndex::stamp_of(path) != Some(stamp) {
                 resident.save(path, stamp).await;
