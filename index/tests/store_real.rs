@@ -498,3 +498,37 @@ async fn a_snapshot_stands_for_the_tables_only_while_they_are_as_it_was_taken() 
     assert!(restored && from_snapshot.read().exact_vectors());
     assert_eq!(answers(&from_snapshot).await, answers(&from_tables).await);
 }
+
+/// A compaction in steps of a bounded number of rows (the writer's upkeep lets its commits run
+/// between them): each step compacts part of what a full compaction would, the steps end, and
+/// every row is still there. 40 commits of 80 one-chunk pages leave 40 small fragments a
+/// table, 3,200 rows: three tasks of LanceDB's plan (bins of ≥ 1,024 rows), one a step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compaction_in_bounded_steps_compacts_part_at_a_time_and_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path().to_str().unwrap()).await.unwrap();
+    let store = db.open_source("notes", &manifest()).await.unwrap();
+    for commit in 0..40 {
+        let upserts = (0..80)
+            .map(|i| {
+                let path = format!("p{commit}-{i}.md");
+                let page =
+                    parse_page("notes", Path::new(&path), SOURDOUGH.as_bytes(), &ParseOptions::default())
+                        .unwrap();
+                PageWrite { vectors: vec![None; page.chunks.len()], page, mtime_ms: 0 }
+            })
+            .collect();
+        store.write(&WriteBatch { upserts, removals: vec![] }).await.unwrap();
+    }
+    let before = store.counts().await.unwrap();
+    assert_eq!(before, (3200, 3200));
+    let mut steps = 0;
+    while store.compact(Some(1200)).await.unwrap() {
+        steps += 1;
+        assert!(steps <= 40, "the steps end");
+    }
+    assert!(steps >= 2, "a step compacts at most 1,200 rows a table: {steps} step(s)");
+    assert!(!store.compact(None).await.unwrap(), "the steps left nothing for a full compaction");
+    assert_eq!(store.counts().await.unwrap(), before);
+    assert_eq!(store.pages(&["p0-0", "p39-79"]).await.unwrap().len(), 2);
+}

@@ -129,11 +129,23 @@ impl SourceStore {
     }
 
     /// Compaction: fragments below [`FRAGMENT_ROWS`] merged, deleted rows dropped; then the
-    /// key indexes brought up to date ([`SourceStore::index_keys`]). Indexes that earlier
-    /// versions built and nothing reads (full text, IVF-PQ) are dropped first, so a compaction
-    /// does not remap them. The caller makes sure no commit of its own runs meanwhile: a
-    /// compaction that loses a commit race leaves its rewritten files behind.
+    /// key indexes brought up to date ([`SourceStore::index_keys`]). The caller makes sure no
+    /// commit of its own runs meanwhile: a compaction that loses a commit race leaves its
+    /// rewritten files behind.
     pub async fn optimize(&self) -> Result<()> {
+        self.compact(None).await?;
+        self.index_keys().await
+    }
+
+    /// One step of compaction ([`SourceStore::optimize`] without the key indexes), reading at
+    /// most `rows` source rows of each table when given (LanceDB's per-run budget: the first
+    /// tasks of its plan that fit). Returns whether it compacted anything: a caller stepping
+    /// through a large compaction steps again until a step compacts nothing, and its commits
+    /// can run between steps. Indexes that earlier versions built and nothing reads (full text,
+    /// IVF-PQ) are dropped first, so a compaction does not remap them. Same caller's duty as
+    /// [`SourceStore::optimize`].
+    pub async fn compact(&self, rows: Option<usize>) -> Result<bool> {
+        let mut compacted = false;
         for (table, keys) in [(&self.chunks, KEY_COLUMNS.0), (&self.pages, KEY_COLUMNS.1)] {
             for index in table.list_indices().await.map_err(|e| self.err(e))? {
                 let is_key = matches!(index.columns.as_slice(),
@@ -142,13 +154,18 @@ impl SourceStore {
                     table.drop_index(&index.name).await.map_err(|e| self.err(e))?;
                 }
             }
-            let options = CompactionOptions { target_rows_per_fragment: FRAGMENT_ROWS, ..Default::default() };
-            table
+            let options = CompactionOptions {
+                target_rows_per_fragment: FRAGMENT_ROWS,
+                max_source_rows: rows,
+                ..Default::default()
+            };
+            let stats = table
                 .optimize(OptimizeAction::Compact { options, remap_options: None })
                 .await
                 .map_err(|e| self.err(e))?;
+            compacted |= stats.compaction.is_some_and(|c| c.fragments_removed > 0);
         }
-        self.index_keys().await
+        Ok(compacted)
     }
 
     /// The B-tree indexes on the keys rows are looked up by ([`KEY_COLUMNS`]) built, or brought
