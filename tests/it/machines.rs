@@ -18,12 +18,36 @@ use cairn_actors::{Cairn, Config};
 use cairn_index::Database;
 use serde_json::Value;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// The goal for a standby to take the lease after its holder is killed: the lease's TTL plus
 /// one look (issue 28's bound).
 const TAKEOVER_WITHIN: Duration = Duration::from_secs(15);
+
+/// A child process killed and reaped when it goes out of scope, so a failed assertion does not
+/// leave a `cairn watch` or `cairn mcp` running after the test.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl std::ops::Deref for Reaped {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Reaped {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
 
 fn json_of(out: &Output) -> Value {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -100,12 +124,14 @@ async fn a_writer_on_one_machine_and_readers_on_two_others_follow_every_commit_a
     let source = format!("nt={}", vault.display());
 
     // A: the writer.
-    let mut a = on("a", &["watch", "--json", "--source", &source])
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut a = Reaped(
+        on("a", &["watch", "--json", "--source", &source])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     let mut a_events = EventReader::new(a.stdout.take().unwrap());
     let a_log = Log::of(a.stderr.take().unwrap());
     a_events.wait_for("A's catch-up", |e| e["event"] == "reconciled");
@@ -122,7 +148,8 @@ async fn a_writer_on_one_machine_and_readers_on_two_others_follow_every_commit_a
     for (k, v) in inner.get_envs() {
         b_mcp.env(k, v.unwrap());
     }
-    let mut b_mcp = b_mcp.stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut b_mcp =
+        Reaped(b_mcp.stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap());
     let b_log = Log::of(b_mcp.stderr.take().unwrap());
     b_log.wait_for("cairn mcp: Reader");
     let b_status = json_of(&on("b", &["status", "--json"]).output().unwrap());
@@ -213,11 +240,13 @@ async fn a_writer_on_one_machine_and_readers_on_two_others_follow_every_commit_a
     assert!(
         Command::new("nsenter").args(["-t", &b_pid, "-m", "umount"]).arg(&vault).status().unwrap().success()
     );
-    let mut b_watch = on("b", &["watch", "--source", &source])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut b_watch = Reaped(
+        on("b", &["watch", "--source", &source])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     let b_watch_log = Log::of(b_watch.stderr.take().unwrap());
     b_watch_log.wait_for("standing by");
     a.kill().unwrap();
@@ -228,6 +257,7 @@ async fn a_writer_on_one_machine_and_readers_on_two_others_follow_every_commit_a
     }
     std::fs::remove_file(vault.join("note-1.md")).ok();
     let took = b_log.wait_for("this process writes now").duration_since(killed);
+    eprintln!("B took over {took:?} after the kill");
     assert!(took < TAKEOVER_WITHIN, "B took over {took:?} after the kill");
     assert!(on("b", &["flush"]).status().unwrap().success());
     c.flush().await.unwrap();
@@ -270,10 +300,7 @@ async fn a_writer_on_one_machine_and_readers_on_two_others_follow_every_commit_a
     assert!(cut.degraded.iter().any(|d| d == "store_unreachable"), "{cut:?}");
     assert_eq!(cut.pending_changes, None, "{cut:?}");
     c.shutdown().await.unwrap();
-    let _ = b_watch.kill();
-    let _ = b_mcp.kill();
-    let _ = b_watch.wait();
-    let _ = b_mcp.wait();
+    drop((b_watch, b_mcp));
     let _ = std::fs::remove_dir_all(cairn_actors::ownership::paths::DbPaths::of(&db).dir());
 }
 
