@@ -86,7 +86,7 @@ impl Resident {
     /// are (see [`snapshot`]), else from the tables, saving a snapshot when the tables agree
     /// with themselves (else the writer has pages to redo, which a snapshot would hide). Every
     /// source keeps one: below its limit too, where the snapshot carries the chunks' text and
-    /// exact vectors (a load of 150,000 chunks from the tables takes ~6 s, its snapshot ~1).
+    /// exact vectors (GCIDE's 150,000 chunks: 5.9 s from the tables, 0.6 s from the snapshot).
     /// Returns whether the snapshot was used.
     pub async fn open(
         store: &crate::SourceStore,
