@@ -259,7 +259,7 @@ async fn a_source_past_its_limit_opens_from_its_snapshot_while_its_tables_stay()
 /// chunk file is made): a restart of an unchanged source does not read its tables.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_source_below_its_limit_opens_from_its_snapshot_while_its_tables_stay() {
-    opens_from_its_snapshot_while_its_tables_stay(Config::new("", vec![]).exact_vectors_up_to).await;
+    opens_from_its_snapshot_while_its_tables_stay(cairn_index::vectors::EXACT_VECTORS_UP_TO).await;
 }
 
 async fn opens_from_its_snapshot_while_its_tables_stay(exact_vectors_up_to: usize) {
