@@ -2,6 +2,7 @@
 //! records and vectors answers are built from.
 
 use super::analyzer::terms;
+use super::chunk_file::NOWHERE;
 use super::keys::Key;
 use super::keyword::{Fields, top_k};
 use super::slots::{Page, ResidentIndex, id_of, text_hash_of};
@@ -134,11 +135,19 @@ impl ResidentIndex {
         dot(a, b)
     }
 
-    /// The vector of a text (by its hash), if a chunk with that text has one and the vectors
-    /// held are exact (int8 codes are not the model's vector: see [`ResidentIndex::has_vector`]).
+    /// The vector of a text (by its hash), if a chunk with that text has one: from memory while
+    /// the vectors held are exact, else from the chunk file (int8 codes are not the model's
+    /// vector); `None` when neither holds it (see [`ResidentIndex::has_vector`] for the store).
     pub fn vector_of(&self, text_hash: &str) -> Option<Vec<f32>> {
         let slot = self.by_text_hash.get(&Key::new(text_hash), text_hash_of(&self.chunks))? as usize;
-        (self.vectors.exact() && self.vectors.dim() > 0).then(|| self.vectors.get(slot).into_owned())
+        if self.vectors.dim() == 0 {
+            return None;
+        }
+        if self.vectors.exact() {
+            return Some(self.vectors.get(slot).into_owned());
+        }
+        let s = self.chunks[slot].as_ref().filter(|s| s.at != NOWHERE)?;
+        self.file.as_ref()?.read(s.at, &s.chunk_id.to_string()).map(|(_, v)| v)
     }
 
     /// The vectors of chunks (by id) that have one, as this index holds them: exact while its

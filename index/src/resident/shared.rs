@@ -282,22 +282,20 @@ impl Resident {
     }
 
     /// The vectors of texts (by hash) that chunks of this source already have: from memory while
-    /// its vectors are exact, else from the store.
+    /// its vectors are exact, else from the chunk file, else from the store.
     pub async fn known_vectors(&self, hashes: &[&str]) -> crate::Result<HashMap<String, Vec<f32>>> {
-        let held: Vec<&str> = {
+        let (mut known, held): (HashMap<String, Vec<f32>>, Vec<&str>) = {
             let index = self.read();
-            if index.exact_vectors() {
-                return Ok(hashes
-                    .iter()
-                    .filter_map(|h| Some((h.to_string(), index.vector_of(h)?)))
-                    .collect());
-            }
-            hashes.iter().copied().filter(|h| index.has_vector(h)).collect()
+            let known: HashMap<String, Vec<f32>> =
+                hashes.iter().filter_map(|h| Some((h.to_string(), index.vector_of(h)?))).collect();
+            let held =
+                hashes.iter().copied().filter(|h| !known.contains_key(*h) && index.has_vector(h)).collect();
+            (known, held)
         };
-        match &self.store {
-            Some(store) => store.vectors_by(crate::VectorKey::TextHash, &held).await,
-            None => Ok(HashMap::new()),
+        if let (Some(store), false) = (&self.store, held.is_empty()) {
+            known.extend(store.vectors_by(crate::VectorKey::TextHash, &held).await?);
         }
+        Ok(known)
     }
 
     pub fn id(&self) -> &str {
