@@ -284,9 +284,10 @@ pub struct EvalArgs {
     pub gate: Option<PathBuf>,
     #[arg(long)]
     pub json: bool,
-    /// Answer every query a second time with each source's vectors held as int8 codes (re-scored
-    /// from the stored vectors, as past `exact_vectors_up_to`), print both, and fail when a
-    /// figure moves by more than 0.005.
+    /// Answer every query with each source's vectors exact (f32, whatever its size), then a
+    /// second time held as int8 codes (re-scored from the stored vectors, as past
+    /// `exact_vectors_up_to`); print both, gate the exact figures, and fail when a figure moves
+    /// by more than 0.005.
     #[arg(long)]
     pub int8_too: bool,
     /// Instead of judged queries: measure `create_safety: exists` on --vault both ways (held-out

@@ -107,7 +107,11 @@ pub async fn eval(common: &Common, a: EvalArgs) -> Result<ExitCode> {
         }
         Ok(reports)
     };
-    let mut reports = run(c.clone(), &a.ablate).await?.into_iter();
+    // Compared with the int8 path, the first run holds every source's vectors exact (a source
+    // past the default limit would otherwise be int8 in both).
+    let first =
+        if a.int8_too { cairn::Config { exact_vectors_up_to: usize::MAX, ..c.clone() } } else { c.clone() };
+    let mut reports = run(first, &a.ablate).await?.into_iter();
     let exact = reports.next().expect("the first run");
     for (rule, without) in a.ablate.iter().zip(reports) {
         eprintln!("-- the same queries without {rule}:");

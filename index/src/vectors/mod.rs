@@ -17,12 +17,16 @@ pub use codes::dot;
 use codes::{SCAN_SLOTS_PER_THREAD, Scored, best_codes, code, dot_i8};
 use std::borrow::Cow;
 
-/// Chunks a source holds with exact f32 vectors by default (586 MiB of 384-d vectors). At 110k
-/// chunks the int8 path answers 20 ms slower (balanced p50 56 against 36 ms, release: the
-/// re-scoring read) for 146 MiB less (BENCHMARKS.md, "Reads that scale"); the f32 scan grows
-/// with the source and the read does not, so past a few hundred thousand chunks the codes are
-/// both smaller and faster.
-pub const EXACT_VECTORS_UP_TO: usize = 400_000;
+/// Chunks a source holds with exact f32 vectors by default: where the two paths cost the same.
+/// The f32 scan reads 1,536 bytes a chunk; the int8 scan reads 384 (on two threads) and then
+/// re-scores its 4 × K best from the chunk file, a fixed cost. Measured through the release owner
+/// with one client (balanced, the query's vector cached; BENCHMARKS.md, "int8 codes past 8,000
+/// chunks"): int8 +0.4 ms at 2,116 chunks (Cranfield), -0.5 ms at 14,442 (FOLDOC). A line
+/// through the two, ~68 ns a chunk saved against ~0.5 ms fixed, crosses near 7,500 chunks. On
+/// GCIDE (149,773 chunks, the bench's clients, the query embedded each time) int8 answers at
+/// p50 12.3 ms against 28.8. A source past the limit also holds a quarter of the vector memory
+/// and none of its embedded chunks' text.
+pub const EXACT_VECTORS_UP_TO: usize = 8_000;
 
 /// Slots to make room for when `n` are needed and the codes must grow: an eighth more, not a
 /// doubling (a large source's codes are most of what it holds, and a doubling would leave up to
