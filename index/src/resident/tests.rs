@@ -108,6 +108,11 @@ fn past_its_limit_a_source_reads_text_and_exact_vectors_from_its_chunk_file() {
     assert!(exact("a#0").iter().zip([0.6, 0.8]).all(|(x, y)| (x - y).abs() < 1e-6), "not the int8 code");
     assert_eq!((stored["a#1"].0.as_str(), exact("a#1")), ("moon", vec![0.0, 1.0]));
     assert_eq!((stored["b#1"].0.as_str(), exact("b#1")), ("neap", vec![0.0, 1.0]));
+    // A text's vector, for a chunk that has the same text, is the exact one the file holds.
+    let tides = i.vector_of("h:tides").expect("read from the file");
+    assert!(tides.iter().zip([0.6, 0.8]).all(|(x, y)| (x - y).abs() < 1e-6), "not the int8 code");
+    assert_eq!(i.vector_of("h:moon"), Some(vec![0.0, 1.0]));
+    assert_eq!(i.vector_of("h:nowhere"), None);
     i.apply(Prepared::pages(vec![page("b", "B", &[], &[("ebb", vec![0.0, 1.0])])]));
     assert_eq!(i.stored(&["b#0", "b#1"]).into_keys().collect::<Vec<_>>(), ["b#0"], "replaced");
     assert_eq!(i.stored(&["b#0"])["b#0"].0, "ebb");
@@ -125,6 +130,7 @@ fn past_its_limit_a_source_reads_text_and_exact_vectors_from_its_chunk_file() {
     let back = ResidentIndex::restore(&path, &stamp).unwrap().expect("the stamp matches");
     assert_eq!(back.stored(&ids), i.stored(&ids));
     assert_eq!(back.stored(&ids).len(), 3);
+    assert_eq!(back.vector_of("h:moon"), Some(vec![0.0, 1.0]));
     std::fs::remove_file(chunk_file::path_beside(&path)).unwrap();
     assert!(ResidentIndex::restore(&path, &stamp).is_err());
     ResidentIndex::forget_snapshot(&path);
