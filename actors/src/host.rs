@@ -329,8 +329,9 @@ impl QueryHost {
         let mut groups = by_name_and_content(&by_ref);
         let chunks: Vec<(&str, &str, &str)> =
             held.iter().map(|(g, slug, c, _)| (sources[*g].store.id(), slug.as_str(), c.as_str())).collect();
-        // int8-coded sources decode a vector when it is asked for (the grouping is by threshold,
-        // which their rounding moves by ~0.002 at most), never all of them at once.
+        // A vector is read when it is asked for, never all of them at once: int8-coded sources
+        // read the exact one from their chunk file (a grouping by threshold must not move with
+        // the codes' rounding, ~0.002 of cosine).
         let vector = |i: usize| {
             let (g, _, chunk, slot) = &held[i];
             sources[*g]

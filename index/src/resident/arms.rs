@@ -123,11 +123,19 @@ impl ResidentIndex {
     }
 
     /// The unit vector of chunk `chunk_id` at `slot`, if the slot still holds that chunk with a
-    /// vector (a job that lets go of the lock between reads sees a slot reused meanwhile).
+    /// vector (a job that lets go of the lock between reads sees a slot reused meanwhile): exact
+    /// on either path (past the limit, from the chunk file; decoded from its int8 codes only when
+    /// the file lacks it).
     pub fn chunk_vector(&self, slot: usize, chunk_id: &str) -> Option<Cow<'_, [f32]>> {
         let c = self.chunks.get(slot)?.as_ref()?;
-        (c.embedded && self.vectors.dim() > 0 && c.chunk_id == Key::new(chunk_id))
-            .then(|| self.vectors.get(slot))
+        if !(c.embedded && self.vectors.dim() > 0 && c.chunk_id == Key::new(chunk_id)) {
+            return None;
+        }
+        let from_file = || self.file.as_ref()?.read(c.at, chunk_id).map(|(_, v)| Cow::Owned(v));
+        match self.vectors.exact() || c.at == NOWHERE {
+            true => Some(self.vectors.get(slot)),
+            false => from_file().or_else(|| Some(self.vectors.get(slot))),
+        }
     }
 
     /// Dot product of two unit vectors (their cosine).

@@ -113,6 +113,11 @@ fn past_its_limit_a_source_reads_text_and_exact_vectors_from_its_chunk_file() {
     assert!(tides.iter().zip([0.6, 0.8]).all(|(x, y)| (x - y).abs() < 1e-6), "not the int8 code");
     assert_eq!(i.vector_of("h:moon"), Some(vec![0.0, 1.0]));
     assert_eq!(i.vector_of("h:nowhere"), None);
+    // And a chunk's, by its slot (what `duplicates` compares at its threshold).
+    let slots: HashMap<String, usize> = i.embedded_chunks().map(|(_, c, s)| (c, s)).collect();
+    let a0 = i.chunk_vector(slots["a#0"], "a#0").expect("a#0 has a vector");
+    assert!(a0.iter().zip([0.6, 0.8]).all(|(x, y)| (x - y).abs() < 1e-6), "not the int8 code");
+    assert!(i.chunk_vector(slots["a#0"], "b#0").is_none(), "another chunk's slot");
     i.apply(Prepared::pages(vec![page("b", "B", &[], &[("ebb", vec![0.0, 1.0])])]));
     assert_eq!(i.stored(&["b#0", "b#1"]).into_keys().collect::<Vec<_>>(), ["b#0"], "replaced");
     assert_eq!(i.stored(&["b#0"])["b#0"].0, "ebb");
