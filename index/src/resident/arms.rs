@@ -2,7 +2,6 @@
 //! records and vectors answers are built from.
 
 use super::analyzer::terms;
-use super::chunk_file::NOWHERE;
 use super::keys::Key;
 use super::keyword::{Fields, top_k};
 use super::slots::{Page, ResidentIndex, id_of, text_hash_of};
@@ -131,11 +130,10 @@ impl ResidentIndex {
         if !(c.embedded && self.vectors.dim() > 0 && c.chunk_id == Key::new(chunk_id)) {
             return None;
         }
-        let from_file = || self.file.as_ref()?.read(c.at, chunk_id).map(|(_, v)| Cow::Owned(v));
-        match self.vectors.exact() || c.at == NOWHERE {
-            true => Some(self.vectors.get(slot)),
-            false => from_file().or_else(|| Some(self.vectors.get(slot))),
+        if self.vectors.exact() {
+            return Some(self.vectors.get(slot));
         }
+        Some(self.filed_vector(slot).map(Cow::Owned).unwrap_or_else(|| self.vectors.get(slot)))
     }
 
     /// Dot product of two unit vectors (their cosine).
@@ -151,11 +149,10 @@ impl ResidentIndex {
         if self.vectors.dim() == 0 {
             return None;
         }
-        if self.vectors.exact() {
-            return Some(self.vectors.get(slot).into_owned());
+        match self.vectors.exact() {
+            true => Some(self.vectors.get(slot).into_owned()),
+            false => self.filed_vector(slot),
         }
-        let s = self.chunks[slot].as_ref().filter(|s| s.at != NOWHERE)?;
-        self.file.as_ref()?.read(s.at, &s.chunk_id.to_string()).map(|(_, v)| v)
     }
 
     /// The vectors of chunks (by id) that have one, as this index holds them: exact while its

@@ -98,6 +98,12 @@ impl ResidentIndex {
         self.file = None;
     }
 
+    /// The exact vector of the chunk at `slot`, if the chunk file holds it.
+    pub(super) fn filed_vector(&self, slot: usize) -> Option<Vec<f32>> {
+        let s = self.chunks.get(slot)?.as_ref().filter(|s| s.at != NOWHERE)?;
+        self.file.as_ref()?.read(s.at, &s.chunk_id.to_string()).map(|(_, v)| v)
+    }
+
     /// The text and exact vector of chunks (by id) that the chunk file holds; the others are
     /// left out (for the caller to read from the tables).
     pub fn stored(&self, ids: &[&str]) -> HashMap<String, (String, Option<Vec<f32>>)> {
