@@ -97,8 +97,10 @@ impl SourceWriter {
 /// Source rows (of each table) one step of the upkeep's compaction reads at most: 16 fragments
 /// of [`cairn_index::FRAGMENT_ROWS`]. The first compaction after GCIDE's backfill merged 285,000
 /// rows (chunks and pages) in 5.2 s, ~18 µs a row (release, 2 cores): a step should take ~0.3 s,
-/// which leaves an edit that waits behind one inside its second for searchable (measured: the
-/// edits made during that compaction, in steps, were searchable within 0.84 s).
+/// which leaves an edit that waits behind one inside its second for searchable. Measured on
+/// GCIDE, edits made during that compaction were searchable within 0.84 s in one run, but
+/// within 3.2 s in the next, whose steps took up to 3 s each (BENCHMARKS.md, "int8 codes past
+/// 8,000 chunks"): the rows do not bound a step's time, and the cause is not isolated.
 pub const COMPACT_STEP_ROWS: usize = 16 * cairn_index::FRAGMENT_ROWS;
 
 /// What one step of an upkeep run did.
