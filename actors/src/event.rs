@@ -169,6 +169,15 @@ pub enum EventKind {
         /// Fragments compacted too (not only old versions removed).
         #[serde(default)]
         compacted: bool,
+        /// The run went in steps, the writer's commits running between them: how many, and the
+        /// longest (what an edit arriving meanwhile may have waited for): its work (`compact`,
+        /// `finish`, `prune`, `chunk_file`, `snapshot`) and time.
+        #[serde(default)]
+        steps: u32,
+        #[serde(default)]
+        longest_step: String,
+        #[serde(default)]
+        longest_step_ms: u64,
     },
     /// A stage failed on infrastructure and will be retried after `retry_ms`.
     StageFailed {

@@ -2,12 +2,12 @@
 //! indexes, old versions and stray files, the chunk file, the resident index's snapshot. When
 //! it falls due and what it does is [`super::upkeep`]'s policy.
 
-use super::upkeep::Work;
+use super::upkeep::{self, Work};
 use super::{KEEP_VERSIONS, KEEP_VERSIONS_SHARED, SourceWriter, UPKEEP_DELAY};
 use crate::event::EventKind;
 use crate::ops::log::Emitter;
 use actix::prelude::*;
-use cairn_index::{Resident, ResidentIndex, SourceStore};
+use cairn_index::{PruneStats, Resident, ResidentIndex, SourceStore};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -39,11 +39,12 @@ impl SourceWriter {
     /// its commits are): no commit of this writer runs meanwhile, so a compaction never loses a
     /// commit race (LanceDB would refuse it and its rewritten files would stay behind, unused),
     /// and files no version references are strays of a crash or of an older build, safe to
-    /// remove. The compaction goes in steps of at most [`COMPACT_STEP_ROWS`] rows a table, and
-    /// the writer's messages are handled between steps: an edit arriving meanwhile waits for
-    /// one step, not for the whole compaction (the first after a backfill merges the whole
-    /// first index: 5.2 s on GCIDE's 150,000 chunks). The run once the writer is `idle` also
-    /// saves the resident index's snapshot, when it no longer matches the tables.
+    /// remove. The run goes in steps ([`Phase`]), and the writer's messages are handled between
+    /// them: an edit arriving meanwhile waits for one step, not for the whole run (the first
+    /// compaction after a backfill merges the whole first index: 5.2 s on GCIDE's 150,000
+    /// chunks). The compaction's steps are bounded in rows, sized by the time the steps take
+    /// ([`upkeep::next_step_rows`]). The run once the writer is `idle` also compacts the chunk
+    /// file and saves the resident index's snapshot, when it no longer matches the tables.
     fn run_upkeep(&mut self, idle: bool, ctx: &mut Context<Self>) {
         if self.retired {
             return;
@@ -58,14 +59,18 @@ impl SourceWriter {
             || self.vectors.committing > 0
             || !self.vectors.edits.is_empty()
             || !self.vectors.bulk.is_empty();
+        let work = self.upkeep_due.run(vectors_busy);
         let run = Run {
-            work: self.upkeep_due.run(vectors_busy),
+            phase: if work == Work::Compact { Phase::Compact } else { Phase::Finish },
+            work,
+            rows: upkeep::FIRST_STEP_ROWS,
             store,
             resident: self.resident.clone().filter(|_| idle),
             snapshot: self.snapshot(),
             exact_up_to: self.opts.exact_vectors_up_to,
             shared: self.opts.publishing.is_some(),
             started: Instant::now(),
+            done: Done::default(),
         };
         self.step_upkeep(run, ctx);
     }
@@ -75,12 +80,12 @@ impl SourceWriter {
         if self.retired {
             return;
         }
-        let (emit, id, next) = (self.emit.clone(), self.id.clone(), run.clone());
+        let (emit, id) = (self.emit.clone(), self.id.clone());
         ctx.wait(actix::fut::wrap_future::<_, Self>(run.step(emit, id)).map(|res, act, ctx| match res {
-            Ok(Step::Compacted) => {
+            Ok(Some(next)) => {
                 ctx.run_later(Duration::ZERO, move |act, ctx| act.step_upkeep(next, ctx));
             }
-            Ok(Step::Done) => {}
+            Ok(None) => {}
             Err(e) => tracing::warn!(
                 "source `{}`: upkeep failed (searches stay correct; the tables grow): {e}",
                 act.id
@@ -94,27 +99,51 @@ impl SourceWriter {
     }
 }
 
-/// Source rows (of each table) one step of the upkeep's compaction reads at most: 16 fragments
-/// of [`cairn_index::FRAGMENT_ROWS`]. The first compaction after GCIDE's backfill merged 285,000
-/// rows (chunks and pages) in 5.2 s, ~18 µs a row (release, 2 cores): a step should take ~0.3 s,
-/// which leaves an edit that waits behind one inside its second for searchable. Measured on
-/// GCIDE, edits made during that compaction were searchable within 0.84 s in one run, but
-/// within 3.2 s in the next, whose steps took up to 3 s each (BENCHMARKS.md, "int8 codes past
-/// 8,000 chunks"): the rows do not bound a step's time, and the cause is not isolated.
-pub const COMPACT_STEP_ROWS: usize = 16 * cairn_index::FRAGMENT_ROWS;
+/// The steps of an upkeep run, in order; each holds the writer once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// A step of compaction, bounded in rows; again while one compacts rows.
+    Compact,
+    /// The last compaction without a budget (for a task larger than a step's, which LanceDB's
+    /// budget would put off for ever) and the key indexes; or the key indexes only.
+    Finish,
+    /// Old versions (and, alone on the tables, stray files) removed.
+    Prune,
+    /// The chunk file copied without its dead records, once the writer is idle.
+    ChunkFile,
+    /// The snapshot saved, once the writer is idle, when it no longer matches the tables.
+    Snapshot,
+}
 
-/// What one step of an upkeep run did.
-enum Step {
-    /// It compacted rows: the next step may find more.
-    Compacted,
-    /// The run is over.
-    Done,
+impl Phase {
+    fn name(self) -> &'static str {
+        match self {
+            Phase::Compact => "compact",
+            Phase::Finish => "finish",
+            Phase::Prune => "prune",
+            Phase::ChunkFile => "chunk_file",
+            Phase::Snapshot => "snapshot",
+        }
+    }
+}
+
+/// What the steps of a run did so far.
+#[derive(Clone, Default)]
+struct Done {
+    pruned: PruneStats,
+    /// The chunk file was compacted: the snapshot must name the copy, though the tables did not
+    /// move.
+    chunk_file: bool,
+    steps: u32,
+    longest: Option<(Phase, Duration)>,
 }
 
 /// One upkeep run, cloned out of the writer.
-#[derive(Clone)]
 struct Run {
+    phase: Phase,
     work: Work,
+    /// The next compaction step's budget, in source rows of each table.
+    rows: usize,
     store: SourceStore,
     /// The resident index, on the run once the writer is idle.
     resident: Option<Resident>,
@@ -124,47 +153,90 @@ struct Run {
     /// On an object store (readers elsewhere): versions are kept longer, strays are kept.
     shared: bool,
     started: Instant,
+    done: Done,
 }
 
 impl Run {
-    /// A step of compaction while one compacts rows; then (a last compaction without a budget,
-    /// for a task larger than a step's, which LanceDB's budget would put off for ever) the key
-    /// indexes, old versions, the chunk file and the snapshot.
-    async fn step(self, emit: Emitter, id: String) -> Result<Step, cairn_index::Error> {
-        let (store, work) = (&self.store, self.work);
-        match work {
-            Work::Compact if store.compact(Some(COMPACT_STEP_ROWS)).await? => return Ok(Step::Compacted),
-            Work::Compact => store.optimize().await?,
-            Work::IndexKeys => store.index_keys().await?,
-            Work::PruneOnly => {}
+    /// The step of the current phase; the run with the next one, or `None` once it is over (its
+    /// `optimized` event emitted).
+    async fn step(mut self, emit: Emitter, id: String) -> Result<Option<Run>, cairn_index::Error> {
+        let started = Instant::now();
+        let phase = self.phase;
+        let next = self.step_phase(&id).await?;
+        let took = started.elapsed();
+        self.done.steps += 1;
+        if self.done.longest.is_none_or(|(_, longest)| took > longest) {
+            self.done.longest = Some((phase, took));
         }
-        let pruned = match self.shared {
-            false => store.prune(KEEP_VERSIONS, true).await?,
-            true => store.prune(KEEP_VERSIONS_SHARED, false).await?,
-        };
-        // The chunk file copied without its dead records (the snapshot must then name the
-        // copy, though the tables did not move).
-        let compacted = match &self.resident {
-            Some(r) => r.compact_chunk_file().await?,
-            None => None,
-        };
-        if let Some((before, after)) = compacted {
-            tracing::info!("source `{id}`: chunk file compacted from {before} to {after} bytes");
-        }
-        if let (Some(path), Some(resident)) = (&self.snapshot, &self.resident) {
-            let stamp = store.stamp(self.exact_up_to).await?;
-            if compacted.is_some() || ResidentIndex::stamp_of(path) != Some(stamp) {
-                resident.save(path, stamp).await;
+        match next {
+            Some(next) => {
+                if phase == Phase::Compact {
+                    self.rows = upkeep::next_step_rows(self.rows, took);
+                }
+                self.phase = next;
+                Ok(Some(self))
+            }
+            None => {
+                let (longest, longest_ms) =
+                    self.done.longest.map_or(("", 0), |(p, t)| (p.name(), t.as_millis()));
+                let ev = EventKind::Optimized {
+                    ms: self.started.elapsed().as_millis() as u64,
+                    versions_removed: self.done.pruned.old_versions,
+                    bytes_removed: self.done.pruned.bytes_removed,
+                    compacted: self.work == Work::Compact,
+                    steps: self.done.steps,
+                    longest_step: longest.to_string(),
+                    longest_step_ms: longest_ms as u64,
+                };
+                emit.emit(&id, vec![ev]).await;
+                Ok(None)
             }
         }
-        let ev = EventKind::Optimized {
-            ms: self.started.elapsed().as_millis() as u64,
-            versions_removed: pruned.old_versions,
-            bytes_removed: pruned.bytes_removed,
-            compacted: work == Work::Compact,
-        };
-        emit.emit(&id, vec![ev]).await;
-        Ok(Step::Done)
+    }
+
+    /// Run the current phase; the phase that follows, if any.
+    async fn step_phase(&mut self, id: &str) -> Result<Option<Phase>, cairn_index::Error> {
+        let store = &self.store;
+        let idle = self.resident.is_some();
+        Ok(match self.phase {
+            Phase::Compact if store.compact(Some(self.rows)).await? => Some(Phase::Compact),
+            Phase::Compact => Some(Phase::Finish),
+            Phase::Finish => {
+                match self.work {
+                    Work::Compact => store.optimize().await?,
+                    Work::IndexKeys => store.index_keys().await?,
+                    Work::PruneOnly => {}
+                }
+                Some(Phase::Prune)
+            }
+            Phase::Prune => {
+                self.done.pruned = match self.shared {
+                    false => store.prune(KEEP_VERSIONS, true).await?,
+                    true => store.prune(KEEP_VERSIONS_SHARED, false).await?,
+                };
+                idle.then_some(Phase::ChunkFile)
+            }
+            Phase::ChunkFile => {
+                let compacted = match &self.resident {
+                    Some(r) => r.compact_chunk_file().await?,
+                    None => None,
+                };
+                if let Some((before, after)) = compacted {
+                    tracing::info!("source `{id}`: chunk file compacted from {before} to {after} bytes");
+                    self.done.chunk_file = true;
+                }
+                self.snapshot.is_some().then_some(Phase::Snapshot)
+            }
+            Phase::Snapshot => {
+                if let (Some(path), Some(resident)) = (&self.snapshot, &self.resident) {
+                    let stamp = store.stamp(self.exact_up_to).await?;
+                    if self.done.chunk_file || ResidentIndex::stamp_of(path) != Some(stamp) {
+                        resident.save(path, stamp).await;
+                    }
+                }
+                None
+            }
+        })
     }
 }
 

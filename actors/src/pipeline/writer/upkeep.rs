@@ -1,6 +1,9 @@
 //! The upkeep policy: when the writer's upkeep falls due, and what it does. Pure counting, with
 //! its own tests; the writer runs the work it names in its own sequence.
 
+use cairn_index::FRAGMENT_ROWS;
+use std::time::Duration;
+
 /// Commits, or chunks written, between upkeep runs.
 pub const UPKEEP_EVERY: usize = 32;
 pub const UPKEEP_CHUNKS: usize = 1000;
@@ -70,9 +73,52 @@ impl Upkeep {
     }
 }
 
+/// How long one step of the upkeep's compaction should hold the writer. An edit that arrives
+/// meanwhile waits for the step, and must be searchable within a second (issue 30); an edit
+/// alone takes ~0.2 s from the write to searchable (the debounce, parsing, the commit), so a
+/// step may take what is left, with room for a slower machine: 0.4 s.
+pub const STEP_TARGET: Duration = Duration::from_millis(400);
+
+/// The first step's budget, in source rows of each table: 8 fragments. Alone on the machine
+/// (release, 2 cores) a GCIDE step (150,000 chunks) of 16 fragments took ~0.55 s and one of 4
+/// took ~0.2 s: ~20 µs a row, plus ~0.15 s remapping the key indexes, a cost that grows with
+/// the table, not the step. 8 is near the target there; the next steps follow what the steps
+/// take, on the machine and under the load they meet.
+pub const FIRST_STEP_ROWS: usize = 8 * FRAGMENT_ROWS;
+
+/// The budget of the next compaction step, after one of `rows` took `took`: scaled towards
+/// [`STEP_TARGET`], at most doubled or halved at once (a step that found little to do is no
+/// measure of a full one), and within 4 to 64 fragments. Below 4, a step's time is mostly the
+/// key indexes' remap, which smaller steps only repeat more often.
+pub fn next_step_rows(rows: usize, took: Duration) -> usize {
+    let scaled = rows as f64 * STEP_TARGET.as_secs_f64() / took.as_secs_f64().max(1e-3);
+    (scaled as usize).clamp(rows / 2, rows * 2).clamp(4 * FRAGMENT_ROWS, 64 * FRAGMENT_ROWS)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn compaction_steps_follow_their_time() {
+        let ms = Duration::from_millis;
+        assert_eq!(next_step_rows(FIRST_STEP_ROWS, STEP_TARGET), FIRST_STEP_ROWS, "on target: kept");
+        assert_eq!(
+            next_step_rows(FIRST_STEP_ROWS, STEP_TARGET * 2),
+            FIRST_STEP_ROWS / 2,
+            "twice as long: halved"
+        );
+        assert_eq!(next_step_rows(FIRST_STEP_ROWS, ms(3000)), FIRST_STEP_ROWS / 2, "halved at most at once");
+        assert_eq!(next_step_rows(4 * FRAGMENT_ROWS, ms(3000)), 4 * FRAGMENT_ROWS, "never below 4 fragments");
+        assert_eq!(next_step_rows(FIRST_STEP_ROWS, ms(1)), 2 * FIRST_STEP_ROWS, "doubled at most at once");
+        assert_eq!(next_step_rows(64 * FRAGMENT_ROWS, ms(10)), 64 * FRAGMENT_ROWS, "never past 64 fragments");
+        let mut rows = 64 * FRAGMENT_ROWS;
+        for _ in 0..8 {
+            // A machine where a row costs 20 µs: the steps settle where one takes the target.
+            rows = next_step_rows(rows, Duration::from_micros(20 * rows as u64));
+        }
+        assert!((rows as f64 * 20e-6 - STEP_TARGET.as_secs_f64()).abs() < 0.05, "{rows} rows");
+    }
 
     #[test]
     fn due_after_enough_commits_or_chunks() {
