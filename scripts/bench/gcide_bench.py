@@ -301,7 +301,8 @@ def edit_pages(state):
         embedded.append((t_em - t0) * 1000)
     with owner.cond:
         upkeep = [e for _, e in owner.items[since:] if event("optimized")(e)]
-    runs = ", ".join(f"{e.get('ms')} ms{' (compacted)' if e.get('compacted') else ''}" for e in upkeep)
+    runs = ", ".join(f"{e.get('ms')} ms{' (compacted)' if e.get('compacted') else ''} in {e.get('steps', '?')} steps "
+                     f"(longest {e.get('longest_step', '?')} {e.get('longest_step_ms', '?')} ms)" for e in upkeep)
     say(f"{EDITS} edits {state}: edit -> searchable p50 {q(indexed, .5):.0f} ms, p99 {q(indexed, .99):.0f} ms "
         f"(goal p99 <= 1 s); edit -> vectors p50 {q(embedded, .5):.0f} ms, p99 {q(embedded, .99):.0f} ms; "
         f"upkeep runs meanwhile: {runs or 'none'}")
