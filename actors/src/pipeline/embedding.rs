@@ -218,26 +218,48 @@ impl Drop for BulkHold {
     }
 }
 
-/// The model thread: take a slice, embed it outside the lock, put the request back.
+/// How long the model thread waits without work, after bulk work, before the model gives back
+/// what its batches held ([`Embedder::release`]): a queue that drains for a moment between two
+/// requests of a backfill does not count as its end.
+const RELEASE_AFTER_IDLE: Duration = Duration::from_secs(2);
+
+/// The model thread: take a slice, embed it outside the lock, put the request back. Once bulk
+/// work is over (nothing to do for [`RELEASE_AFTER_IDLE`]), the model gives its memory back.
 fn run(shared: &Shared, embedder: &dyn Embedder, slice: usize) {
+    let mut bulk_ran = false;
     loop {
-        let (priority, source, mut request) = {
+        let next = {
             let mut s = shared.state.lock().unwrap_or_else(|p| p.into_inner());
             loop {
                 if let Some((src, r)) = s.edit.take() {
-                    break (Priority::Edit, src, r);
+                    break Some((Priority::Edit, src, r));
                 }
                 if (s.holds == 0 || s.closed)
                     && let Some((src, r)) = s.bulk.take()
                 {
-                    break (Priority::Bulk, src, r);
+                    break Some((Priority::Bulk, src, r));
                 }
                 if s.closed {
                     return;
                 }
-                s = shared.wake.wait(s).unwrap_or_else(|p| p.into_inner());
+                if !bulk_ran {
+                    s = shared.wake.wait(s).unwrap_or_else(|p| p.into_inner());
+                    continue;
+                }
+                let (guard, waited) =
+                    shared.wake.wait_timeout(s, RELEASE_AFTER_IDLE).unwrap_or_else(|p| p.into_inner());
+                s = guard;
+                if waited.timed_out() && s.edit.waiting() == 0 && s.bulk.waiting() == 0 {
+                    break None;
+                }
             }
         };
+        let Some((priority, source, mut request)) = next else {
+            embedder.release();
+            bulk_ran = false;
+            continue;
+        };
+        bulk_ran |= priority == Priority::Bulk;
         // A caller that gave up (its future dropped) gets nothing more.
         let finished = if request.done.is_closed() {
             true
@@ -347,6 +369,7 @@ mod tests {
         entered: std::sync::atomic::AtomicUsize,
         gate: Mutex<bool>,
         open: Condvar,
+        released: tokio::sync::watch::Sender<usize>,
     }
 
     fn recorder(open: bool) -> Arc<Recorder> {
@@ -356,6 +379,7 @@ mod tests {
             entered: Default::default(),
             gate: Mutex::new(open),
             open: Condvar::new(),
+            released: tokio::sync::watch::Sender::new(0),
         })
     }
 
@@ -379,9 +403,33 @@ mod tests {
         fn dim(&self) -> usize {
             self.inner.dim()
         }
+        fn release(&self) {
+            self.released.send_modify(|n| *n += 1);
+        }
         fn model_id(&self) -> &str {
             "recorder"
         }
+    }
+
+    /// Once bulk work is over, the model gives its memory back, once, and embeds as before after.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_model_gives_its_memory_back_once_bulk_work_is_over() {
+        let rec = recorder(true);
+        let s = EmbedScheduler::start(rec.clone(), 8).unwrap();
+        let mut released = rec.released.subscribe();
+        let edit = s.embed("a", Priority::Edit, vec!["edit".into()]).await.unwrap();
+        assert!(edit.vectors[0].is_some());
+        let bulk = s.embed("a", Priority::Bulk, vec!["one".into(), "two".into()]).await.unwrap();
+        assert!(bulk.vectors.iter().all(Option::is_some));
+        let wait = released.wait_for(|n| *n > 0);
+        tokio::time::timeout(RELEASE_AFTER_IDLE * 10, wait)
+            .await
+            .expect("released after the bulk work")
+            .unwrap();
+        assert_eq!(*rec.released.borrow(), 1);
+        let after = s.embed("a", Priority::Edit, vec!["after".into()]).await.unwrap();
+        assert!(after.vectors[0].is_some());
+        assert_eq!(*rec.seen.lock().unwrap(), ["edit", "one", "two", "after"]);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
