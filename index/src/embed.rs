@@ -176,8 +176,10 @@ pub const MODEL_WINDOW: usize = 256;
 /// pooled (mean over the attention mask, or the first token), L2 norm.
 pub struct OrtEmbedder {
     session: Mutex<Session>,
-    /// The model file, to load a fresh session from ([`Embedder::release`]).
-    model: std::path::PathBuf,
+    /// The model file, to load a fresh session from ([`Embedder::release`]), with its length and
+    /// time of change when it was loaded (checked by its checksum then): a file changed since is
+    /// not loaded in its place.
+    model: (std::path::PathBuf, Option<(u64, std::time::SystemTime)>),
     /// Whether the model takes `token_type_ids` (BERT exports do; others do not).
     token_types: bool,
     output: VectorOutput,
@@ -212,6 +214,11 @@ fn environment(files: &ModelFiles) -> Result<Arc<ort::environment::Environment>>
         })
         .clone()
         .map_err(|message| Error::Runtime { path: files.ort_library.clone(), message })
+}
+
+/// A file's length and time of change.
+fn file_stamp(path: &std::path::Path) -> Option<(u64, std::time::SystemTime)> {
+    std::fs::metadata(path).ok().and_then(|m| Some((m.len(), m.modified().ok()?)))
 }
 
 /// A session of the model at `model`, with the threads `options` give.
@@ -267,7 +274,7 @@ impl OrtEmbedder {
         let output = choose_output(&outputs, options.output.as_deref()).map_err(model_err)?;
         let mut embedder = Self {
             session: Mutex::new(session),
-            model: files.model.clone(),
+            model: (files.model.clone(), file_stamp(&files.model)),
             token_types,
             output,
             tokenizer,
@@ -473,13 +480,18 @@ impl Embedder for OrtEmbedder {
     }
 
     /// A fresh session in place of the one that ran the batches: ONNX Runtime's arena keeps the
-    /// largest batch's working memory for the session's life (the indexing model held 557 MiB
-    /// after 3,072 FOLDOC chunks, 195 MiB once loaded), and a new session starts without it.
+    /// largest batch's working memory for the session's life (the indexing model held 571 MiB
+    /// after 3,072 FOLDOC chunks, 197 MiB once loaded; 294 MiB after this), and a new session starts without it.
     /// Turning the arena off instead gave most of it back but embedded 13-22% slower. If the
-    /// model cannot be loaded again (its file gone), the session in use stays.
+    /// model cannot be loaded again (its file gone or changed), the session in use stays.
     fn release(&self) {
         let Some(Ok(env)) = ENVIRONMENT.get() else { return };
-        match new_session(env, &self.model, &self.options) {
+        let (path, loaded) = &self.model;
+        if loaded.is_none() || file_stamp(path) != *loaded {
+            tracing::warn!("the model's memory stays held: {} changed since it was loaded", path.display());
+            return;
+        }
+        match new_session(env, path, &self.options) {
             Ok(fresh) => *self.session.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = fresh,
             Err(e) => tracing::warn!("the model's memory stays held: loading it again failed: {e}"),
         }

@@ -149,6 +149,20 @@ fn vectors_are_unit_length_deterministic_and_sized() {
     assert_eq!(e.embed_query("identical text").unwrap(), a, "a query is embedded like a document");
 }
 
+/// The model loaded again in place of the one that ran batches (what the indexing worker does
+/// once a backfill is over) embeds exactly as before.
+#[test]
+fn a_released_model_embeds_as_before() {
+    let e = OrtEmbedder::open(OrtOptions::default()).expect("real model must load");
+    let texts: Vec<&str> = TRIPLES.iter().flat_map(|(a, b, c)| [*a, *b, *c]).collect();
+    let before = e.embed_documents(&texts).unwrap().vectors;
+    e.release();
+    assert_eq!(e.embed_documents(&texts).unwrap().vectors, before);
+    e.release();
+    e.release();
+    assert_eq!(e.embed_query(texts[0]).unwrap(), before[0]);
+}
+
 #[test]
 fn a_batch_equals_one_by_one() {
     let e = embedder();
