@@ -480,10 +480,11 @@ impl Embedder for OrtEmbedder {
     }
 
     /// A fresh session in place of the one that ran the batches: ONNX Runtime's arena keeps the
-    /// largest batch's working memory for the session's life (the indexing model held 571 MiB
-    /// after 3,072 FOLDOC chunks, 197 MiB once loaded; 294 MiB after this), and a new session starts without it.
-    /// Turning the arena off instead gave most of it back but embedded 13-22% slower. If the
-    /// model cannot be loaded again (its file gone or changed), the session in use stays.
+    /// largest batch's working memory for the session's life, and a new session starts without
+    /// it (the indexing model held 571 MiB after 3,072 FOLDOC chunks, 197 MiB once loaded, 294
+    /// MiB after this). Turning the arena off instead gave most of it back but embedded 13-22%
+    /// slower. If the model cannot be loaded again (its file gone or changed), the session in
+    /// use stays.
     fn release(&self) {
         let Some(Ok(env)) = ENVIRONMENT.get() else { return };
         let (path, loaded) = &self.model;

@@ -61,7 +61,11 @@ impl SourceWriter {
             || !self.vectors.bulk.is_empty();
         let work = self.upkeep_due.run(vectors_busy);
         let run = Run {
-            phase: if work == Work::Compact { Phase::Compact } else { Phase::Finish },
+            phase: match work {
+                Work::Compact => Phase::Compact,
+                Work::IndexKeys => Phase::Finish,
+                Work::PruneOnly => Phase::Prune,
+            },
             work,
             rows: upkeep::FIRST_STEP_ROWS,
             store,
@@ -105,7 +109,8 @@ enum Phase {
     /// A step of compaction, bounded in rows; again while one compacts rows.
     Compact,
     /// The last compaction without a budget (for a task larger than a step's, which LanceDB's
-    /// budget would put off for ever) and the key indexes; or the key indexes only.
+    /// budget would put off for ever) and the key indexes; or, during a backfill, the key
+    /// indexes only.
     Finish,
     /// Old versions (and, alone on the tables, stray files) removed.
     Prune,
@@ -128,7 +133,7 @@ impl Phase {
 }
 
 /// What the steps of a run did so far.
-#[derive(Clone, Default)]
+#[derive(Default)]
 struct Done {
     pruned: PruneStats,
     /// The chunk file was compacted: the snapshot must name the copy, though the tables did not
@@ -138,7 +143,7 @@ struct Done {
     longest: Option<(Phase, Duration)>,
 }
 
-/// One upkeep run, cloned out of the writer.
+/// One upkeep run, with what it needs cloned out of the writer.
 struct Run {
     phase: Phase,
     work: Work,
@@ -205,6 +210,7 @@ impl Run {
                 match self.work {
                     Work::Compact => store.optimize().await?,
                     Work::IndexKeys => store.index_keys().await?,
+                    // Starts at the pruning.
                     Work::PruneOnly => {}
                 }
                 Some(Phase::Prune)
