@@ -171,7 +171,7 @@ pub enum EventKind {
         compacted: bool,
         /// The run went in steps, the writer's commits running between them: how many, and the
         /// longest (what an edit arriving meanwhile may have waited for): its work (`compact`,
-        /// `finish`, `prune`, `chunk_file`, `snapshot`) and time.
+        /// `finish`, `key_index`, `prune`, `chunk_file`, `snapshot`) and time.
         #[serde(default)]
         steps: u32,
         #[serde(default)]

@@ -26,6 +26,6 @@ pub use provision::{ModelFiles, provision, provision_with};
 pub use resident::{Prepared, Resident, ResidentIndex};
 #[cfg(feature = "storage")]
 pub use store::{
-    ChunkHit, Database, FRAGMENT_ROWS, Json, Loaded, Manifest, PageNames, PageRecord, PageState, PageWrite,
-    PruneStats, SourceInfo, SourceStore, StorageOptions, StoredChunk, VectorKey, WriteBatch,
+    ChunkHit, Database, FRAGMENT_ROWS, Json, KEY_INDEXES, Loaded, Manifest, PageNames, PageRecord, PageState,
+    PageWrite, PruneStats, SourceInfo, SourceStore, StorageOptions, StoredChunk, VectorKey, WriteBatch,
 };

@@ -17,7 +17,7 @@ pub use read::{LoadedPage, VectorKey};
 pub use records::{
     ChunkHit, Json, Loaded, PageNames, PageRecord, PageState, PageWrite, StoredChunk, WriteBatch,
 };
-pub use write::{FRAGMENT_ROWS, PruneStats};
+pub use write::{FRAGMENT_ROWS, KEY_INDEXES, PruneStats};
 
 use crate::error::{Error, Result};
 use crate::schema;

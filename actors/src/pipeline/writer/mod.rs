@@ -458,15 +458,32 @@ impl Handler<CommitDue> for SourceWriter {
 
 /// Commit nothing more and run no upkeep (the pipeline drained and lets go of the database).
 /// Handled after a commit in flight (commits hold the actor), so its reply means none runs.
+/// The resident index's snapshot is saved first when the tables moved since it was (the idle
+/// upkeep saves it only after a quiet spell): the next start opens from it instead of reading
+/// every table again (50 s for a million chunks).
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
 pub struct Retire;
 
 impl Handler<Retire> for SourceWriter {
-    type Result = ();
+    type Result = AtomicResponse<Self, ()>;
 
-    fn handle(&mut self, _: Retire, _: &mut Context<Self>) {
+    fn handle(&mut self, _: Retire, _: &mut Context<Self>) -> Self::Result {
         self.retired = true;
+        let (id, exact_up_to) = (self.id.clone(), self.opts.exact_vectors_up_to);
+        let parts = match (self.store.clone(), self.resident.clone(), self.snapshot()) {
+            (Some(store), Some(resident), Some(path)) => Some((store, resident, path)),
+            _ => None,
+        };
+        AtomicResponse::new(Box::pin(
+            async move {
+                let Some((store, resident, path)) = parts else { return };
+                if let Err(e) = janitor::save_snapshot(&store, &resident, &path, exact_up_to, false).await {
+                    tracing::warn!("source `{id}`: the snapshot was not saved at shutdown (the next start reads the tables): {e}");
+                }
+            }
+            .into_actor(self),
+        ))
     }
 }
 
