@@ -9,6 +9,10 @@ use serde::{Deserialize, Serialize};
 pub struct Memory {
     pub rss_mib: Option<f64>,
     pub peak_rss_mib: Option<f64>,
+    /// Of the resident memory, what LanceDB's caches hold (filled in by a process that has the
+    /// database open: [`crate::Database::cache_mib`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store_cache_mib: Option<f64>,
 }
 
 impl Memory {
@@ -29,6 +33,6 @@ impl Memory {
                 status.lines().find(|l| l.starts_with(name))?.split_whitespace().nth(1)?.parse().ok()?;
             Some(kb / 1024.0)
         };
-        Self { rss_mib: field("VmRSS:"), peak_rss_mib: field("VmHWM:") }
+        Self { rss_mib: field("VmRSS:"), peak_rss_mib: field("VmHWM:"), store_cache_mib: None }
     }
 }

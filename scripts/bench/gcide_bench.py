@@ -110,6 +110,21 @@ class Owner:
                     sys.exit(f"no {what} within {timeout} s:\n" + self.tail())
                 self.cond.wait(min(left, 1.0))
 
+    def idle_upkeep(self):
+        """Wait for the upkeep the owner runs once its writer has been idle (12 s after the last
+        commit: compaction, pruning, the snapshot), so a memory reading after it is settled."""
+        with self.cond:
+            last = max((t for t, e in self.items if event("committed")(e)), default=self.t0)
+            since = len(self.items)
+            while since > 0 and self.items[since - 1][0] > last:
+                since -= 1
+        while True:
+            t, _ = self.wait(event("optimized"), 300, "the idle upkeep", since=since)
+            with self.cond:
+                since = next(i for i, (ti, _) in enumerate(self.items) if ti >= t) + 1
+            if t - last >= 11:
+                return
+
     def tail(self):
         return "\n".join(i for _, i in self.items if isinstance(i, str))[-4000:]
 
@@ -123,7 +138,12 @@ class Owner:
         (the chunk file, LanceDB's files), which the kernel takes back under pressure."""
         status = Path(f"/proc/{self.proc.pid}/status").read_text()
         kib = lambda k: int(re.search(rf"{k}:\s+(\d+)", status).group(1))
-        return f"anonymous {kib('RssAnon') / 1024:.0f} MiB, file pages {kib('RssFile') / 1024:.0f} MiB"
+        out = subprocess.run([BIN, "status", "--json", "--db", str(DB)], capture_output=True, text=True)
+        try:
+            cache = f", LanceDB's caches {json.loads(out.stdout)['memory']['store_cache_mib']:.0f} MiB"
+        except (ValueError, KeyError, TypeError):
+            cache = ""
+        return f"anonymous {kib('RssAnon') / 1024:.0f} MiB, file pages {kib('RssFile') / 1024:.0f} MiB{cache}"
 
     def stop(self):
         self.proc.send_signal(signal.SIGINT)
@@ -331,8 +351,9 @@ def edit_pages(state):
 # ---------------------------------------------------------------- the last vector
 if REOPEN_ALL:
     edit_pages("in steady state, reopened")
+    owner.idle_upkeep()
     now, peak = owner.rss()
-    say(f"owner RSS settled after the queries and edits {now:.0f} MiB (goal <= {GOALS['settled MiB']}; "
+    say(f"owner RSS settled after the queries, the edits and the idle upkeep {now:.0f} MiB (goal <= {GOALS['settled MiB']}; "
         f"{owner.rss_parts()}), peak {peak:.0f} MiB")
 elif LAST_VECTOR:
     t_done, _ = owner.wait(line("cairn: up to date"), 4 * 3600, "the last vector")
@@ -347,8 +368,10 @@ elif LAST_VECTOR:
     # upkeep's first compaction after the backfill.
     edit_pages("in steady state, from the last vector on")
     ask_all("in steady state")
+    owner.idle_upkeep()
     now, peak = owner.rss()
-    say(f"owner RSS settled after the edits and queries {now:.0f} MiB (goal <= {GOALS['settled MiB']})")
+    say(f"owner RSS settled after the edits, the queries and the idle upkeep {now:.0f} MiB "
+        f"(goal <= {GOALS['settled MiB']}; {owner.rss_parts()})")
 else:
     edit_pages(state)
 
@@ -388,9 +411,11 @@ if not REOPEN_ALL:
 
 
 # ---------------------------------------------------------------- restarts
-def restart(why):
+def restart(why, stopped=lambda: None):
+    """Stop the owner, run `stopped` (the owner saves its snapshot as it stops), start it again."""
     global owner
     owner.stop()
+    stopped()
     owner = Owner()
     owner.wait(event("system_started"), 300, "system_started")
     a, ms, _ = search(heads[0][0], "fast")
@@ -403,8 +428,15 @@ def restart(why):
 
 
 restart("of the owner")
-snapshots = list((DB / "snapshots").glob("*.snapshot"))
-for s in snapshots:
-    s.unlink()
-restart(f"with the snapshot removed ({len(snapshots)} file(s)), as after an upgrade: opened from the tables")
+removed = []
+
+
+def remove_snapshots():
+    for s in (DB / "snapshots").glob("*.snapshot"):
+        s.unlink()
+        removed.append(s)
+
+
+restart("with the snapshot removed, as after an upgrade: opened from the tables", remove_snapshots)
+say(f"(snapshot files removed: {len(removed)})")
 owner.stop()

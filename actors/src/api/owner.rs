@@ -110,7 +110,7 @@ impl Handle<Status> for OwnerApi {
                 role: Role::Owner,
                 owner: Some(self.info.clone()),
                 writer: Some(self.writer.clone()),
-                memory: crate::status::Memory::now(),
+                memory: self.pipeline.memory().await,
                 clients,
                 sources: self.pipeline.status(),
             })

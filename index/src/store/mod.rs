@@ -66,6 +66,7 @@ pub struct SourceInfo {
 pub struct Database {
     conn: Connection,
     uri: String,
+    caches: Arc<lancedb::Session>,
 }
 
 impl std::fmt::Debug for Database {
@@ -168,12 +169,12 @@ impl Database {
         } else {
             uri.to_string()
         };
-        let caches = lancedb::Session::new(
+        let caches = Arc::new(lancedb::Session::new(
             INDEX_CACHE_BYTES,
             METADATA_CACHE_BYTES,
             Arc::new(lancedb::ObjectStoreRegistry::default()),
-        );
-        let mut builder = lancedb::connect(&target).session(Arc::new(caches));
+        ));
+        let mut builder = lancedb::connect(&target).session(caches.clone());
         if !local {
             builder = builder.storage_options(options.with_defaults());
         }
@@ -189,11 +190,18 @@ impl Database {
             ))
         };
         let conn = builder.execute().await.map_err(unreachable)?;
-        let db = Self { conn, uri: uri.into() };
+        let db = Self { conn, uri: uri.into(), caches };
         if !local {
             db.conn.table_names().execute().await.map_err(unreachable)?;
         }
         Ok(db)
+    }
+
+    /// What LanceDB's caches hold now (index pages and metadata, within their caps), in MiB:
+    /// part of the process's memory that the resident index's estimate does not count.
+    pub async fn cache_mib(&self) -> f64 {
+        let (index, metadata) = (self.caches.index_cache_stats().await, self.caches.metadata_cache_stats().await);
+        (index.size_bytes + metadata.size_bytes) as f64 / 1048576.0
     }
 
     pub fn uri(&self) -> &str {

@@ -422,6 +422,12 @@ impl Pipeline {
         self.inner.status.all()
     }
 
+    /// This process's memory, with what LanceDB's caches hold of it.
+    pub async fn memory(&self) -> crate::status::Memory {
+        let store_cache_mib = Some(self.inner.shared.parts.db.cache_mib().await);
+        crate::status::Memory { store_cache_mib, ..crate::status::Memory::now() }
+    }
+
     /// Every event from now on; the first subscriber gets every event since the start. (A
     /// subscriber that falls more than a few thousand events behind skips ahead; the log file
     /// has them all.)
