@@ -200,7 +200,8 @@ impl Database {
     /// What LanceDB's caches hold now (index pages and metadata, within their caps), in MiB:
     /// part of the process's memory that the resident index's estimate does not count.
     pub async fn cache_mib(&self) -> f64 {
-        let (index, metadata) = (self.caches.index_cache_stats().await, self.caches.metadata_cache_stats().await);
+        let (index, metadata) =
+            (self.caches.index_cache_stats().await, self.caches.metadata_cache_stats().await);
         (index.size_bytes + metadata.size_bytes) as f64 / 1048576.0
     }
 
