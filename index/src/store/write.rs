@@ -187,7 +187,7 @@ impl SourceStore {
     /// The `n`-th of the [`KEY_INDEXES`] key indexes (the chunks' keys, then the pages', in
     /// [`KEY_COLUMNS`] order) built, or brought up to date: [`SourceStore::index_keys`] one
     /// index at a time, for a caller that lets its commits run between them (each rewrites its
-    /// whole B-tree: ~0.3 s at a million chunks).
+    /// whole B-tree: up to 0.7 s at a million chunks).
     pub async fn index_key(&self, n: usize) -> Result<()> {
         let (table, key) = match KEY_COLUMNS.0.get(n) {
             Some(key) => (&self.chunks, *key),

@@ -112,8 +112,8 @@ enum Phase {
     /// budget would put off for ever).
     Finish,
     /// The `n`-th key index brought up to date (of [`cairn_index::KEY_INDEXES`]), one a step:
-    /// each rewrites its B-tree over the whole table (~0.3 s at a million chunks, 1.2 s for the
-    /// four). During a backfill, the run is these steps and the pruning.
+    /// each rewrites its B-tree over the whole table (up to 0.7 s a step at a million chunks,
+    /// 1.2 s for the four at once). During a backfill, the run is these steps and the pruning.
     Key(usize),
     /// Old versions (and, alone on the tables, stray files) removed.
     Prune,
