@@ -128,22 +128,24 @@ class Owner:
     def tail(self):
         return "\n".join(i for _, i in self.items if isinstance(i, str))[-4000:]
 
-    def rss(self):
+    def mib(self, *fields):
+        """Fields of the owner's /proc status, in MiB."""
         status = Path(f"/proc/{self.proc.pid}/status").read_text()
-        kib = lambda k: int(re.search(rf"{k}:\s+(\d+)", status).group(1))
-        return kib("VmRSS") / 1024, kib("VmHWM") / 1024
+        return [int(re.search(rf"{k}:\s+(\d+)", status).group(1)) / 1024 for k in fields]
+
+    def rss(self):
+        return tuple(self.mib("VmRSS", "VmHWM"))
 
     def rss_parts(self):
         """The resident memory that is the process's own (heap) and that is mapped files' pages
         (the chunk file, LanceDB's files), which the kernel takes back under pressure."""
-        status = Path(f"/proc/{self.proc.pid}/status").read_text()
-        kib = lambda k: int(re.search(rf"{k}:\s+(\d+)", status).group(1))
+        anon, file = self.mib("RssAnon", "RssFile")
         out = subprocess.run([BIN, "status", "--json", "--db", str(DB)], capture_output=True, text=True)
         try:
             cache = f", LanceDB's caches {json.loads(out.stdout)['memory']['store_cache_mib']:.0f} MiB"
         except (ValueError, KeyError, TypeError):
             cache = ""
-        return f"anonymous {kib('RssAnon') / 1024:.0f} MiB, file pages {kib('RssFile') / 1024:.0f} MiB{cache}"
+        return f"anonymous {anon:.0f} MiB, file pages {file:.0f} MiB{cache}"
 
     def stop(self):
         self.proc.send_signal(signal.SIGINT)
