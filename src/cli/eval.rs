@@ -113,15 +113,7 @@ pub async fn eval(common: &Common, a: EvalArgs) -> Result<ExitCode> {
         if a.int8_too { cairn::Config { exact_vectors_up_to: usize::MAX, ..c.clone() } } else { c.clone() };
     let mut reports = run(first, &a.ablate).await?.into_iter();
     let exact = reports.next().expect("the first run");
-    for (rule, without) in a.ablate.iter().zip(reports) {
-        eprintln!("-- the same queries without {rule}:");
-        if a.json {
-            eprint!("{without}")
-        } else {
-            show(&without)
-        }
-        eprintln!("-- with it, what it changes: {}", changes(&exact, &without));
-    }
+    show_ablations(&a.ablate, &exact, reports, a.json);
     let int8 =
         if a.int8_too { run(cairn::Config { exact_vectors_up_to: 0, ..c }, &[]).await?.pop() } else { None };
     if let Some(t) = temp {
@@ -154,6 +146,19 @@ pub async fn eval(common: &Common, a: EvalArgs) -> Result<ExitCode> {
         eprintln!("int8 path: every figure within 0.005 of the exact one");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Each rule's run without it, and what the rule changes against `exact`.
+fn show_ablations(rules: &[Rule], exact: &EvalReport, without: impl Iterator<Item = EvalReport>, json: bool) {
+    for (rule, without) in rules.iter().zip(without) {
+        eprintln!("-- the same queries without {rule}:");
+        if json {
+            eprint!("{without}")
+        } else {
+            show(&without)
+        }
+        eprintln!("-- with it, what it changes: {}", changes(exact, &without));
+    }
 }
 
 /// Index `vault` into a new database at `db`; the configuration to read it with.

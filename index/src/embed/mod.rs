@@ -7,8 +7,10 @@ use crate::provision::{ModelFiles, provision};
 use ndarray::Array2;
 use ort::session::Session;
 use ort::value::TensorRef;
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
+
+mod cache;
+pub use cache::QueryCache;
 use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
 
 /// Vectors for a batch of texts, with which inputs were cut to the model's length limit.
@@ -503,114 +505,13 @@ impl Embedder for OrtEmbedder {
     }
 }
 
-/// A small LRU of query vectors: repeated queries cost nothing.
-#[derive(Debug)]
-pub struct QueryCache {
-    capacity: usize,
-    inner: Mutex<LruState>,
-}
-
-/// A logical clock and, per query, when it was last used and its vector.
-#[derive(Debug, Default)]
-struct LruState {
-    clock: u64,
-    entries: HashMap<String, (u64, Vec<f32>)>,
-}
-
-impl QueryCache {
-    pub fn new(capacity: usize) -> Self {
-        Self { capacity, inner: Mutex::new(LruState::default()) }
-    }
-
-    pub fn get(&self, key: &str) -> Option<Vec<f32>> {
-        let mut state = self.inner.lock().expect("cache lock");
-        state.clock += 1;
-        let now = state.clock;
-        let entry = state.entries.get_mut(key)?;
-        entry.0 = now;
-        Some(entry.1.clone())
-    }
-
-    pub fn put(&self, key: &str, value: Vec<f32>) {
-        if self.capacity == 0 {
-            return;
-        }
-        let mut state = self.inner.lock().expect("cache lock");
-        state.clock += 1;
-        let now = state.clock;
-        let map = &mut state.entries;
-        if map.len() >= self.capacity && !map.contains_key(key) {
-            // O(capacity) eviction of the least recently used: capacities are a few hundred.
-            if let Some(oldest) = map.iter().min_by_key(|(_, (t, _))| *t).map(|(k, _)| k.clone()) {
-                map.remove(&oldest);
-            }
-        }
-        map.insert(key.to_string(), (now, value));
-    }
-
-    pub fn len(&self) -> usize {
-        self.inner.lock().expect("cache lock").entries.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
 /// Cosine similarity of two L2-normalised vectors (their dot product).
 pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
 #[cfg(any(test, feature = "testing"))]
-pub mod testing {
-    //! A deterministic embedder for unit tests of ranking layers: hashed character trigrams
-    //! of lowercased words. Never reachable from the CLI or the embedded API's defaults.
-
-    use super::{Embedded, Embedder, normalize};
-    use crate::error::Result;
-
-    #[derive(Debug, Clone)]
-    pub struct HashEmbedder {
-        pub dim: usize,
-    }
-
-    impl Default for HashEmbedder {
-        fn default() -> Self {
-            Self { dim: 64 }
-        }
-    }
-
-    impl HashEmbedder {
-        fn vector(&self, text: &str) -> Vec<f32> {
-            let mut v = vec![0f32; self.dim];
-            for word in text.to_lowercase().split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()) {
-                let padded: Vec<char> = format!("#{word}#").chars().collect();
-                for tri in padded.windows(3) {
-                    let h = tri.iter().fold(2166136261u32, |h, c| (h ^ *c as u32).wrapping_mul(16777619));
-                    v[h as usize % self.dim] += 1.0;
-                }
-            }
-            normalize(&mut v, 1.0);
-            v
-        }
-    }
-
-    impl Embedder for HashEmbedder {
-        fn embed_documents(&self, texts: &[&str]) -> Result<Embedded> {
-            Ok(Embedded { vectors: texts.iter().map(|t| self.vector(t)).collect(), truncated: vec![] })
-        }
-        fn embed_query(&self, text: &str) -> Result<Vec<f32>> {
-            Ok(self.vector(text))
-        }
-        fn dim(&self) -> usize {
-            self.dim
-        }
-        fn model_id(&self) -> &str {
-            "test-hash-trigrams"
-        }
-    }
-}
+pub mod testing;
 
 #[cfg(test)]
 mod tests {
