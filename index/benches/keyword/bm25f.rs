@@ -1,13 +1,12 @@
-//! BM25F, the keyword arm's own scoring (heading and text apart, one saturation): the hand
-//! index, and tantivy holding the postings of two fields with this bench's scorer over them;
-//! each then edited as the writer edits it.
+//! tantivy under BM25F, the keyword arm's own scoring (heading and text apart, one
+//! saturation): tantivy holds the postings of two fields and this bench's scorer reads them;
+//! then it is edited as the writer edits the hand index.
 
 use crate::plain::reader;
 use crate::{Report, TOP, chunks, ms, percentile, queries, rss_mib};
-use cairn_index::resident::keyword::{Bm25, Fields, top_k};
+use cairn_index::resident::keyword::top_k;
 use cairn_index::resident::terms;
 use std::collections::{HashMap, HashSet};
-use std::io::BufWriter;
 use std::path::Path;
 use std::time::Instant;
 use tantivy::directory::{Directory, RamDirectory};
@@ -19,57 +18,10 @@ use tantivy::{DocSet, Index, IndexReader, IndexWriter, TERMINATED, Term, doc};
 
 /// A chunk's search text split as the resident index splits it: the heading path's terms, and
 /// the text's.
-fn fields(text: &str) -> (Vec<String>, Vec<String>) {
+pub(crate) fn fields(text: &str) -> (Vec<String>, Vec<String>) {
     let body = cairn_ingest::chunk::without_heading_path(text);
     let head = &text[..text.len() - body.len()];
     (terms(head), terms(body))
-}
-
-/// The hand index as the keyword arm uses it: heading and text apart, scored by BM25F.
-pub(crate) fn hand_f_build(work: &Path) -> Report {
-    let mut r = Report::default();
-    let (rss0, t) = (rss_mib(), Instant::now());
-    let mut bm25 = Bm25::default();
-    for (i, text) in chunks(work).enumerate() {
-        let (head, body) = fields(&text);
-        bm25.insert_fields(i as u32, &head, &body);
-    }
-    bm25.shrink();
-    r.figure("build ms", ms(t));
-    r.figure("built RSS added MiB", rss_mib() - rss0);
-    let file = std::fs::File::create(work.join("hand-f.bin")).expect("the snapshot file");
-    let bytes = bm25.write_to(BufWriter::new(file)).expect("the snapshot written");
-    r.figure("on disk MiB", bytes as f64 / (1 << 20) as f64);
-    r
-}
-
-pub(crate) fn hand_f_open(work: &Path) -> Report {
-    let mut r = Report::default();
-    let queries = queries(work);
-    let (rss0, t) = (rss_mib(), Instant::now());
-    let path = work.join("hand-f.bin");
-    let len = std::fs::metadata(&path).expect("the snapshot").len();
-    let mut bm25 =
-        Bm25::read_from(std::fs::File::open(&path).expect("the snapshot"), len).expect("read back");
-    r.figure("open ms", ms(t));
-    let search = |bm25: &Bm25, q: &str| {
-        let scored = bm25.scores(&terms(q), Fields::Apart).into_iter().map(|(d, s)| (s, d)).collect();
-        top_k(scored, TOP, |d| *d).into_iter().map(|(_, d)| u64::from(d)).collect()
-    };
-    r.run(&queries, |q| search(&bm25, q));
-    r.figure("RSS added MiB", rss_mib() - rss0);
-    edits(&mut r, work, |out, put| {
-        out.iter().for_each(|&c| bm25.remove(c as u32));
-        for (c, text) in put {
-            let (h, b) = fields(text);
-            bm25.insert_fields(*c as u32, &h, &b);
-        }
-        if bm25.purge_due() {
-            bm25.purge();
-        }
-    });
-    r.run_as(&queries, " after edits", |q| search(&bm25, q));
-    r
 }
 
 /// tantivy holding the same two fields' postings (the terms the hand index reads, frequencies,
@@ -278,7 +230,7 @@ impl TantivyF {
 pub(crate) const EDIT_BATCHES: usize = 200;
 pub(crate) const EDIT_CHUNKS: usize = 5;
 
-fn edits(r: &mut Report, work: &Path, mut apply: impl FnMut(&[usize], &[(usize, String)])) {
+pub(crate) fn edits(r: &mut Report, work: &Path, mut apply: impl FnMut(&[usize], &[(usize, String)])) {
     let texts: Vec<String> = chunks(work).collect();
     let mut next = texts.len();
     let mut times = Vec::new();

@@ -33,9 +33,11 @@
 //! Run through `scripts/bench/keyword` (release, without LanceDB). Env: `CAIRN_GCIDE_VAULT`,
 //! `CAIRN_BENCH_QUERIES` (per kind, default 1,000).
 mod bm25f;
+mod hand;
 mod plain;
 
 use cairn_index::memory::Memory;
+use cairn_index::resident::keyword::Fields;
 use cairn_ingest::{ParseOptions, PathFilter, ScanOptions, read_page, scan};
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, BufWriter, Write};
@@ -163,13 +165,13 @@ fn main() {
     {
         let work = PathBuf::from(work);
         let report = match step.as_str() {
-            "hand-build" => plain::hand_build(&work),
-            "hand-open" => plain::hand_open(&work),
+            "hand-build" => hand::hand_build(&work, Fields::Together),
+            "hand-open" => hand::hand_open(&work, Fields::Together),
             "tantivy-ram" => plain::tantivy_ram(&work),
             "tantivy-mmap-build" => plain::tantivy_mmap_build(&work),
             "tantivy-mmap-open" => plain::tantivy_mmap_open(&work),
-            "hand-f-build" => bm25f::hand_f_build(&work),
-            "hand-f-open" => bm25f::hand_f_open(&work),
+            "hand-f-build" => hand::hand_build(&work, Fields::Apart),
+            "hand-f-open" => hand::hand_open(&work, Fields::Apart),
             "tantivy-f-build" => bm25f::tantivy_f_build(&work),
             "tantivy-f-open" => bm25f::tantivy_f_open(&work),
             "tantivy-f-ram" => bm25f::tantivy_f_ram(&work),

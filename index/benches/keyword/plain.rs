@@ -1,10 +1,7 @@
 //! Plain BM25 over each chunk's search text run together: the hand index, and tantivy on its own
-//! query path (mmap and RAM directories).
+//! chunk's search text run together.
 
 use crate::{Report, TOP, chunks, ms, queries, rss_mib};
-use cairn_index::resident::keyword::{Bm25, Fields, top_k};
-use cairn_index::resident::terms;
-use std::io::BufWriter;
 use std::path::Path;
 use std::time::Instant;
 use tantivy::collector::TopDocs;
@@ -15,38 +12,6 @@ use tantivy::tokenizer::{
     TextAnalyzer,
 };
 use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, Term, doc};
-
-pub(crate) fn hand_build(work: &Path) -> Report {
-    let mut r = Report::default();
-    let (rss0, t) = (rss_mib(), Instant::now());
-    let mut bm25 = Bm25::default();
-    for (i, text) in chunks(work).enumerate() {
-        bm25.insert(i as u32, &terms(&text));
-    }
-    bm25.shrink();
-    r.figure("build ms", ms(t));
-    r.figure("built RSS added MiB", rss_mib() - rss0);
-    let file = std::fs::File::create(work.join("hand.bin")).expect("the snapshot file");
-    let bytes = bm25.write_to(BufWriter::new(file)).expect("the snapshot written");
-    r.figure("on disk MiB", bytes as f64 / (1 << 20) as f64);
-    r
-}
-
-pub(crate) fn hand_open(work: &Path) -> Report {
-    let mut r = Report::default();
-    let queries = queries(work);
-    let (rss0, t) = (rss_mib(), Instant::now());
-    let path = work.join("hand.bin");
-    let len = std::fs::metadata(&path).expect("the snapshot").len();
-    let bm25 = Bm25::read_from(std::fs::File::open(&path).expect("the snapshot"), len).expect("read back");
-    r.figure("open ms", ms(t));
-    r.run(&queries, |q| {
-        let scored = bm25.scores(&terms(q), Fields::Together).into_iter().map(|(d, s)| (s, d)).collect();
-        top_k(scored, TOP, |d| *d).into_iter().map(|(_, d)| u64::from(d)).collect()
-    });
-    r.figure("RSS added MiB", rss_mib() - rss0);
-    r
-}
 
 /// The hand index's analysis, in tantivy's filters.
 fn analyzer() -> TextAnalyzer {
