@@ -3,7 +3,7 @@
 //! then it is edited as the writer edits the hand index.
 
 use crate::plain::reader;
-use crate::{Report, TOP, chunks, ms, percentile, queries, rss_mib};
+use crate::{Report, TOP, chunks, dir_mib, ms, percentile, queries, rss_mib};
 use cairn_index::resident::keyword::top_k;
 use cairn_index::resident::terms;
 use std::collections::{HashMap, HashSet};
@@ -65,13 +65,7 @@ pub(crate) fn tantivy_f_build(work: &Path) -> Report {
     tantivy_f_fill(work, &Index::create_in_dir(&dir, schema_f()).expect("an index"));
     r.figure("build ms", ms(t));
     r.figure("built RSS added MiB", rss_mib() - rss0);
-    let bytes: u64 = std::fs::read_dir(&dir)
-        .expect("the index")
-        .flatten()
-        .filter_map(|e| e.metadata().ok())
-        .map(|m| m.len())
-        .sum();
-    r.figure("on disk MiB", bytes as f64 / (1 << 20) as f64);
+    r.figure("on disk MiB", dir_mib(&dir));
     // A copy for the in-memory engine (the mmap engine's edits change this one).
     let copy = work.join("tantivy-f-files");
     std::fs::create_dir_all(&copy).expect("the copy's directory");

@@ -56,6 +56,12 @@ pub(crate) fn ms(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e3
 }
 
+/// The size of the files in `dir`, in MiB.
+pub(crate) fn dir_mib(dir: &Path) -> f64 {
+    let files = std::fs::read_dir(dir).expect("the index").flatten();
+    files.filter_map(|e| e.metadata().ok()).map(|m| m.len() as f64).sum::<f64>() / (1 << 20) as f64
+}
+
 /// The chunks' search text, one JSON string per line, as the parent wrote them.
 pub(crate) fn chunks(work: &Path) -> impl Iterator<Item = String> {
     let file = std::fs::File::open(work.join("chunks.jsonl")).expect("the chunk file");

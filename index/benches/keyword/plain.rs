@@ -1,7 +1,7 @@
-//! Plain BM25 over each chunk's search text run together: the hand index, and tantivy on its own
+//! tantivy on its own query path (mmap and RAM directories), scoring plain BM25 over each
 //! chunk's search text run together.
 
-use crate::{Report, TOP, chunks, ms, queries, rss_mib};
+use crate::{Report, TOP, chunks, dir_mib, ms, queries, rss_mib};
 use std::path::Path;
 use std::time::Instant;
 use tantivy::collector::TopDocs;
@@ -97,13 +97,7 @@ pub(crate) fn tantivy_mmap_build(work: &Path) -> Report {
     let dir = work.join("tantivy");
     std::fs::create_dir_all(&dir).expect("the index directory");
     let (mut r, _) = tantivy_build(work, Index::create_in_dir(&dir, schema).expect("an index"), text, chunk);
-    let bytes: u64 = std::fs::read_dir(&dir)
-        .expect("the index")
-        .flatten()
-        .filter_map(|e| e.metadata().ok())
-        .map(|m| m.len())
-        .sum();
-    r.figure("on disk MiB", bytes as f64 / (1 << 20) as f64);
+    r.figure("on disk MiB", dir_mib(&dir));
     r
 }
 
