@@ -2,6 +2,7 @@
 //! (a chunk's page title and heading path) apart from its body, for BM25F.
 
 use super::postings::Postings;
+use super::vocabulary::Vocabulary;
 use super::wire::{In, Out, bad};
 use std::collections::HashMap;
 use std::io::{self, BufReader, Read, Write};
@@ -38,7 +39,7 @@ const HEAD_BITS: u32 = 2;
 /// its terms' lists costs a scan of each list per removal.
 #[derive(Debug, Default)]
 pub struct Bm25 {
-    pub(super) term_ids: HashMap<Box<str>, u32>,
+    pub(super) terms: Vocabulary,
     /// Per posting, the term's count in the body shifted past [`HEAD_BITS`], and its count in
     /// the heading below them.
     pub(super) postings: Vec<Postings>,
@@ -70,15 +71,10 @@ impl Bm25 {
         }
         let mut tf: HashMap<u32, (u32, u32)> = HashMap::new();
         for (t, in_head) in head.iter().map(|t| (t, true)).chain(body.iter().map(|t| (t, false))) {
-            let id = match self.term_ids.get(t.as_str()) {
-                Some(&id) => id,
-                None => {
-                    let id = self.postings.len() as u32;
-                    self.term_ids.insert(t.as_str().into(), id);
-                    self.postings.push(Postings::default());
-                    id
-                }
-            };
+            let id = self.terms.id(t);
+            if id as usize == self.postings.len() {
+                self.postings.push(Postings::default());
+            }
             let (h, b) = tf.entry(id).or_default();
             *if in_head { h } else { b } += 1;
         }
@@ -128,39 +124,27 @@ impl Bm25 {
         // Terms renumbered in their order: ids are this index's own (a query looks terms up
         // by name).
         if self.postings.iter().any(Postings::is_empty) {
-            let mut renumbered = Vec::with_capacity(self.postings.len());
-            let mut kept = 0u32;
-            for l in &self.postings {
-                renumbered.push((!l.is_empty()).then(|| {
-                    kept += 1;
-                    kept - 1
-                }));
-            }
-            self.term_ids.retain(|_, id| match renumbered[*id as usize] {
-                Some(new) => {
-                    *id = new;
-                    true
-                }
-                None => false,
-            });
-            self.term_ids.shrink_to_fit();
+            let postings = &self.postings;
+            self.terms.retain(|id| !postings[id as usize].is_empty());
             self.postings.retain(|l| !l.is_empty());
             self.postings.shrink_to_fit();
         }
         std::mem::take(&mut self.removed)
     }
 
-    /// Give back the room lists grew into (after a load, when they stop growing for a while).
+    /// Give back the room lists and terms grew into (after a load, when they stop growing for a
+    /// while).
     pub fn shrink(&mut self) {
         self.postings.iter_mut().for_each(Postings::shrink);
+        self.postings.shrink_to_fit();
+        self.terms.shrink();
     }
 
-    /// Bytes held (an estimate: lists and term names, not the hash table's own slack).
+    /// Bytes held (an estimate: lists, terms, and the allocator's own rounding left out).
     pub fn bytes(&self) -> usize {
         let lists: usize = self.postings.iter().map(Postings::capacity).sum();
-        let names: usize = self.term_ids.keys().map(|t| t.len() + 16 + 4 + 8).sum();
         lists
-            + names
+            + self.terms.bytes()
             + self.postings.capacity() * std::mem::size_of::<Postings>()
             + (self.doc_len.capacity() + self.head_len.capacity()) * 4
     }
@@ -177,10 +161,7 @@ impl Bm25 {
         let mut query: Vec<&String> = query.iter().collect();
         query.sort();
         query.dedup();
-        let lists = query
-            .into_iter()
-            .filter_map(|t| self.term_ids.get(t.as_str()))
-            .map(|&t| &self.postings[t as usize]);
+        let lists = query.into_iter().filter_map(|t| self.terms.get(t)).map(|t| &self.postings[t as usize]);
         // Sums in a dense array: a hash map entry per posting was most of a query's time over a
         // million chunks, where common terms hold a fifth of them.
         let mut acc: Vec<f32> = Vec::new();
@@ -226,11 +207,9 @@ impl Bm25 {
     }
 
     pub(super) fn save<W: Write>(&self, o: &mut Out<W>) -> io::Result<()> {
-        let mut terms: Vec<(&str, u32)> = self.term_ids.iter().map(|(t, id)| (&**t, *id)).collect();
-        terms.sort_by_key(|(_, id)| *id);
-        o.len(terms.len())?;
-        for (t, _) in terms {
-            o.str(t)?;
+        o.len(self.terms.len())?;
+        for id in 0..self.terms.len() as u32 {
+            o.str(self.terms.name(id))?;
         }
         for p in &self.postings {
             let (bytes, last, len) = p.raw();
@@ -249,9 +228,11 @@ impl Bm25 {
 
     pub(super) fn load<R: Read>(i: &mut In<R>) -> io::Result<Self> {
         let n = i.count()?;
-        let mut term_ids = HashMap::with_capacity(n);
+        let mut terms = Vocabulary::with_capacity(n);
         for id in 0..n {
-            term_ids.insert(i.string()?.into_boxed_str(), id as u32);
+            if terms.id(&i.string()?) as usize != id {
+                return Err(bad("a term named twice"));
+            }
         }
         let mut packed = Vec::with_capacity(n);
         for _ in 0..n {
@@ -273,7 +254,7 @@ impl Bm25 {
         if head_len.len() != doc_len.len() || head_len.iter().zip(&doc_len).any(|(h, d)| h > d) {
             return Err(bad("heading lengths that do not fit the documents"));
         }
-        Ok(Self { term_ids, postings, doc_len, head_len, removed, docs, total_len, total_head })
+        Ok(Self { terms, postings, doc_len, head_len, removed, docs, total_len, total_head })
     }
 }
 

@@ -17,8 +17,8 @@
 //!
 //! The parts, each in its own file:
 //! - [`analyzer`]: the words every keyword match in the product reads;
-//! - [`keyword`] and `postings`: the BM25F index (these two and the analyzer build without
-//!   LanceDB, for the keyword-engine comparison in `scripts/bench/keyword`);
+//! - [`keyword`], `postings` and `vocabulary`: the BM25F index (these and the analyzer build
+//!   without LanceDB, for the keyword-engine comparison in `scripts/bench/keyword`);
 //! - `prepared`: a batch tokenised before any lock is taken;
 //! - `slots`: the index itself, chunk and page slots, and `keys`, the maps of slots by id;
 //! - `apply`: the one way in (a prepared batch, or vectors);
@@ -32,6 +32,7 @@
 pub mod analyzer;
 pub mod keyword;
 mod postings;
+mod vocabulary;
 mod wire;
 
 #[cfg(feature = "storage")]
