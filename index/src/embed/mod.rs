@@ -8,10 +8,10 @@ use ndarray::Array2;
 use ort::session::Session;
 use ort::value::TensorRef;
 use std::sync::{Arc, Mutex, OnceLock};
+use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
 
 mod cache;
 pub use cache::QueryCache;
-use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
 
 /// Vectors for a batch of texts, with which inputs were cut to the model's length limit.
 #[derive(Debug, Clone, Default, PartialEq)]
