@@ -13,6 +13,10 @@ pub struct Memory {
     /// database open: [`crate::Database::cache_mib`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub store_cache_mib: Option<f64>,
+    /// Of those caches, the metadata cache (manifests, file footers), which an owner gives back
+    /// when it goes idle; the rest is index pages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store_metadata_cache_mib: Option<f64>,
 }
 
 impl Memory {
@@ -33,6 +37,6 @@ impl Memory {
                 status.lines().find(|l| l.starts_with(name))?.split_whitespace().nth(1)?.parse().ok()?;
             Some(kb / 1024.0)
         };
-        Self { rss_mib: field("VmRSS:"), peak_rss_mib: field("VmHWM:"), store_cache_mib: None }
+        Self { rss_mib: field("VmRSS:"), peak_rss_mib: field("VmHWM:"), ..Self::default() }
     }
 }

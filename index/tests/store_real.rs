@@ -537,3 +537,21 @@ async fn a_compaction_in_bounded_steps_compacts_part_at_a_time_and_ends() {
     assert_eq!(store.counts().await.unwrap(), before);
     assert_eq!(store.pages(&["p0-0", "p39-79"]).await.unwrap().len(), 2);
 }
+
+/// An idle owner gives LanceDB's metadata cache back: what commits and upkeep read is gone from
+/// it, and the source reads and writes on as before (loading again what it needs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metadata_cache_is_given_back_and_filled_again_on_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(dir.path().to_str().unwrap()).await.unwrap();
+    let store = db.open_source("notes", &manifest()).await.unwrap();
+    let first = page_write("notes", "sourdough.md", SOURDOUGH);
+    store.write(&WriteBatch { upserts: vec![first.clone()], removals: vec![] }).await.unwrap();
+    store.optimize().await.unwrap();
+    let (_, metadata) = db.cache_mib().await;
+    assert!(metadata > 0.0, "commits and upkeep fill the metadata cache");
+    store.release_metadata_cache().await;
+    assert_eq!(db.cache_mib().await.1, 0.0, "given back whole");
+    later_rows_are_found_by_key(&store, &first, Upkeep::Optimize).await;
+    assert!(db.cache_mib().await.1 > 0.0, "filled again by use");
+}

@@ -142,7 +142,10 @@ class Owner:
         anon, file = self.mib("RssAnon", "RssFile")
         out = subprocess.run([BIN, "status", "--json", "--db", str(DB)], capture_output=True, text=True)
         try:
-            cache = f", LanceDB's caches {json.loads(out.stdout)['memory']['store_cache_mib']:.0f} MiB"
+            memory = json.loads(out.stdout)["memory"]
+            cache = f", LanceDB's caches {memory['store_cache_mib']:.0f} MiB"
+            if "store_metadata_cache_mib" in memory:
+                cache += f" (metadata {memory['store_metadata_cache_mib']:.0f})"
         except (ValueError, KeyError, TypeError):
             cache = ""
         return f"anonymous {anon:.0f} MiB, file pages {file:.0f} MiB{cache}"

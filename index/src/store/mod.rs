@@ -198,11 +198,13 @@ impl Database {
     }
 
     /// What LanceDB's caches hold now (index pages and metadata, within their caps), in MiB:
-    /// part of the process's memory that the resident index's estimate does not count.
-    pub async fn cache_mib(&self) -> f64 {
+    /// part of the process's memory that the resident index's estimate does not count. Both,
+    /// then the metadata's part.
+    pub async fn cache_mib(&self) -> (f64, f64) {
         let (index, metadata) =
             (self.caches.index_cache_stats().await, self.caches.metadata_cache_stats().await);
-        (index.size_bytes + metadata.size_bytes) as f64 / 1048576.0
+        let mib = |b: usize| b as f64 / 1048576.0;
+        (mib(index.size_bytes + metadata.size_bytes), mib(metadata.size_bytes))
     }
 
     pub fn uri(&self) -> &str {
@@ -328,6 +330,7 @@ impl Database {
         Ok(SourceStore {
             id: id.into(),
             uri: self.uri.clone(),
+            caches: self.caches.clone(),
             dim,
             pages: open("pages").await.map_err(wrap)?,
             chunks: open("chunks").await.map_err(wrap)?,
@@ -361,6 +364,8 @@ fn manifest_row(
 pub struct SourceStore {
     id: String,
     uri: String,
+    /// The database's caches (shared by its sources).
+    caches: Arc<lancedb::Session>,
     dim: usize,
     pages: Table,
     chunks: Table,
@@ -390,6 +395,14 @@ impl SourceStore {
     /// The vectors' width.
     pub fn dim(&self) -> usize {
         self.dim
+    }
+
+    /// Give back LanceDB's metadata cache (every source's: the database shares it). An owner that
+    /// goes idle has no use for the manifests and file footers its commits and upkeep read, most
+    /// of them of versions its upkeep has since removed; the next read loads what it needs again.
+    /// (LanceDB's index cache can only be capped, not cleared.)
+    pub async fn release_metadata_cache(&self) {
+        self.caches.file_metadata_cache().clear().await;
     }
 
     fn err(&self, e: impl std::fmt::Display) -> Error {

@@ -424,8 +424,12 @@ impl Pipeline {
 
     /// This process's memory, with what LanceDB's caches hold of it.
     pub async fn memory(&self) -> crate::status::Memory {
-        let store_cache_mib = Some(self.inner.shared.parts.db.cache_mib().await);
-        crate::status::Memory { store_cache_mib, ..crate::status::Memory::now() }
+        let (all, metadata) = self.inner.shared.parts.db.cache_mib().await;
+        crate::status::Memory {
+            store_cache_mib: Some(all),
+            store_metadata_cache_mib: Some(metadata),
+            ..crate::status::Memory::now()
+        }
     }
 
     /// Every event from now on; the first subscriber gets every event since the start. (A

@@ -186,6 +186,10 @@ impl Run {
                 Ok(Some(self))
             }
             None => {
+                // The run once the writer is idle: what it read is not needed again soon.
+                if self.resident.is_some() {
+                    self.store.release_metadata_cache().await;
+                }
                 let (longest, longest_ms) =
                     self.done.longest.map_or(("", 0), |(p, t)| (p.name(), t.as_millis()));
                 let ev = EventKind::Optimized {
