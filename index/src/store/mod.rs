@@ -398,7 +398,7 @@ impl SourceStore {
     }
 
     /// Give back LanceDB's metadata cache (every source's: the database shares it). An owner that
-    /// goes idle has no use for the manifests and file footers its commits and upkeep read, most
+    /// goes idle has no use for the manifests and file footers its commits and upkeep read, many
     /// of them of versions its upkeep has since removed; the next read loads what it needs again.
     /// (LanceDB's index cache can only be capped, not cleared.)
     pub async fn release_metadata_cache(&self) {
