@@ -44,7 +44,8 @@ impl SourceWriter {
     /// compaction after a backfill merges the whole first index: 5.2 s on GCIDE's 150,000
     /// chunks). The compaction's steps are bounded in rows, sized by the time the steps take
     /// ([`upkeep::next_step_rows`]). The run once the writer is `idle` also compacts the chunk
-    /// file and saves the resident index's snapshot, when it no longer matches the tables.
+    /// file and saves the resident index's snapshot, when it no longer matches the tables, and at
+    /// its end gives back LanceDB's metadata cache ([`SourceStore::release_metadata_cache`]).
     fn run_upkeep(&mut self, idle: bool, ctx: &mut Context<Self>) {
         if self.retired {
             return;
