@@ -232,14 +232,9 @@ pub(crate) fn edits(r: &mut Report, work: &Path, mut apply: impl FnMut(&[usize],
         // Spread over the vault, each chunk at most once.
         let out: Vec<usize> =
             (0..EDIT_CHUNKS).map(|i| (batch * EDIT_CHUNKS + i) * 7919 % texts.len()).collect();
-        let put: Vec<(usize, String)> = out.iter().map(|&c| (c, texts[c].clone())).collect();
-        let put: Vec<(usize, String)> = put
-            .into_iter()
-            .map(|(_, t)| {
-                next += 1;
-                (next - 1, t)
-            })
-            .collect();
+        // Their text back as new chunks, numbered on from the last.
+        let put: Vec<(usize, String)> = out.iter().zip(next..).map(|(&c, n)| (n, texts[c].clone())).collect();
+        next += put.len();
         let t = Instant::now();
         apply(&out, &put);
         times.push(ms(t));
