@@ -196,6 +196,10 @@ pub struct IndexSummary {
     /// Removals found and held for a yes (`cairn reconcile ID --allow-removals`), per source:
     /// what and how many.
     pub removals_held: Vec<String>,
+    /// Folders below a source's root that could not be read (or a mount point showing nothing):
+    /// their pages were kept as last seen. What and what to do, per folder.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub folders_unavailable: Vec<String>,
     pub sources: Vec<SourceReport>,
     /// The process that did the work: this one (`owner`) or the database's owner (`client`).
     pub role: Option<Role>,
@@ -460,6 +464,9 @@ fn held_back(named: &[cairn_actors::SourceStatus], summary: &mut IndexSummary) -
         }
         if let Some(held) = &s.held_removals {
             summary.removals_held.push(held.describe(&s.source, &s.root));
+        }
+        for folder in &s.folders_unavailable {
+            summary.folders_unavailable.push(folder.describe(&s.source, &s.root));
         }
     }
     failed

@@ -95,9 +95,11 @@ pub struct Limits {
     pub parse_timeout_ms: u64,
     /// Chunks of one page that are indexed (the first ones).
     pub max_page_chunks: usize,
-    /// A scan that would remove more than half of a source's pages (and at least 20) waits for
-    /// `cairn reconcile ID --allow-removals`. `false` applies such removals at once (unattended
-    /// setups); a folder that is missing, empty or another one still never empties its source.
+    /// A scan that would remove more than half of a source's pages (and at least 20, counting
+    /// the removals of the last 10 minutes) waits for `cairn reconcile ID --allow-removals`.
+    /// `false` applies such removals at once (unattended setups); a folder that is missing, empty
+    /// or another one, and a machine's first scan of a source that finds fewer than half of its
+    /// pages, still never empty it.
     pub hold_mass_removals: bool,
 }
 

@@ -87,6 +87,13 @@ pub enum EventKind {
         held: cairn_ingest::HeldRemovals,
         message: String,
     },
+    /// Folders below the root that a scan could not speak for (unreadable, or a mount point
+    /// showing nothing): their pages are kept and answer as last seen. An empty list: every
+    /// folder can be read again.
+    FoldersUnavailable {
+        folders: Vec<cairn_ingest::FolderUnavailable>,
+        message: String,
+    },
     FileChanged {
         path: String,
     },
@@ -241,6 +248,7 @@ impl EventKind {
             EventKind::SourceUnavailable { .. } => "source_unavailable",
             EventKind::SourceAvailable => "source_available",
             EventKind::RemovalsHeld { .. } => "removals_held",
+            EventKind::FoldersUnavailable { .. } => "folders_unavailable",
             EventKind::FileChanged { .. } => "file_changed",
             EventKind::FileRemoved { .. } => "file_removed",
             EventKind::FileRenamed { .. } => "file_renamed",
@@ -278,7 +286,9 @@ impl std::fmt::Display for Event {
                 f,
                 "{s}: {reason} scan: {files} files, {changed} to index, {removed} to remove, {held} removals held"
             ),
-            EventKind::SourceUnavailable { message, .. } | EventKind::RemovalsHeld { message, .. } => {
+            EventKind::SourceUnavailable { message, .. }
+            | EventKind::RemovalsHeld { message, .. }
+            | EventKind::FoldersUnavailable { message, .. } => {
                 write!(f, "{message}")
             }
             EventKind::SourceAvailable => write!(f, "{s}: its folder is back; caught up"),

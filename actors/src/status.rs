@@ -99,6 +99,9 @@ pub struct SourceStatus {
     /// Removals a scan found and holds until `cairn reconcile ID --allow-removals`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_removals: Option<cairn_ingest::HeldRemovals>,
+    /// Folders below the root that cannot be read now: their pages are kept as last seen.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub folders_unavailable: Vec<cairn_ingest::FolderUnavailable>,
 }
 
 /// One line of counts, then why it is unavailable, what removals it holds, and what fails.
@@ -122,6 +125,9 @@ impl std::fmt::Display for SourceStatus {
         }
         if let Some(held) = &self.held_removals {
             writeln!(f, "  {}", held.describe(&self.source, &self.root))?;
+        }
+        for folder in &self.folders_unavailable {
+            writeln!(f, "  {}", folder.describe(&self.source, &self.root))?;
         }
         for failing in &self.failures {
             writeln!(f, "  failing {}: {}", failing.path, failing.reason)?;
@@ -270,6 +276,11 @@ impl StatusBoard {
     /// Removals held (`Some`), or none any more.
     pub fn set_held(&self, source: &str, held: Option<cairn_ingest::HeldRemovals>) {
         self.with(source, |e| e.status.held_removals = held);
+    }
+
+    /// The folders below the root whose pages were kept unseen (none: every folder reads).
+    pub fn set_folders_unavailable(&self, source: &str, folders: Vec<cairn_ingest::FolderUnavailable>) {
+        self.with(source, |e| e.status.folders_unavailable = folders);
     }
 
     /// Why each unavailable source is, with what to do about it.

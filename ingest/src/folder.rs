@@ -11,7 +11,14 @@
 //!   indexed (and a scan of it would remove pages) makes its source **unavailable**: nothing is
 //!   removed, the index answers as last seen and says so;
 //! - a removal of more than half of a source's pages (and at least [`MASS_REMOVAL_MIN`]) is
-//!   **held** until someone says yes;
+//!   **held** until someone says yes, counting the removals applied in the last
+//!   [`REMOVAL_WINDOW_MS`] ([`RecentRemovals`]): a sync client that evicts a folder in small
+//!   batches meets the same guard as an `rm` of all of it;
+//! - a machine's first scan of a source that holds pages (indexed elsewhere, or from another
+//!   folder) must find most of them, or its removals are held, even with a standing yes;
+//! - pages under a folder the scan could not read, or under a mount point that shows no notes
+//!   (a share unmounted, an empty file system mounted over it), are **unavailable**, not gone
+//!   ([`shield`]);
 //! - anything else applies at once.
 //!
 //! cairn writes nothing into the folder to know it again: a notes folder may be read-only, synced
@@ -43,6 +50,11 @@ pub struct FolderIdentity {
     /// The [`MARKERS`] present at the root.
     #[serde(default)]
     pub markers: Vec<String>,
+    /// Folders below the root that were mount points when a scan last applied (vault-relative):
+    /// one that shows no notes later was unmounted, and its pages are not gone. Not part of
+    /// what makes the folder the same one ([`FolderIdentity::change_to`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mounts: Vec<String>,
 }
 
 impl FolderIdentity {
@@ -62,7 +74,7 @@ impl FolderIdentity {
             .filter(|m| root.join(m).symlink_metadata().is_ok())
             .map(|m| m.to_string())
             .collect();
-        Ok(Self { dev, ino, markers })
+        Ok(Self { dev, ino, markers, mounts: Vec::new() })
     }
 
     /// How the folder found `now` differs from this recorded one, in words (`None`: the same).
@@ -90,6 +102,11 @@ fn dev_ino(meta: &std::fs::Metadata) -> (u64, u64) {
 #[cfg(not(unix))]
 fn dev_ino(_: &std::fs::Metadata) -> (u64, u64) {
     (0, 0)
+}
+
+/// The device a file or folder is on (0 where the platform does not say).
+pub(crate) fn device_of(meta: &std::fs::Metadata) -> u64 {
+    dev_ino(meta).0
 }
 
 /// Why a source cannot be read from its folder now. Its index is kept and answers as last seen.
@@ -176,6 +193,16 @@ pub struct HeldRemovals {
     pub indexed: usize,
     /// A few of the paths, sorted.
     pub sample: Vec<String>,
+    /// Pages already removed within [`REMOVAL_WINDOW_MS`], which these would add to.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub recent: usize,
+    /// This machine's first scan of a source that holds pages found fewer than half of them.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub first_scan: bool,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// Paths of held removals reported by name.
@@ -183,15 +210,134 @@ pub const HELD_SAMPLE: usize = 10;
 
 impl HeldRemovals {
     pub fn describe(&self, id: &str, root: &str) -> String {
+        let why = if self.first_scan {
+            " (this machine's first scan of it: a folder still syncing, or another one?)".to_string()
+        } else if self.recent > 0 {
+            format!(", after {} removed in the last {} minutes", self.recent, REMOVAL_WINDOW_MS / 60_000)
+        } else {
+            String::new()
+        };
         format!(
-            "source `{id}`: a scan of {root} would remove {} of its {} pages ({}{}); the removals are held, the \
-             pages stay searchable. If they are meant, run `cairn reconcile {id} --allow-removals`",
+            "source `{id}`: a scan of {root} would remove {} of its {} pages ({}{}){why}; the removals are held, \
+             the pages stay searchable. If they are meant, run `cairn reconcile {id} --allow-removals`",
             self.removing,
             self.indexed,
             self.sample.join(", "),
             if self.removing > self.sample.len() { ", …" } else { "" }
         )
     }
+}
+
+/// The window over which removals add up toward a mass removal.
+pub const REMOVAL_WINDOW_MS: i64 = 10 * 60 * 1000;
+
+/// Removals applied to a source lately (time in ms since the Unix epoch, injected), so that a
+/// source drained in small batches meets the guard a single mass removal meets.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecentRemovals {
+    /// (when, how many), oldest first.
+    #[serde(default)]
+    applied: Vec<(i64, usize)>,
+}
+
+impl RecentRemovals {
+    /// Pages removed within the window before `now`.
+    pub fn within(&self, now: i64) -> usize {
+        self.applied.iter().filter(|(at, _)| now - at < REMOVAL_WINDOW_MS).map(|(_, n)| n).sum()
+    }
+
+    /// `n` pages were removed at `now` (entries past the window are dropped).
+    pub fn record(&mut self, now: i64, n: usize) {
+        self.applied.retain(|(at, _)| now - at < REMOVAL_WINDOW_MS);
+        if n > 0 {
+            self.applied.push((now, n));
+        }
+    }
+
+    /// Someone said yes: what was removed before no longer counts.
+    pub fn clear(&mut self) {
+        self.applied.clear();
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.applied.is_empty()
+    }
+}
+
+/// Pages under a folder below the root that a scan cannot speak for: kept as they were indexed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FolderUnavailable {
+    /// Vault-relative (`.` for the root itself).
+    pub folder: String,
+    /// Indexed pages under it that the scan did not find.
+    pub pages: usize,
+    /// `unreadable` (the folder could not be read) or `empty_mount` (a mount point, now or when
+    /// last scanned, that shows no notes).
+    pub reason: String,
+}
+
+impl FolderUnavailable {
+    pub fn describe(&self, id: &str, root: &str) -> String {
+        let (what, drop) = match self.reason.as_str() {
+            "unreadable" => (
+                "cannot be read (permissions, or a network share that fails?)",
+                format!(
+                    "to drop them, exclude the folder from the source (`exclude = [\"{}/**\"]`)",
+                    self.folder
+                ),
+            ),
+            _ => (
+                "is a mount point that shows no notes (a share or drive not mounted there?)",
+                format!("if they were deleted on purpose, run `cairn reconcile {id} --allow-removals`"),
+            ),
+        };
+        format!(
+            "source `{id}`: {root}/{} {what}; its {} pages are kept and answer as last seen. When it can be read \
+             again cairn resumes by itself; {drop}",
+            self.folder, self.pages
+        )
+    }
+}
+
+/// Whether vault-relative `path` lies in `folder` (`.` holds everything).
+pub fn lies_in(path: &str, folder: &str) -> bool {
+    folder == "." || path.strip_prefix(folder).is_some_and(|rest| rest.starts_with('/'))
+}
+
+/// Which of the pages `gone` (vault-relative paths a scan did not find) a scan cannot speak for,
+/// and the folders that hide them. `unreadable`: paths the scan could not read; `mounts`: mount
+/// points, now or when last scanned; `found`: the notes the scan found. A page is kept when it
+/// lies in an unreadable path, or in a mount point under which the scan found no note.
+pub fn shield(
+    gone: &[&str],
+    found: &[&str],
+    unreadable: &[String],
+    mounts: &[String],
+) -> (Vec<bool>, Vec<FolderUnavailable>) {
+    let empty_mounts: Vec<&String> = mounts.iter().filter(|m| !found.iter().any(|f| lies_in(f, m))).collect();
+    let mut folders: Vec<FolderUnavailable> = Vec::new();
+    let kept = gone
+        .iter()
+        .map(|p| {
+            let hidden_by = unreadable
+                .iter()
+                .find(|u| *p == u.as_str() || lies_in(p, u))
+                .map(|u| (u, "unreadable"))
+                .or_else(|| empty_mounts.iter().find(|m| lies_in(p, m)).map(|m| (*m, "empty_mount")));
+            let Some((folder, reason)) = hidden_by else { return false };
+            match folders.iter_mut().find(|f| &f.folder == folder) {
+                Some(f) => f.pages += 1,
+                None => folders.push(FolderUnavailable {
+                    folder: folder.clone(),
+                    pages: 1,
+                    reason: reason.into(),
+                }),
+            }
+            true
+        })
+        .collect();
+    folders.sort_by(|a, b| a.folder.cmp(&b.folder));
+    (kept, folders)
 }
 
 /// What a comparison of the folder with the index found.
@@ -205,6 +351,10 @@ pub struct Reading {
     pub removing: usize,
     /// How the folder differs from the one recorded (`None`: the same, or none recorded).
     pub change: Option<String>,
+    /// Pages removed within [`REMOVAL_WINDOW_MS`] before this scan.
+    pub recent: usize,
+    /// No identity of the folder is recorded on this machine (its first scan here).
+    pub first_scan: bool,
 }
 
 /// What the user agreed to.
@@ -224,7 +374,7 @@ pub enum Verdict {
     /// Apply everything it found.
     Apply,
     /// Apply what changed and arrived; hold the removals.
-    Hold { removing: usize, indexed: usize },
+    Hold { removing: usize, indexed: usize, recent: usize, first_scan: bool },
     /// Apply nothing: the source is unavailable.
     Unavailable(Unavailable),
 }
@@ -245,8 +395,19 @@ pub fn judge(r: &Reading, consent: Consent) -> Verdict {
             removing: r.removing,
         });
     }
-    if is_mass_removal(r.removing, r.indexed) && !consent.mass_removals {
-        return Verdict::Hold { removing: r.removing, indexed: r.indexed };
+    let hold =
+        |recent, first_scan| Verdict::Hold { removing: r.removing, indexed: r.indexed, recent, first_scan };
+    // A first scan has nothing to tell a folder still syncing from the source's own: it must
+    // find most of the pages, whatever the standing yes says.
+    if r.first_scan && r.removing > 0 && r.removing * 2 > r.indexed {
+        return hold(0, true);
+    }
+    // Measured against the source as it was before the window's removals.
+    if r.removing > 0
+        && is_mass_removal(r.removing + r.recent, r.indexed + r.recent)
+        && !consent.mass_removals
+    {
+        return hold(r.recent, false);
     }
     Verdict::Apply
 }
@@ -310,7 +471,11 @@ mod tests {
     use super::*;
 
     fn reading(indexed: usize, found: usize, removing: usize, change: Option<&str>) -> Reading {
-        Reading { indexed, found, removing, change: change.map(str::to_string) }
+        Reading { indexed, found, removing, change: change.map(str::to_string), ..Reading::default() }
+    }
+
+    fn held(removing: usize, indexed: usize) -> Verdict {
+        Verdict::Hold { removing, indexed, recent: 0, first_scan: false }
     }
 
     #[test]
@@ -337,10 +502,7 @@ mod tests {
 
     #[test]
     fn more_than_half_and_at_least_twenty_is_held() {
-        assert_eq!(
-            judge(&reading(40, 16, 24, None), Consent::default()),
-            Verdict::Hold { removing: 24, indexed: 40 }
-        );
+        assert_eq!(judge(&reading(40, 16, 24, None), Consent::default()), held(24, 40));
         // Half exactly, or under the floor, or a tenth: applied at once.
         assert_eq!(judge(&reading(40, 20, 20, None), Consent::default()), Verdict::Apply);
         assert_eq!(judge(&reading(30, 11, 19, None), Consent::default()), Verdict::Apply);
@@ -348,6 +510,77 @@ mod tests {
         // A standing yes to mass removals applies them.
         let standing = Consent { mass_removals: true, ..Consent::default() };
         assert_eq!(judge(&reading(40, 16, 24, None), standing), Verdict::Apply);
+    }
+
+    #[test]
+    fn small_batches_add_up_within_the_window() {
+        // A sync client evicting 15 at a time from 60 pages: the third batch makes 45 of 60.
+        let mut recent = RecentRemovals::default();
+        let mut indexed = 60;
+        let mut verdicts = Vec::new();
+        for (i, now) in [0, 60_000, 120_000].into_iter().enumerate() {
+            let r = Reading { recent: recent.within(now), ..reading(indexed, indexed - 15, 15, None) };
+            let v = judge(&r, Consent::default());
+            if v == Verdict::Apply {
+                recent.record(now, 15);
+                indexed -= 15;
+            }
+            verdicts.push((i, v));
+        }
+        assert_eq!(verdicts[0].1, Verdict::Apply);
+        assert_eq!(verdicts[1].1, Verdict::Apply, "30 of 60 is half, not more");
+        assert_eq!(verdicts[2].1, Verdict::Hold { removing: 15, indexed: 30, recent: 30, first_scan: false });
+        // Past the window the old removals no longer count.
+        let later = 120_000 + REMOVAL_WINDOW_MS;
+        assert_eq!(recent.within(later), 0);
+        let r = Reading { recent: recent.within(later), ..reading(30, 15, 15, None) };
+        assert_eq!(judge(&r, Consent::default()), Verdict::Apply);
+        // A standing yes, as for one mass removal.
+        let r = Reading { recent: 30, ..reading(30, 15, 15, None) };
+        assert_eq!(judge(&r, Consent { mass_removals: true, ..Consent::default() }), Verdict::Apply);
+        recent.clear();
+        assert!(recent.is_empty());
+    }
+
+    #[test]
+    fn a_first_scan_must_find_most_of_the_pages_even_with_a_standing_yes() {
+        let first = |indexed, found, removing| Reading {
+            first_scan: true,
+            ..reading(indexed, found, removing, None)
+        };
+        let standing = Consent { mass_removals: true, ..Consent::default() };
+        // One stray note where 40 pages were indexed elsewhere: held, whatever the standing yes.
+        let want = Verdict::Hold { removing: 40, indexed: 40, recent: 0, first_scan: true };
+        assert_eq!(judge(&first(40, 1, 40), standing), want);
+        // Below the mass floor too: a first scan has no floor.
+        assert!(matches!(judge(&first(6, 2, 4), Consent::default()), Verdict::Hold { first_scan: true, .. }));
+        // Most found: the rest applies.
+        assert_eq!(judge(&first(40, 30, 10), Consent::default()), Verdict::Apply);
+        // The explicit yes.
+        assert_eq!(
+            judge(&first(40, 1, 40), Consent { removals: true, ..Consent::default() }),
+            Verdict::Apply
+        );
+    }
+
+    #[test]
+    fn pages_under_an_unreadable_folder_or_an_empty_mount_are_kept() {
+        let gone = ["sub/a.md", "sub/deep/b.md", "nfs/c.md", "other/d.md", "subway.md", "disk/e.md"];
+        let found = ["top.md", "disk/f.md"];
+        let unreadable = ["sub".to_string()];
+        let mounts = ["nfs".to_string(), "disk".to_string()];
+        let (kept, folders) = shield(&gone, &found, &unreadable, &mounts);
+        // `disk` shows a note: it is mounted, and its missing page is an ordinary removal.
+        assert_eq!(kept, [true, true, true, false, false, false]);
+        let got: Vec<(&str, usize, &str)> =
+            folders.iter().map(|f| (f.folder.as_str(), f.pages, f.reason.as_str())).collect();
+        assert_eq!(got, [("nfs", 1, "empty_mount"), ("sub", 2, "unreadable")]);
+        assert!(folders[0].describe("nt", "/v").contains("/v/nfs is a mount point"));
+        // The root unreadable hides everything; a file that could not be read hides itself.
+        let (kept, _) = shield(&gone, &[], &[".".to_string()], &[]);
+        assert!(kept.iter().all(|k| *k));
+        let (kept, _) = shield(&["a.md", "b.md"], &[], &["a.md".to_string()], &[]);
+        assert_eq!(kept, [true, false]);
     }
 
     #[test]
@@ -398,6 +631,9 @@ mod tests {
         let g = Glance::of(&root);
         assert_eq!(g.unavailable(None, 3), None);
         let recorded = FolderIdentity { ino: 1, ..g.identity.clone().unwrap() };
+        // Mount points below the root are not what makes the folder the same one.
+        let mounted = FolderIdentity { mounts: vec!["nfs".into()], ..g.identity.clone().unwrap() };
+        assert_eq!(g.unavailable(Some(&mounted), 3), None);
         assert!(matches!(g.unavailable(Some(&recorded), 3), Some(Unavailable::OtherFolder { .. })));
     }
 
@@ -415,7 +651,17 @@ mod tests {
             assert!(text.contains("source `nt`") && text.contains("nothing"), "{text}");
             assert!(text.contains("cairn") || text.contains("--source nt="), "no remedy: {text}");
         }
-        let held = HeldRemovals { removing: 24, indexed: 40, sample: vec!["a.md".into()] };
+        let held = HeldRemovals {
+            removing: 24,
+            indexed: 40,
+            sample: vec!["a.md".into()],
+            recent: 0,
+            first_scan: false,
+        };
         assert!(held.describe("nt", "/v").contains("cairn reconcile nt --allow-removals"));
+        let recent = HeldRemovals { recent: 12, ..held.clone() };
+        assert!(recent.describe("nt", "/v").contains("after 12 removed in the last 10 minutes"));
+        let first = HeldRemovals { first_scan: true, ..held };
+        assert!(first.describe("nt", "/v").contains("first scan"));
     }
 }

@@ -27,7 +27,10 @@ pub use chunk::{
 };
 pub use debounce::{Debouncer, RawEvent, Settled};
 pub use error::{Error, Result};
-pub use folder::{Consent, FolderIdentity, Glance, HeldRemovals, Reading, Unavailable, Verdict, judge};
+pub use folder::{
+    Consent, FolderIdentity, FolderUnavailable, Glance, HeldRemovals, Reading, RecentRemovals, Unavailable,
+    Verdict, judge,
+};
 pub use hash::hex_digest;
 pub use markdown::Link;
 pub use page::{

@@ -79,6 +79,13 @@ pub struct ScanReport {
     /// [`assign_slugs`]); slugs are unique.
     pub files: Vec<ScannedFile>,
     pub problems: Vec<Error>,
+    /// Paths below the root (vault-relative, `.` for the root) that could not be read for a
+    /// reason other than being gone (EACCES, EIO, ESTALE…): the scan cannot say what is under
+    /// them, so their pages are not gone (see [`crate::folder::shield`]).
+    pub unreadable: Vec<PathBuf>,
+    /// Folders below the root on another file system than the folder holding them (mount
+    /// points, vault-relative), in path order.
+    pub mounts: Vec<PathBuf>,
 }
 
 /// `root.join(rel)` as the file it really is, refused when a symlink on the way leads out of
@@ -100,6 +107,12 @@ pub fn scan(root: &Path, filter: &PathFilter) -> Result<ScanReport> {
     let canon_root = root.canonicalize().map_err(|e| Error::io(root, &e))?;
     let problems = RefCell::new(Vec::new());
     let mut found = Vec::new();
+    let (mut unreadable, mut mounts) = (Vec::new(), Vec::new());
+    // Each folder's device, to tell a mount point from the folder holding it.
+    let mut devices: HashMap<PathBuf, u64> = HashMap::new();
+    if let Ok(meta) = std::fs::metadata(root) {
+        devices.insert(root.to_path_buf(), crate::folder::device_of(&meta));
+    }
     let rel_of = |p: &Path| match p.strip_prefix(root) {
         Ok(r) if r.as_os_str().is_empty() => PathBuf::from("."),
         Ok(r) => r.to_path_buf(),
@@ -145,9 +158,24 @@ pub fn scan(root: &Path, filter: &PathFilter) -> Result<ScanReport> {
                     mtime_ms: meta.and_then(|m| m.modified().ok()).map_or(0, mtime_ms),
                 });
             }
+            Ok(e) if e.file_type().is_dir() && e.depth() > 0 => {
+                let Ok(meta) = e.metadata() else { continue };
+                let dev = crate::folder::device_of(&meta);
+                let parent = e.path().parent().and_then(|p| devices.get(p));
+                if parent.is_some_and(|&p| p != dev) {
+                    mounts.push(rel_of(e.path()));
+                }
+                devices.insert(e.path().to_path_buf(), dev);
+            }
             Ok(_) => {}
             Err(err) => {
                 let path = err.path().map(rel_of).unwrap_or_default();
+                // A dangling link is simply nothing to index; anything else hides what is there.
+                if err.loop_ancestor().is_none()
+                    && err.io_error().is_none_or(|e| e.kind() != std::io::ErrorKind::NotFound)
+                {
+                    unreadable.push(path.clone());
+                }
                 let problem = match err.loop_ancestor() {
                     Some(ancestor) => Error::SymlinkLoop { path, ancestor: rel_of(ancestor) },
                     None => match err.io_error() {
@@ -161,7 +189,8 @@ pub fn scan(root: &Path, filter: &PathFilter) -> Result<ScanReport> {
     }
     let problems = problems.into_inner();
     let files = assign_slugs(found);
-    Ok(ScanReport { files, problems })
+    mounts.sort();
+    Ok(ScanReport { files, problems, unreadable, mounts })
 }
 
 /// Read a file of `report` as a new index would: under the slug the scan gave it (another

@@ -23,6 +23,9 @@ pub async fn index(config: cairn::Config, json: bool, reindex: bool) -> Result<E
         for held in &summary.removals_held {
             eprintln!("held: {held}");
         }
+        for folder in &summary.folders_unavailable {
+            eprintln!("kept: {folder}");
+        }
         let by = match summary.role {
             Some(Role::Client) => " by the database's owner",
             _ => "",

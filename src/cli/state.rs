@@ -66,6 +66,9 @@ pub async fn reconcile(common: &Common, id: &str, allow_removals: bool, json: bo
         if let Some(held) = &r.held {
             eprintln!("cairn: {}", held.describe(&r.source, &root));
         }
+        for folder in &r.folders_unavailable {
+            eprintln!("cairn: {}", folder.describe(&r.source, &root));
+        }
     }
     Ok(if r.unavailable.is_some() { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }

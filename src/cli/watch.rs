@@ -177,6 +177,7 @@ async fn print_events(mut events: futures::stream::BoxStream<'static, std::sync:
             | K::SourceUnavailable { .. }
             | K::SourceAvailable
             | K::RemovalsHeld { .. }
+            | K::FoldersUnavailable { .. }
             | K::Committed { .. }
             | K::PageFailed { .. }
             | K::PageWarning { .. }

@@ -407,3 +407,152 @@ fn a_scan_during_a_mass_delete_judges_the_whole_delete() {
         .block_on(async { stored(&Database::open(db.to_str().unwrap()).await.unwrap(), "vault").await });
     assert_eq!(db, 40, "a page was removed");
 }
+
+/// The folders a run kept unseen, from its `index --json` summary.
+fn kept_folders(run: &Value) -> Vec<String> {
+    run["folders_unavailable"]
+        .as_array()
+        .map_or(Vec::new(), |a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_file_system_over_a_subfolder_keeps_its_pages() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (vault, db) = (tmp.path().join("vault"), tmp.path().join("db"));
+    write_vault(&vault, 35, 5);
+    index(&db, &["--source", &format!("nt={}", vault.display())]);
+    let over_sub = format!("mount -t tmpfs none {}/sub", vault.display());
+
+    // A run that sees `sub/` as an empty mount point: its five pages stay, and it says why.
+    let run = json_of(&hidden(&over_sub, &cairn(&db, &["index", "--json"])).output().unwrap());
+    assert_eq!(run["pages_removed"], 0, "{run}");
+    let kept = kept_folders(&run);
+    assert!(kept.len() == 1 && kept[0].contains("/sub is a mount point that shows no notes"), "{run}");
+    assert!(kept[0].contains("its 5 pages are kept"), "{run}");
+    assert_eq!(local_pages(&db).await, 35);
+
+    // The same under a running watch (the case measured in the issue: it removed the five).
+    let mut watch = Watch::start(hidden(&over_sub, &cairn(&db, &["watch", "--json"])));
+    let e = watch.until("the subfolder reported", |e| e["event"] == "folders_unavailable");
+    assert_eq!(
+        (e["folders"][0]["folder"].as_str(), e["folders"][0]["pages"].as_u64()),
+        (Some("sub"), Some(5))
+    );
+    assert_eq!(e["folders"][0]["reason"], "empty_mount", "{e}");
+    let status = json_of(&cairn(&db, &["status", "--json"]).output().unwrap());
+    assert_eq!(status["sources"][0]["folders_unavailable"][0]["folder"], "sub", "{status}");
+    assert_eq!(search(&db, "marker2")["results"][0]["slug"], "sub/note-2");
+    watch.stop();
+    assert_eq!(local_pages(&db).await, 35);
+    assert_nothing_redone(&index(&db, &[]), 35);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_share_unmounted_from_a_subfolder_keeps_its_pages_until_it_is_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (vault, db, share) = (tmp.path().join("vault"), tmp.path().join("db"), tmp.path().join("share"));
+    write_vault(&vault, 30, 4);
+    // The four notes of `sub/` live on a file system of their own, mounted there when indexed.
+    std::fs::rename(vault.join("sub"), &share).unwrap();
+    std::fs::create_dir(vault.join("sub")).unwrap();
+    let mounted =
+        format!("mount -t tmpfs none {0}/sub && cp -p {1}/* {0}/sub/", vault.display(), share.display());
+    let source = format!("nt={}", vault.display());
+    let first =
+        json_of(&hidden(&mounted, &cairn(&db, &["index", "--json", "--source", &source])).output().unwrap());
+    assert_eq!(first["pages_indexed"], 30, "{first}");
+
+    // Unmounted (here: never mounted in this namespace), `sub/` is an empty folder on the vault's
+    // own disk; only the recorded mount point tells its notes are elsewhere, not deleted.
+    let run = index(&db, &[]);
+    assert_eq!(run["pages_removed"], 0, "{run}");
+    assert!(kept_folders(&run).iter().any(|k| k.contains("/sub is a mount point")), "{run}");
+    // Asked again, it is still kept (the mount point stays recorded while it hides pages).
+    assert_eq!(index(&db, &[])["pages_removed"], 0);
+    assert_eq!(local_pages(&db).await, 30);
+
+    // Back: nothing redone. An explicit yes then removes what an empty mount point hides.
+    let back = json_of(&hidden(&mounted, &cairn(&db, &["index", "--json"])).output().unwrap());
+    assert_eq!(
+        (back["pages_removed"].as_u64(), back["chunks_embedded"].as_u64()),
+        (Some(0), Some(0)),
+        "{back}"
+    );
+    let yes = json_of(&cairn(&db, &["reconcile", "nt", "--allow-removals", "--json"]).output().unwrap());
+    assert_eq!(yes["removed"], 4, "{yes}");
+    assert_eq!(local_pages(&db).await, 26);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_drained_in_small_batches_under_a_watch_is_held_once_most_of_it_went() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (vault, db) = (tmp.path().join("vault"), tmp.path().join("db"));
+    write_vault(&vault, 60, 0);
+    let mut watch =
+        Watch::start(cairn(&db, &["watch", "--json", "--source", &format!("nt={}", vault.display())]));
+    watch.events.wait_for("the catch-up", |e| e["event"] == "reconciled");
+    watch.events.wait_for("the first commit", |e| e["event"] == "committed");
+    let pid = watch.child.id().to_string();
+    // A sync client evicting 15 notes at a time, each batch settling on its own (the watch is
+    // paused while a batch goes, so that it arrives as one).
+    let evict = |range: std::ops::Range<usize>| {
+        Command::new("kill").args(["-STOP", &pid]).status().unwrap();
+        for i in range {
+            std::fs::remove_file(vault.join(format!("note-{i}.md"))).unwrap();
+        }
+        Command::new("kill").args(["-CONT", &pid]).status().unwrap();
+    };
+    for batch in 0..2 {
+        evict(batch * 15..batch * 15 + 15);
+        let mut removed = 0;
+        watch.events.wait_for("a batch of 15 applied", |e| {
+            assert_ne!(e["event"], "removals_held", "batch {batch}: {e}");
+            removed += usize::from(e["event"] == "page_removed");
+            removed == 15
+        });
+    }
+    // The third makes 45 of the 60 within minutes: held, though it is 15 of 30 by itself.
+    evict(30..45);
+    let held = watch.until("the third batch held", |e| e["event"] == "removals_held");
+    let h = &held["held"];
+    assert_eq!(
+        (h["removing"].as_u64(), h["indexed"].as_u64(), h["recent"].as_u64()),
+        (Some(15), Some(30), Some(30))
+    );
+    assert!(held["message"].as_str().unwrap().contains("after 30 removed in the last 10 minutes"), "{held}");
+    assert_eq!(search(&db, "marker40")["results"][0]["slug"], "note-40", "still searchable");
+    let done = json_of(&cairn(&db, &["reconcile", "nt", "--allow-removals", "--json"]).output().unwrap());
+    assert_eq!(done["removed"], 15, "{done}");
+    watch.stop();
+    assert_eq!(local_pages(&db).await, 15);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machines_first_scan_of_a_shared_source_must_find_most_of_it_even_with_a_standing_yes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let weed = Weed::start(&tmp.path().join("weed"));
+    let (vault, stray) = (tmp.path().join("vault"), tmp.path().join("stray"));
+    write_vault(&vault, 30, 0);
+    write(&stray, "stray.md", "# Stray\n\nOne note that synced first.\n");
+    let db = format!("s3://{BUCKET}/shared");
+    // Unattended machines: a standing yes to mass removals.
+    let config = tmp.path().join("cairn.toml");
+    std::fs::write(&config, "[limits]\nhold_mass_removals = false\n").unwrap();
+    let on = |m: &str, args: &[&str]| {
+        let mut c = Command::new(cairn_bin());
+        c.args(args).args(["--db", &db, "--config", config.to_str().unwrap()]);
+        weed.machine(&tmp.path().join(m), &mut c);
+        c
+    };
+    let out = on("a", &["index", "--json", "--source", &format!("nt={}", vault.display())]).output().unwrap();
+    assert_eq!(json_of(&out)["pages_indexed"], 30);
+
+    // Machine B's replica of the folder has synced one note so far.
+    let out = on("b", &["index", "--json", "--source", &format!("nt={}", stray.display())]).output().unwrap();
+    let run = json_of(&out);
+    assert_eq!(run["pages_removed"], 0, "{run}");
+    let held = run["removals_held"][0].as_str().unwrap_or_default();
+    assert!(held.contains("30 of its 30 pages") && held.contains("first scan"), "{run}");
+    let shared = Database::open_with(&db, &weed.options(), Some(std::time::Duration::ZERO)).await.unwrap();
+    assert_eq!(stored(&shared, "nt").await, 31, "the stray note added, nothing removed");
+}

@@ -1,6 +1,7 @@
 //! The folders this machine was given, per database: for each source, the folder a user named
-//! here (`--source`, a positional folder, the config) and its identity when it was last read
-//! whole ([`FolderIdentity`]).
+//! here (`--source`, a positional folder, the config), its identity when it was last read
+//! whole ([`FolderIdentity`]), and the removals applied to it lately ([`RecentRemovals`], kept
+//! here so that a source drained a few pages per run meets the guard across restarts too).
 //!
 //! A source's root as the database records it is a fact about the machine that wrote it, not a
 //! command: on a second machine (a shared S3 database) the same path may be absent, empty, or
@@ -8,7 +9,7 @@
 //! source is served as stored. The book lives in the database's local state folder (for an
 //! object store, the per-machine folder named after its URI), written only by the owner.
 
-use cairn_ingest::FolderIdentity;
+use cairn_ingest::{FolderIdentity, RecentRemovals};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -23,6 +24,14 @@ pub struct FolderRecord {
     /// The folder's identity when a scan of it last applied (`None`: not read whole yet).
     #[serde(default)]
     pub identity: Option<FolderIdentity>,
+    /// Removals applied lately (wall-clock ms).
+    #[serde(default, skip_serializing_if = "RecentRemovals::is_empty")]
+    pub recent: RecentRemovals,
+}
+
+/// Wall-clock milliseconds, the time [`RecentRemovals`] are kept in (they outlive a process).
+pub fn now_ms() -> i64 {
+    cairn_ingest::scan::mtime_ms(std::time::SystemTime::now())
 }
 
 /// The book of one database on this machine.
@@ -81,7 +90,7 @@ impl FolderBook {
         self.update(|m| match m.get_mut(id) {
             Some(r) if r.root == root => false,
             _ => {
-                m.insert(id.into(), FolderRecord { root, identity: None });
+                m.insert(id.into(), FolderRecord { root, identity: None, recent: RecentRemovals::default() });
                 true
             }
         });
@@ -93,6 +102,28 @@ impl FolderBook {
             Some(r) if r.identity.as_ref() != Some(identity) => {
                 r.identity = Some(identity.clone());
                 true
+            }
+            _ => false,
+        });
+    }
+
+    /// Pages removed from source `id` within the guard's window before `now`.
+    pub fn recent_removals(&self, id: &str, now: i64) -> usize {
+        self.lock().get(id).map_or(0, |r| r.recent.within(now))
+    }
+
+    /// `n` pages of source `id` were removed at `now`; `yes`: someone said yes to them, and what
+    /// was removed before no longer counts toward the guard.
+    pub fn record_removals(&self, id: &str, now: i64, n: usize, yes: bool) {
+        self.update(|m| match m.get_mut(id) {
+            Some(r) if n > 0 || yes || !r.recent.is_empty() => {
+                let before = r.recent.clone();
+                if yes {
+                    r.recent.clear();
+                } else {
+                    r.recent.record(now, n);
+                }
+                r.recent != before
             }
             _ => false,
         });
@@ -134,10 +165,19 @@ mod tests {
         let book = FolderBook::open(dir.path()).unwrap();
         assert_eq!(book.get("nt"), None);
         book.told("nt", Path::new("/v"));
-        let id = FolderIdentity { dev: 1, ino: 2, markers: vec![".obsidian".into()] };
+        let id = FolderIdentity { dev: 1, ino: 2, markers: vec![".obsidian".into()], mounts: vec![] };
         book.set_identity("nt", &id);
+        book.record_removals("nt", 1_000, 7, false);
         let again = FolderBook::read(dir.path());
-        assert_eq!(again.get("nt"), Some(FolderRecord { root: "/v".into(), identity: Some(id.clone()) }));
+        let mut recent = RecentRemovals::default();
+        recent.record(1_000, 7);
+        assert_eq!(
+            again.get("nt"),
+            Some(FolderRecord { root: "/v".into(), identity: Some(id.clone()), recent })
+        );
+        assert_eq!(again.recent_removals("nt", 2_000), 7);
+        again.record_removals("nt", 3_000, 0, true);
+        assert_eq!(FolderBook::read(dir.path()).recent_removals("nt", 3_000), 0);
         // The same folder told again keeps its identity; another one starts without.
         again.told("nt", Path::new("/v"));
         assert_eq!(again.get("nt").unwrap().identity, Some(id));

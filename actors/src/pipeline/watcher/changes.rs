@@ -6,6 +6,7 @@ use super::WatchParts;
 use super::reconcile::{ReconcileReport, reconcile};
 use crate::event::EventKind;
 use crate::pipeline::error::PipelineError;
+use crate::pipeline::folders::now_ms;
 use crate::pipeline::workers::{PARSE_GROUP, Parse, Parsed};
 use crate::pipeline::writer::{Commit, Covers, Ingest, Origin};
 use cairn_ingest::folder::{self, Consent, FolderIdentity};
@@ -30,8 +31,12 @@ pub(super) struct Changes {
 /// a folder appeared, events were lost, or removals were not ordinary (the rescan's reconcile
 /// judges them with the whole folder in view).
 pub(super) async fn process(h: WatchParts, mut c: Changes) -> Result<Option<ReconcileReport>, PipelineError> {
-    if !c.rescan && !c.removed.is_empty() && !removals_are_ordinary(&h, &c).await? {
-        c.rescan = true;
+    let mut lost = 0;
+    if !c.rescan && !c.removed.is_empty() {
+        match ordinary_losses(&h, &c).await? {
+            Some(n) => lost = n,
+            None => c.rescan = true,
+        }
     }
     let rescan = c.rescan;
     if rescan {
@@ -43,29 +48,45 @@ pub(super) async fn process(h: WatchParts, mut c: Changes) -> Result<Option<Reco
         c.removed.retain(|(p, _)| renamed_from.contains(&rel_string(p)));
     }
     let found_dir = apply(&h, c).await?;
+    if !rescan {
+        h.folders.record_removals(&h.id, now_ms(), lost, false);
+    }
     if rescan || found_dir {
         return reconcile(h, "rescan", HashSet::new(), Consent::default()).await.0.map(Some);
     }
     Ok(None)
 }
 
-/// Whether a tick's removals may apply at once: the folder is still the one indexed, and they
-/// take neither most of the source nor all of it (a folder emptied under a running watch).
-async fn removals_are_ordinary(h: &WatchParts, c: &Changes) -> Result<bool, PipelineError> {
+/// Whether a tick's removals may apply at once, and how many pages they remove: the folder is
+/// still the one indexed, none of them lies in a mount point (an unmount is judged by a scan),
+/// and with those of the guard's window they take neither most of the source nor all of it (a
+/// folder emptied under a running watch, or drained a few at a time). `None`: not ordinary.
+async fn ordinary_losses(h: &WatchParts, c: &Changes) -> Result<Option<usize>, PipelineError> {
     let recorded = h.folders.get(&h.id).and_then(|r| r.identity);
     match FolderIdentity::read(&h.root) {
-        Err(_) => return Ok(false),
-        Ok(now) if recorded.is_some_and(|r| r.change_to(&now).is_some()) => return Ok(false),
+        Err(_) => return Ok(None),
+        Ok(now) if recorded.as_ref().is_some_and(|r| r.change_to(&now).is_some()) => return Ok(None),
         Ok(_) => {}
     }
     let renamed: HashSet<&str> = c.renamed.iter().map(|(from, _)| from.as_str()).collect();
     let lost: Vec<(PathBuf, bool)> =
         c.removed.iter().filter(|(p, _)| !renamed.contains(rel_string(p).as_str())).cloned().collect();
     if lost.is_empty() {
-        return Ok(true);
+        return Ok(Some(0));
+    }
+    let mounts = recorded.map(|r| r.mounts).unwrap_or_default();
+    let in_mount = |p: &PathBuf| {
+        let p = rel_string(p);
+        mounts.iter().any(|m| p == *m || folder::lies_in(&p, m))
+    };
+    if lost.iter().any(|(p, _)| in_mount(p)) {
+        return Ok(None);
     }
     let (covered, indexed) = h.writer.send(Covers(lost)).await?;
-    Ok(covered == 0 || covered < indexed && (h.mass_removals || !folder::is_mass_removal(covered, indexed)))
+    let recent = h.folders.recent_removals(&h.id, now_ms());
+    let mass = folder::is_mass_removal(covered + recent, indexed + recent);
+    let ordinary = covered == 0 || covered < indexed && (h.mass_removals || !mass);
+    Ok(ordinary.then_some(covered))
 }
 
 /// Returns whether a directory stood where a file was expected.

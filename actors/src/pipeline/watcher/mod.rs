@@ -29,7 +29,7 @@ use crate::pipeline::writer::{Commit, Origin, SourceWriter};
 use crate::status::SourceState;
 use crate::status::StatusBoard;
 use actix::prelude::*;
-use cairn_ingest::folder::{Consent, Glance, HeldRemovals, Unavailable};
+use cairn_ingest::folder::{Consent, FolderUnavailable, Glance, HeldRemovals, Unavailable};
 use cairn_ingest::{Debouncer, PathFilter, RawEvent, ScanOptions, Settled, rel_string};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -128,6 +128,8 @@ pub struct Watcher {
     stopped: bool,
     away: Option<Away>,
     held: Option<HeldRemovals>,
+    /// Folders below the root whose pages the last scan kept unseen.
+    shielded: Vec<FolderUnavailable>,
     recheck: Option<SpawnHandle>,
 }
 
@@ -181,6 +183,7 @@ impl Watcher {
             stopped: false,
             away: None,
             held: None,
+            shielded: Vec::new(),
             recheck: None,
         })
     }
@@ -332,6 +335,22 @@ impl Watcher {
             }
             self.held = r.held.clone();
             self.h.status.set_held(&self.h.id, r.held.clone());
+        }
+        if r.unavailable.is_none() && r.folders_unavailable != self.shielded {
+            let folders = r.folders_unavailable.clone();
+            let message = if folders.is_empty() {
+                format!("source `{}`: every folder of {root} can be read again", self.h.id)
+            } else {
+                folders.iter().map(|f| f.describe(&self.h.id, &root)).collect::<Vec<_>>().join("\n")
+            };
+            if folders.is_empty() {
+                tracing::info!("{message}")
+            } else {
+                tracing::warn!("{message}")
+            }
+            events.push(EventKind::FoldersUnavailable { folders: folders.clone(), message });
+            self.h.status.set_folders_unavailable(&self.h.id, folders.clone());
+            self.shielded = folders;
         }
         if !events.is_empty() {
             let (emit, id) = (self.h.emit.clone(), self.h.id.clone());

@@ -1,16 +1,21 @@
 //! A reconcile: the folder scanned and compared with the index, and what the guard of
 //! [`cairn_ingest::folder`] lets through applied (new and changed files parsed, removals and
-//! moves), or the source declared unavailable, or its mass removals held for a yes.
+//! moves), or the source declared unavailable, or its mass removals held for a yes. Pages under
+//! a folder the scan could not read, or under a mount point that shows nothing, are kept and
+//! reported ([`folder::shield`]).
 
 use super::WatchParts;
 use super::changes::{Changes, apply};
 use crate::event::EventKind;
 use crate::pipeline::error::PipelineError;
+use crate::pipeline::folders::now_ms;
 use crate::pipeline::workers::Scan;
 use crate::pipeline::writer::States;
 use crate::status::SourceState;
 use cairn_index::PageState;
-use cairn_ingest::folder::{self, Consent, FolderIdentity, HeldRemovals, Reading, Unavailable, Verdict};
+use cairn_ingest::folder::{
+    self, Consent, FolderIdentity, FolderUnavailable, HeldRemovals, Reading, Unavailable, Verdict,
+};
 use cairn_ingest::{ScanReport, is_slug_of, rel_string, slug_base};
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -31,6 +36,9 @@ pub struct ReconcileReport {
     /// The folder could not be read as the source's: nothing was applied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unavailable: Option<Unavailable>,
+    /// Folders below the root the scan could not speak for: their pages were kept.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub folders_unavailable: Vec<FolderUnavailable>,
 }
 
 /// Compare the folder with the index and apply what the guard lets through (see the module's
@@ -65,7 +73,11 @@ struct Judged {
     to_parse: Vec<PathBuf>,
     /// The removals the guard lets through (moves included).
     removed: Vec<String>,
+    /// Of them, pages lost (not moves).
+    lost: usize,
     held: Option<HeldRemovals>,
+    /// Folders whose pages were kept, unseen.
+    shielded: Vec<FolderUnavailable>,
 }
 
 impl Look {
@@ -119,6 +131,7 @@ async fn compare(
     report.changed = j.to_parse.len();
     report.removed = removed.len();
     report.held = j.held;
+    report.folders_unavailable = j.shielded;
     events.push(EventKind::Reconciled {
         reason: reason.into(),
         files: report.files,
@@ -130,6 +143,7 @@ async fn compare(
     // Names and keywords first: the model waits until these pages are committed.
     let _hold = (!j.to_parse.is_empty()).then(|| h.embedder.hold_bulk());
     apply(h, Changes { to_parse: j.to_parse, removed, ..Changes::default() }).await?;
+    h.folders.record_removals(&h.id, now_ms(), j.lost, consent.removals);
     Ok(report)
 }
 
@@ -158,18 +172,22 @@ async fn scan_and_judge(
     let present: HashSet<String> = scan.files.iter().map(|f| rel_string(&f.rel)).collect();
     let gone: Vec<&str> =
         states.values().filter(|st| !present.contains(&st.path)).map(|st| st.path.as_str()).collect();
-    let moved = moved(&states, &scan, &gone);
     let recorded = h.folders.get(&h.id).and_then(|r| r.identity);
+    let (gone, shielded, identity) = shield(&scan, &present, gone, recorded.as_ref(), identity, consent);
+    let moved = moved(&states, &scan, &gone);
+    let lost = moved.iter().filter(|m| !**m).count();
     let reading = Reading {
         indexed: states.len(),
         found: scan.files.len(),
-        removing: moved.iter().filter(|m| !**m).count(),
-        change: recorded.and_then(|r| r.change_to(&identity)),
+        removing: lost,
+        change: recorded.as_ref().and_then(|r| r.change_to(&identity)),
+        recent: h.folders.recent_removals(&h.id, now_ms()),
+        first_scan: recorded.is_none() && !states.is_empty(),
     };
     let consent = Consent { mass_removals: consent.mass_removals || h.mass_removals, ..consent };
-    let (mut removed, held): (Vec<String>, _) = match folder::judge(&reading, consent) {
+    let (mut removed, held, lost): (Vec<String>, _, _) = match folder::judge(&reading, consent) {
         Verdict::Unavailable(why) => return Ok(Look::Unavailable(why)),
-        Verdict::Hold { removing, indexed } => {
+        Verdict::Hold { removing, indexed, recent, first_scan } => {
             let mut sample: Vec<String> =
                 gone.iter().zip(&moved).filter(|(_, m)| !**m).map(|(p, _)| p.to_string()).collect();
             sample.sort();
@@ -177,13 +195,48 @@ async fn scan_and_judge(
             // The moves still apply: they are renames, not losses.
             let moves: Vec<String> =
                 gone.iter().zip(&moved).filter(|(_, m)| **m).map(|(p, _)| p.to_string()).collect();
-            (moves, Some(HeldRemovals { removing, indexed, sample }))
+            (moves, Some(HeldRemovals { removing, indexed, sample, recent, first_scan }), 0)
         }
-        Verdict::Apply => (gone.iter().map(|p| p.to_string()).collect(), None),
+        Verdict::Apply => (gone.iter().map(|p| p.to_string()).collect(), None, lost),
     };
     removed.sort();
     let to_parse = changed(&scan, &states);
-    Ok(Look::Judged(Judged { identity, files: scan.files.len(), to_parse, removed, held }))
+    Ok(Look::Judged(Judged { identity, files: scan.files.len(), to_parse, removed, lost, held, shielded }))
+}
+
+/// The pages `gone` that the scan can speak for, the folders hiding the others, and the
+/// identity to record: the scan's mount points, plus those recorded before that hide pages now
+/// (an unmounted share stays known as one until its notes are back). An explicit yes removes
+/// what an empty mount point hides, never what could not be read.
+fn shield<'a>(
+    scan: &ScanReport,
+    present: &HashSet<String>,
+    gone: Vec<&'a str>,
+    recorded: Option<&FolderIdentity>,
+    mut identity: FolderIdentity,
+    consent: Consent,
+) -> (Vec<&'a str>, Vec<FolderUnavailable>, FolderIdentity) {
+    let unreadable: Vec<String> = scan.unreadable.iter().map(|p| rel_string(p)).collect();
+    let mut mounts: Vec<String> = scan.mounts.iter().map(|p| rel_string(p)).collect();
+    let now_mounted = mounts.len();
+    if !consent.removals {
+        mounts.extend(
+            recorded
+                .iter()
+                .flat_map(|r| &r.mounts)
+                .filter(|m| !scan.mounts.iter().any(|s| rel_string(s) == **m))
+                .cloned(),
+        );
+    }
+    let found: Vec<&str> = present.iter().map(String::as_str).collect();
+    let (kept, shielded) =
+        folder::shield(&gone, &found, &unreadable, if consent.removals { &[] } else { &mounts });
+    let hiding = |m: &String| shielded.iter().any(|f| &f.folder == m);
+    identity.mounts = mounts[..now_mounted].to_vec();
+    identity.mounts.extend(mounts[now_mounted..].iter().filter(|m| hiding(m)).cloned());
+    identity.mounts.sort();
+    let gone = gone.into_iter().zip(kept).filter(|(_, k)| !k).map(|(p, _)| p).collect();
+    (gone, shielded, identity)
 }
 
 /// A `page_failed` for each problem of the scan not reported before.
