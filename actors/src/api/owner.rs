@@ -36,6 +36,7 @@ impl OwnerApi {
             purpose: info.purpose.clone(),
             since_unix_ms: info.started_unix_ms,
             lock: String::new(),
+            machine: crate::ownership::machine::machine().to_string(),
         };
         Self { pipeline, config, info, clients, writer }
     }

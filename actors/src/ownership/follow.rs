@@ -179,18 +179,28 @@ impl Follower {
                     as_of,
                 );
             }
-            if let Some(since) = t.behind_since.get(id).filter(|s| s.elapsed() >= max_lag) {
-                return (
-                    Freshness::Behind {
-                        degraded: format!("behind:{id}"),
-                        note: format!(
+            if let Some(since) = t.behind_since.get(id) {
+                // Known to be behind: no pending count, within the bound or past it.
+                let (degraded, note) = if since.elapsed() >= max_lag {
+                    (
+                        format!("behind:{id}"),
+                        format!(
                             "`{id}` is behind its writer's commits by {} s (over the bound of {} s)",
                             since.elapsed().as_secs(),
                             self.config.max_lag_s
                         ),
-                    },
-                    as_of,
-                );
+                    )
+                } else {
+                    (
+                        format!("catching_up:{id}"),
+                        format!(
+                            "`{id}` has writer commits not applied here yet (seen {} ms ago); wait before \
+                             creating a page it may hold",
+                            since.elapsed().as_millis()
+                        ),
+                    )
+                };
+                return (Freshness::Behind { degraded, note }, as_of);
             }
             // A live writer keeps it current from its machine: nothing is missing here.
             if t.writer_alive {

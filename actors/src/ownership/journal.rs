@@ -132,8 +132,9 @@ enum Entry {
     Forget(String),
     /// The writer stops: the head says nobody writes.
     Close(tokio::sync::oneshot::Sender<()>),
-    /// Changes of `source` in `epoch` up to this version were removed.
-    Floor(String, u64, u64),
+    /// Changes of `source` in `epoch` up to this version are about to be removed: answered once
+    /// a head naming the floor is written.
+    Floor(String, u64, u64, tokio::sync::oneshot::Sender<()>),
 }
 
 impl Journal {
@@ -142,9 +143,11 @@ impl Journal {
     pub async fn start(remote: Remote, writer: Holder) -> Self {
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Entry>(QUEUE);
         let prune_remote = remote.clone();
-        let mut head = read_head(&remote).await.unwrap_or_default();
-        head.writer = Some(writer);
         tokio::spawn(async move {
+            // The head this writer continues. Until it is read, nothing is written: a head
+            // written from nothing would drop every source this process does not watch.
+            let mut head = continued_head(&remote).await;
+            head.writer = Some(writer);
             while let Some(first) = rx.recv().await {
                 // Everything queued goes out before one new head.
                 let mut batch = vec![first];
@@ -153,6 +156,7 @@ impl Journal {
                 }
                 let mut closed = None;
                 let mut written = Vec::new();
+                let mut floors = Vec::new();
                 for e in batch {
                     match e {
                         Entry::Change(source, change, done) => {
@@ -163,9 +167,10 @@ impl Journal {
                             let path = change_path(&remote, &source, epoch, change.version);
                             let body = serde_json::to_vec(&change).unwrap_or_default();
                             if let Err(e) = remote.store.put(&path, PutPayload::from(body)).await {
-                                // Readers cannot follow this gap: a new epoch makes them load it again.
+                                // Readers cannot follow this gap: a new epoch makes them load it
+                                // again, at this commit (never the old epoch's version or floor).
                                 tracing::warn!("{path}: {e}; readers of `{source}` load it again");
-                                head.sources.insert(source, Tip { epoch: epoch + 1, ..tip });
+                                head.sources.insert(source, unfollowable(&change, epoch));
                                 continue;
                             }
                             let (version, committed_unix_ms) = (change.version, change.committed_unix_ms);
@@ -179,16 +184,26 @@ impl Journal {
                             head.writer = None;
                             closed = Some(done);
                         }
-                        Entry::Floor(source, epoch, floor) => {
+                        Entry::Floor(source, epoch, floor, done) => {
                             if let Some(tip) = head.sources.get_mut(&source).filter(|t| t.epoch == epoch) {
                                 tip.floor = tip.floor.max(floor);
                             }
+                            floors.push(done);
                         }
                     }
                 }
                 let body = serde_json::to_vec(&head).unwrap_or_default();
-                if let Err(e) = remote.store.put(&remote.path("head.json"), PutPayload::from(body)).await {
-                    tracing::warn!("{}: {e}; readers see these commits at the next head written", remote.uri);
+                match remote.store.put(&remote.path("head.json"), PutPayload::from(body)).await {
+                    // Only a floor readers can see lets its changes go.
+                    Ok(_) => floors.into_iter().for_each(|done| {
+                        let _ = done.send(());
+                    }),
+                    Err(e) => {
+                        tracing::warn!(
+                            "{}: {e}; readers see these commits at the next head written",
+                            remote.uri
+                        )
+                    }
                 }
                 for done in written {
                     let _ = done.send(());
@@ -201,11 +216,22 @@ impl Journal {
         });
         let pruner = tx.downgrade();
         tokio::spawn(async move {
+            // Floors readers could see a pass ago: their changes go now. A reader that read the
+            // head before a floor was written, and lists the changes after it, finds them all
+            // still there; one that reads the head after sees the floor and loads the source again.
+            let mut shown: Floors = Floors::new();
             loop {
                 tokio::time::sleep(PRUNE_EVERY).await;
                 let Some(tx) = pruner.upgrade() else { return };
-                for (source, epoch, floor) in prune(&prune_remote).await {
-                    let _ = tx.send(Entry::Floor(source, epoch, floor)).await;
+                let Ok(Some(head)) = read_head(&prune_remote).await else { continue };
+                delete_below(&prune_remote, &head, &shown).await;
+                shown = head.sources.iter().map(|(s, t)| ((s.clone(), t.epoch), t.floor)).collect();
+                for (source, epoch, floor) in floors_to_publish(&prune_remote, &head).await {
+                    let (done, written) = tokio::sync::oneshot::channel();
+                    let sent = tx.send(Entry::Floor(source.clone(), epoch, floor, done)).await.is_ok();
+                    if sent && written.await.is_ok() {
+                        shown.insert((source, epoch), floor);
+                    }
                 }
             }
         });
@@ -235,43 +261,93 @@ impl Journal {
     }
 }
 
-/// Remove the changes past [`RETAIN`] (and every change of an older epoch of a source); for each
-/// source's current epoch, the last version removed.
-async fn prune(remote: &Remote) -> Vec<(String, u64, u64)> {
+/// The tip of a source whose change could not be written: a new epoch (readers load the source
+/// again) at the commit's own version, with every version up to it past the floor.
+fn unfollowable(change: &Change, epoch: u64) -> Tip {
+    Tip {
+        version: change.version,
+        committed_unix_ms: change.committed_unix_ms,
+        epoch: epoch + 1,
+        floor: change.version,
+    }
+}
+
+/// The head to continue: read until the store answers (a missing head is an empty one).
+async fn continued_head(remote: &Remote) -> Head {
+    let mut failures = 0;
+    loop {
+        match read_head(remote).await {
+            Ok(head) => return head.unwrap_or_default(),
+            Err(e) => {
+                failures += 1;
+                let retry = crate::pipeline::retry::after(failures);
+                tracing::warn!("{}: {e}; its head is read again in {} ms", remote.uri, retry.as_millis());
+                tokio::time::sleep(retry).await;
+            }
+        }
+    }
+}
+
+/// A source's change objects, each with whether it is of the source's current epoch (those of
+/// older epochs can all go).
+async fn listed_changes(
+    remote: &Remote,
+    source: &str,
+    tip: &Tip,
+) -> Option<Vec<(bool, object_store::ObjectMeta)>> {
     use futures::TryStreamExt;
-    let Some(head) = read_head(remote).await else { return Vec::new() };
+    let prefix = remote.path(&format!("changes/{source}"));
+    match remote.store.list(Some(&prefix)).try_collect::<Vec<_>>().await {
+        Ok(listed) => {
+            let current = format!("{:020}", tip.epoch);
+            Some(listed.into_iter().map(|m| (m.location.parts().any(|p| p.as_ref() == current), m)).collect())
+        }
+        Err(e) => {
+            tracing::warn!("{prefix}: {e}; its old changes are removed at the next pass");
+            None
+        }
+    }
+}
+
+/// For each source's current epoch, the newest version among its changes past [`RETAIN`]: the
+/// floor to publish before they go.
+async fn floors_to_publish(remote: &Remote, head: &Head) -> Vec<(String, u64, u64)> {
     let horizon = horizon_unix_ms();
     let mut floors = Vec::new();
     for (source, tip) in &head.sources {
-        let prefix = remote.path(&format!("changes/{source}"));
-        let listed: Vec<object_store::ObjectMeta> = match remote.store.list(Some(&prefix)).try_collect().await
-        {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::warn!("{prefix}: {e}; its old changes are removed at the next pass");
+        let Some(listed) = listed_changes(remote, source, tip).await else { continue };
+        let floor = listed
+            .iter()
+            .filter(|(current, m)| *current && m.last_modified.timestamp_millis() < horizon)
+            .filter_map(|(_, m)| version_of(&m.location))
+            .max()
+            .unwrap_or(0);
+        if floor > tip.floor {
+            floors.push((source.clone(), tip.epoch, floor));
+        }
+    }
+    floors
+}
+
+/// Floors by source and epoch.
+type Floors = BTreeMap<(String, u64), u64>;
+
+/// Remove the changes at or below the floors `shown` (in a head a pass ago), and every change of
+/// an older epoch of a source (its readers load it again whatever they hold).
+async fn delete_below(remote: &Remote, head: &Head, shown: &Floors) {
+    for (source, tip) in &head.sources {
+        let floor = shown.get(&(source.clone(), tip.epoch)).copied().unwrap_or(0);
+        let Some(listed) = listed_changes(remote, source, tip).await else { continue };
+        for (current, meta) in listed {
+            let below = version_of(&meta.location).is_some_and(|v| v <= floor);
+            if current && !below {
                 continue;
-            }
-        };
-        let current = format!("{:020}", tip.epoch);
-        let mut floor = 0;
-        for meta in listed {
-            let in_epoch = meta.location.parts().any(|p| p.as_ref() == current);
-            let old = meta.last_modified.timestamp_millis() < horizon;
-            if !old && in_epoch {
-                continue;
-            }
-            if in_epoch {
-                floor = floor.max(version_of(&meta.location).unwrap_or(0));
             }
             if let Err(e) = remote.store.delete(&meta.location).await {
                 tracing::warn!("{}: {e}", meta.location);
             }
         }
-        if floor > 0 {
-            floors.push((source.clone(), tip.epoch, floor));
-        }
     }
-    floors
 }
 
 /// [`RETAIN`] ago, in Unix milliseconds.
@@ -279,9 +355,17 @@ fn horizon_unix_ms() -> i64 {
     crate::event::unix_ms() as i64 - RETAIN.as_millis() as i64
 }
 
-async fn read_head(remote: &Remote) -> Option<Head> {
-    let got = remote.store.get(&remote.path("head.json")).await.ok()?;
-    serde_json::from_slice(&got.bytes().await.ok()?).ok()
+/// The head as stored (`Ok(None)`: there is none yet); an error when the store did not answer
+/// or the head cannot be parsed, never taken for an empty head.
+async fn read_head(remote: &Remote) -> Result<Option<Head>, String> {
+    let path = remote.path("head.json");
+    let got = match remote.store.get(&path).await {
+        Ok(got) => got,
+        Err(object_store::Error::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(e.to_string()),
+    };
+    let bytes = got.bytes().await.map_err(|e| e.to_string())?;
+    serde_json::from_slice(&bytes).map(Some).map_err(|e| format!("{path}: {e}"))
 }
 
 /// A reader's side: the head when it changed, and the changes after a version.
@@ -378,5 +462,14 @@ mod tests {
         assert_eq!(merged.vectors, ["b#0", "d#0"]);
         let reset = Change { reset: true, ..change(7, &[], &[], &[]) };
         assert_eq!(Change::merged(&[change(6, &["a"], &[], &[]), reset]), None);
+    }
+
+    #[test]
+    fn a_change_that_could_not_be_written_starts_an_epoch_at_its_own_version() {
+        // A reset (new tables, versions from 1) whose change object failed: nothing of the old
+        // epoch's version 900 or floor 800 is carried into the new one.
+        let reset = Change { reset: true, ..change(2, &["a"], &[], &[]) };
+        let tip = unfollowable(&reset, 5_000);
+        assert_eq!(tip, Tip { version: 2, committed_unix_ms: 1002, epoch: 5_001, floor: 2 });
     }
 }

@@ -13,16 +13,21 @@
 //!   clocks;
 //! - **release** it on a clean stop: replaced with a `released` mark, so a standby takes it at
 //!   its next look instead of waiting out the TTL. A holder that named the lock file this
-//!   process holds now (the same machine's lock: its holder died) is taken at once too.
+//!   process holds now, on this very machine, boot and pid namespace, and whose pid no longer
+//!   runs, is taken at once too ([`machine::certainly_gone`]): a host name alone proves nothing
+//!   (clones and containers share one).
 //!
 //! The holder stops writing once it has not renewed for [`TTL`] minus [`MARGIN`] of its own
-//! clock ([`Lease::valid`]), before any standby may take over.
+//! clock ([`Lease::valid`]), before any standby may take over. A renewal counts from when its
+//! request was *sent* (a slow answer must not lengthen the lease), and the clock is the boot
+//! clock, which keeps counting while a laptop sleeps ([`machine::boot_clock`]).
 
+use crate::ownership::machine::{self, boot_clock};
 use object_store::path::Path as StorePath;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
 use serde::{Deserialize, Serialize};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A holder that has not renewed for this long (as a standby's clock sees the ETag stand still)
 /// has lost the lease.
@@ -45,6 +50,7 @@ pub fn me(purpose: &str, lock: &std::path::Path) -> Holder {
         purpose: purpose.into(),
         since_unix_ms: crate::event::unix_ms(),
         lock: lock.display().to_string(),
+        machine: machine::machine().to_string(),
     }
 }
 
@@ -55,6 +61,7 @@ fn unknown() -> Holder {
         purpose: "unknown".into(),
         since_unix_ms: 0,
         lock: String::new(),
+        machine: String::new(),
     }
 }
 
@@ -114,18 +121,17 @@ pub enum Taken {
     Theirs(Holder),
 }
 
-/// A standby's memory of the lease: the ETag it saw, and since when (its own clock).
+/// A standby's memory of the lease: the ETag it saw, and since when (its own boot clock).
 #[derive(Debug, Default)]
 pub struct Watching {
-    seen: Option<(String, Instant)>,
+    seen: Option<(String, Duration)>,
 }
 
 impl Watching {
     /// A standby that has seen the lease at `etag` stand still for the whole TTL (several such
     /// standbys race for one lease in the tests).
     pub fn stood_still(etag: &str) -> Self {
-        let long_ago = Instant::now().checked_sub(TTL).unwrap_or_else(Instant::now);
-        Self { seen: Some((etag.to_string(), long_ago)) }
+        Self { seen: Some((etag.to_string(), boot_clock().saturating_sub(TTL))) }
     }
 }
 
@@ -158,16 +164,15 @@ impl LeaseStore {
         };
         let free = match &held {
             Some(b) if b.released => true,
-            // Its holder held the very lock this process holds now: it is gone (a crash, a
-            // kill -9), and its TTL need not be waited out.
-            Some(b) if !b.holder.lock.is_empty() && b.holder.lock == me.lock && b.holder.host == me.host => {
-                true
-            }
+            // Its holder held the very lock this process holds now, on this machine, boot and
+            // pid namespace, and its pid is gone (a crash, a kill -9): its TTL need not be
+            // waited out.
+            Some(b) if predecessor(&b.holder, me) => true,
             // Unreadable: as good as free once it stands still for the TTL.
             _ => match &watching.seen {
-                Some((seen, since)) if *seen == etag => since.elapsed() >= TTL,
+                Some((seen, since)) if *seen == etag => boot_clock().saturating_sub(*since) >= TTL,
                 _ => {
-                    watching.seen = Some((etag.clone(), Instant::now()));
+                    watching.seen = Some((etag.clone(), boot_clock()));
                     false
                 }
             },
@@ -182,16 +187,12 @@ impl LeaseStore {
     /// A conditional write of the lease for `me`; losing the race is `Theirs`.
     async fn put(&self, body: Vec<u8>, mode: PutMode, me: &Holder) -> Result<Taken> {
         let opts = PutOptions { mode, ..PutOptions::default() };
+        let sent = boot_clock();
         match self.store.put_opts(&self.path, PutPayload::from(body), opts).await {
             Ok(r) => Ok(Taken::Mine(Lease {
                 store: self.clone(),
                 holder: me.clone(),
-                held: Arc::new(Mutex::new(Held {
-                    etag: r.e_tag,
-                    renewed: Instant::now(),
-                    renewals: 0,
-                    lost: false,
-                })),
+                held: Arc::new(Mutex::new(Held { etag: r.e_tag, renewed: sent, renewals: 0, lost: false })),
             })),
             Err(object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. }) => {
                 Ok(Taken::Theirs(self.holder().await.unwrap_or_else(unknown)))
@@ -217,10 +218,20 @@ impl LeaseStore {
     }
 }
 
+/// Whether `holder` is a dead predecessor of `me`: the same lock file, on this machine, boot and
+/// pid namespace, with its pid gone.
+fn predecessor(holder: &Holder, me: &Holder) -> bool {
+    !holder.lock.is_empty()
+        && holder.lock == me.lock
+        && holder.host == me.host
+        && machine::certainly_gone(&holder.machine, holder.pid)
+}
+
 #[derive(Debug)]
 struct Held {
     etag: Option<String>,
-    renewed: Instant,
+    /// When the last successful renewal was sent (boot clock).
+    renewed: Duration,
     renewals: u64,
     lost: bool,
 }
@@ -245,7 +256,7 @@ impl Lease {
     /// Renewed recently enough that no standby can have taken it: writing is safe.
     pub fn valid(&self) -> bool {
         let h = self.lock();
-        !h.lost && h.renewed.elapsed() < TTL - MARGIN
+        !h.lost && boot_clock().saturating_sub(h.renewed) < TTL - MARGIN
     }
 
     /// Renew: `Ok(false)` when another process has taken it (this one has lost it for good).
@@ -263,11 +274,12 @@ impl Lease {
             mode: PutMode::Update(UpdateVersion { e_tag: etag, version: None }),
             ..PutOptions::default()
         };
+        let sent = boot_clock();
         match self.store.store.put_opts(&self.store.path, PutPayload::from(body), opts).await {
             Ok(r) => {
                 let mut h = self.lock();
                 h.etag = r.e_tag;
-                h.renewed = Instant::now();
+                h.renewed = sent;
                 h.renewals = renewal;
                 Ok(true)
             }
@@ -327,5 +339,40 @@ impl Lease {
                 }
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn holder(pid: u32, machine: &str) -> Holder {
+        Holder {
+            host: "box".into(),
+            pid,
+            purpose: "watch".into(),
+            since_unix_ms: 0,
+            lock: "/state/cairn.lock".into(),
+            machine: machine.into(),
+        }
+    }
+
+    #[test]
+    fn only_a_dead_process_of_this_machine_boot_and_namespace_is_a_predecessor() {
+        let here = machine::machine();
+        let me = holder(std::process::id(), here);
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        assert!(predecessor(&holder(dead, here), &me));
+        // The same host name and lock path, but alive: another process that sees its own state
+        // folder at this path (a private mount namespace), or a clone: never taken at once.
+        assert!(!predecessor(&holder(1, here), &me));
+        // Another machine (or boot, or pid namespace) with that host name and path.
+        assert!(!predecessor(&holder(dead, "clone/boot/pid:[9]"), &me));
+        // A holder written before machines were recorded.
+        assert!(!predecessor(&holder(dead, ""), &me));
+        // Another lock file.
+        assert!(!predecessor(&Holder { lock: "/elsewhere/cairn.lock".into(), ..holder(dead, here) }, &me));
     }
 }

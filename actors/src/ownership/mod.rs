@@ -7,6 +7,7 @@ pub mod ipc;
 pub mod journal;
 pub mod lease;
 pub(crate) mod local;
+pub mod machine;
 pub mod owner;
 pub mod paths;
 pub mod remote;

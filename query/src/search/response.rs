@@ -209,6 +209,10 @@ pub struct Writer {
     /// writer is gone).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub lock: String,
+    /// Its machine, boot and pid namespace (opaque): with the lock and a pid no longer running
+    /// there, what proves a holder gone before its TTL.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub machine: String,
 }
 
 impl std::fmt::Display for Writer {

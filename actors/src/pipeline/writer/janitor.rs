@@ -47,7 +47,8 @@ impl SourceWriter {
     /// file and saves the resident index's snapshot, when it no longer matches the tables, and at
     /// its end gives back LanceDB's metadata cache ([`SourceStore::release_metadata_cache`]).
     fn run_upkeep(&mut self, idle: bool, ctx: &mut Context<Self>) {
-        if self.retired {
+        // A writer that may not commit may not compact or prune either (a lease not valid now).
+        if self.refused().is_some() {
             return;
         }
         let Some(store) = self.store.clone() else { return };
@@ -82,7 +83,9 @@ impl SourceWriter {
 
     /// One step of `run`; the next is queued behind the messages that came meanwhile.
     fn step_upkeep(&mut self, run: Run, ctx: &mut Context<Self>) {
-        if self.retired {
+        // Checked before every step: the lease may have been lost since the run began.
+        if let Some(refused) = self.refused() {
+            tracing::info!("source `{}`: upkeep stops: {refused}", self.id);
             return;
         }
         let (emit, id) = (self.emit.clone(), self.id.clone());
