@@ -15,6 +15,7 @@ pub mod definitions;
 mod error;
 pub mod folder;
 pub mod frontmatter;
+pub mod fuzzy;
 mod hash;
 pub mod markdown;
 pub mod page;

@@ -123,6 +123,9 @@ pub enum Evidence {
     /// The query is a name the vault taught the page (a short form defined in its text, a link's
     /// display text): the result's `learnt` says where.
     LearntName,
+    /// The query is a typo away (one or two edits) from the page's title, alias or file name,
+    /// and names no page outright.
+    FuzzyName,
     /// A phrase of the query is the page's name (its title, an alias, its file name or a name
     /// the vault taught it): the page is the query's subject; the result's `subject` says which.
     SubjectName,
@@ -171,6 +174,8 @@ pub enum ExactKind {
     Alias,
     /// A name the vault taught the page: weaker than its own names.
     Learnt,
+    /// One or two edits from one of the page's own names (a typo): weaker still, never proof.
+    Fuzzy,
 }
 
 /// The facts evidence is derived from (raw signals, never a blended score).
@@ -194,6 +199,7 @@ pub fn evidence(s: &Signals) -> (Vec<Evidence>, CreateSafety) {
         Some(ExactKind::Title | ExactKind::Slug) => ev.push(Evidence::ExactTitleMatch),
         Some(ExactKind::FileName) => ev.push(Evidence::FileNameMatch),
         Some(ExactKind::Learnt) => ev.push(Evidence::LearntName),
+        Some(ExactKind::Fuzzy) => ev.push(Evidence::FuzzyName),
         None => {}
     }
     if s.subject {
@@ -215,7 +221,11 @@ pub fn evidence(s: &Signals) -> (Vec<Evidence>, CreateSafety) {
     } else if ev.iter().any(|e| {
         matches!(
             e,
-            Evidence::LearntName | Evidence::SubjectName | Evidence::KeywordExact | Evidence::HighVectorMatch
+            Evidence::LearntName
+                | Evidence::FuzzyName
+                | Evidence::SubjectName
+                | Evidence::KeywordExact
+                | Evidence::HighVectorMatch
         )
     }) {
         CreateSafety::Probable

@@ -50,6 +50,14 @@ pub trait SourceReader: Sync {
     /// The page the vault taught a normalised name to, when it names one (see
     /// [`cairn_index::resident::learnt`]).
     fn learnt(&self, normalized: &str) -> impl Future<Output = Result<Option<LearntPage>>> + Send;
+    /// Pages whose own name is the fewest edits (1..=`max_edits`) from the normalised name, with
+    /// that distance, at most `k`.
+    fn fuzzy(
+        &self,
+        normalized: &str,
+        max_edits: usize,
+        k: usize,
+    ) -> impl Future<Output = Result<Vec<(PageRecord, usize)>>> + Send;
     fn pages(&self, slugs: &[&str]) -> impl Future<Output = Result<Vec<PageRecord>>> + Send;
 }
 
@@ -86,6 +94,9 @@ impl SourceReader for Resident {
     }
     async fn learnt(&self, normalized: &str) -> Result<Option<LearntPage>> {
         Ok(self.read().learnt(normalized))
+    }
+    async fn fuzzy(&self, normalized: &str, max_edits: usize, k: usize) -> Result<Vec<(PageRecord, usize)>> {
+        Ok(self.read().fuzzy(normalized, max_edits, k))
     }
     async fn pages(&self, slugs: &[&str]) -> Result<Vec<PageRecord>> {
         Ok(self.read().pages(slugs))
@@ -260,6 +271,36 @@ pub mod memory {
         async fn learnt(&self, normalized: &str) -> Result<Option<LearntPage>> {
             self.check()?;
             Ok(self.learnt.get(normalized).cloned())
+        }
+        async fn fuzzy(
+            &self,
+            normalized: &str,
+            max_edits: usize,
+            k: usize,
+        ) -> Result<Vec<(PageRecord, usize)>> {
+            self.check()?;
+            let names = |p: &PageRecord| {
+                let mut n = vec![p.slug.clone(), normalize_name(&p.title)];
+                n.extend(p.aliases.iter().map(|a| normalize_name(a)));
+                n
+            };
+            let found: Vec<(PageRecord, usize)> = self
+                .pages
+                .iter()
+                .filter_map(|(p, _)| {
+                    let d = names(p)
+                        .iter()
+                        .filter_map(|n| cairn_ingest::fuzzy::distance_within(normalized, n, max_edits))
+                        .filter(|d| *d > 0)
+                        .min()?;
+                    Some((p.clone(), d))
+                })
+                .collect();
+            let least = found.iter().map(|(_, d)| *d).min();
+            let mut out: Vec<_> = found.into_iter().filter(|(_, d)| Some(*d) == least).collect();
+            out.sort_by(|a, b| a.0.slug.cmp(&b.0.slug));
+            out.truncate(k);
+            Ok(out)
         }
         async fn pages(&self, slugs: &[&str]) -> Result<Vec<PageRecord>> {
             self.check()?;

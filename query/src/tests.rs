@@ -332,3 +332,52 @@ async fn a_query_that_names_a_page_gets_no_feedback() {
     // A query that names nothing gets it.
     assert!(order_of(&notes, "glacier melt", false).await.iter().all(|(_, f)| f.is_some()));
 }
+
+#[tokio::test]
+async fn a_typo_of_a_name_finds_the_page_as_probable_never_as_existing() {
+    let notes = MemoryReader::new(
+        "notes",
+        vec![
+            page("kubernetes", "Kubernetes", &["k8s"], &["Container orchestration."]),
+            page("stack-overflow", "Stack overflow", &[], &["When a call stack runs out of room."]),
+            page("compiler", "Compiler", &[], &["Turns source code into machine code."]),
+        ],
+    );
+    for (typo, want) in
+        [("Kubernets", "kubernetes"), ("kubrenetes", "kubernetes"), ("stack ovwrflow", "stack-overflow")]
+    {
+        let resp = run(&[&notes], SearchRequest::new(typo)).await.unwrap();
+        let top = &resp.results[0];
+        assert_eq!(top.slug, want, "{typo}: {:#?}", resp.results);
+        assert!(top.evidence.contains(&Evidence::FuzzyName), "{typo}: {:?}", top.evidence);
+        assert_eq!(top.create_safety, CreateSafety::Probable, "{typo}");
+        assert!(resp.results.iter().all(|r| r.create_safety != CreateSafety::Exists), "{typo}");
+    }
+    // Off, the typo is no name.
+    let off = SearchRequest { without_fuzzy_names: true, ..SearchRequest::new("Kubernets") };
+    let resp = run(&[&notes], off).await.unwrap();
+    assert!(resp.results.iter().all(|r| !r.evidence.contains(&Evidence::FuzzyName)), "{:#?}", resp.results);
+    // A short word is never a typo of a short name; a sentence is never a typo of a title.
+    let resp = run(&[&notes], SearchRequest::new("k9s")).await.unwrap();
+    assert!(resp.results.iter().all(|r| !r.evidence.contains(&Evidence::FuzzyName)));
+}
+
+#[tokio::test]
+async fn an_exact_name_of_another_page_beats_a_fuzzy_one() {
+    // "Parser" is its own page, and one edit from "Parsec": the exact name wins, no fuzzy lane.
+    let notes = MemoryReader::new(
+        "notes",
+        vec![
+            page("parser", "Parser", &[], &["Reads text into a tree."]),
+            page("parsec", "Parsec", &[], &["A unit of distance, 3.26 light-years."]),
+        ],
+    );
+    let resp = run(&[&notes], SearchRequest::new("parser")).await.unwrap();
+    assert_eq!(resp.results[0].slug, "parser");
+    assert_eq!(resp.results[0].create_safety, CreateSafety::Exists);
+    assert!(resp.results.iter().all(|r| !r.evidence.contains(&Evidence::FuzzyName)), "{:#?}", resp.results);
+    // And between two sources: the exact name in one beats a typo-near name in the other.
+    let other = MemoryReader::new("other", vec![page("parsers", "Parsers", &[], &["Plural."])]);
+    let resp = run(&[&other, &notes], SearchRequest::new("parsec")).await.unwrap();
+    assert_eq!((resp.results[0].source.as_str(), resp.results[0].slug.as_str()), ("notes", "parsec"));
+}

@@ -172,6 +172,8 @@ pub enum Rule {
     Fields,
     /// Feedback: a query that names no page moved toward its first answers' vectors.
     Feedback,
+    /// Fuzzy names: a short query a typo away from a page's own name finds that page.
+    FuzzyNames,
 }
 
 /// The rule as `--ablate` names it.
@@ -191,6 +193,7 @@ impl Rule {
             Rule::LearntNames => r.without_learnt_names = true,
             Rule::Fields => r.without_fields = true,
             Rule::Feedback => r.without_feedback = true,
+            Rule::FuzzyNames => r.without_fuzzy_names = true,
         }
         r
     }

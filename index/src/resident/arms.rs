@@ -87,6 +87,37 @@ impl ResidentIndex {
         slugs.into_iter().filter_map(|s| self.pages.get(s)).map(|p| self.record(p)).collect()
     }
 
+    /// Pages whose slug, normalised title or alias is within `max_edits` edits of `normalized`
+    /// (see [`cairn_ingest::fuzzy`]), with the distance: only those at the least distance found
+    /// (an exact name is no fuzzy match: ask [`Self::alias`] first), by slug, at most `k`. Every
+    /// name is compared: the lane runs only for a short query that names no page outright.
+    pub fn fuzzy(&self, normalized: &str, max_edits: usize, k: usize) -> Vec<(PageRecord, usize)> {
+        let len = normalized.chars().count();
+        let mut best = max_edits;
+        let mut docs: Vec<u32> = Vec::new();
+        for (name, named) in &self.by_name {
+            // The byte length bounds the character length from above: a cheap first cut.
+            if name.len() + best < len {
+                continue;
+            }
+            let Some(d) = cairn_ingest::fuzzy::distance_within(normalized, name, best) else { continue };
+            if d == 0 {
+                continue;
+            }
+            if d < best {
+                best = d;
+                docs.clear();
+            }
+            docs.extend(named);
+        }
+        let mut slugs: Vec<&str> =
+            docs.iter().filter_map(|d| self.page_slots.get(*d as usize)?.as_deref()).collect();
+        slugs.sort_unstable();
+        slugs.dedup();
+        slugs.truncate(k);
+        slugs.into_iter().filter_map(|s| self.pages.get(s)).map(|p| (self.record(p), best)).collect()
+    }
+
     /// Every page's record, in no particular order.
     pub fn records(&self) -> impl Iterator<Item = &PageRecord> {
         self.pages.values().map(|p| &p.record)

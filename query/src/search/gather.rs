@@ -312,18 +312,57 @@ pub(super) async fn learnt_pages<R: SourceReader>(readers: &[&R], query: &str) -
 }
 
 /// The pages the query names: by their own names ([`exact_pages`]); when none is, by a name the
-/// vault taught them ([`learnt_pages`]), marked [`ExactKind::Learnt`].
+/// vault taught them ([`learnt_pages`]), marked [`ExactKind::Learnt`]; when none is either, by a
+/// name a typo away ([`fuzzy_pages`], when `fuzzy`), marked [`ExactKind::Fuzzy`]. So an exact
+/// name of any page always comes before a fuzzy one.
 pub(super) async fn named_pages<R: SourceReader>(
     readers: &[&R],
     query: &str,
     learnt_names: bool,
+    fuzzy: bool,
 ) -> (Vec<(String, PageRecord, ExactKind)>, Vec<(String, LearntPage)>) {
     let exact = exact_pages(readers, query).await;
-    if !exact.is_empty() || !learnt_names {
+    if !exact.is_empty() {
         return (exact, Vec::new());
     }
-    let learnt = learnt_pages(readers, query).await;
-    (learnt.iter().map(|(s, l)| (s.clone(), l.page.clone(), ExactKind::Learnt)).collect(), learnt)
+    let learnt = if learnt_names { learnt_pages(readers, query).await } else { Vec::new() };
+    if !learnt.is_empty() || !fuzzy {
+        return (
+            learnt.iter().map(|(s, l)| (s.clone(), l.page.clone(), ExactKind::Learnt)).collect(),
+            learnt,
+        );
+    }
+    let typo = fuzzy_pages(readers, query).await;
+    (typo.into_iter().map(|(s, p)| (s, p, ExactKind::Fuzzy)).collect(), Vec::new())
+}
+
+/// Words a query may have and still be taken for a name with a typo in it (names are short;
+/// a sentence a few edits from a title is a coincidence, not a typo).
+const FUZZY_MAX_WORDS: usize = 4;
+
+/// The pages whose own name is the fewest edits from the query (within
+/// [`cairn_ingest::fuzzy::max_edits`] of its length), over every source: the least distance any
+/// source has wins, and ties are kept (by source, then slug).
+pub(super) async fn fuzzy_pages<R: SourceReader>(readers: &[&R], query: &str) -> Vec<(String, PageRecord)> {
+    let norm = normalize_name(query);
+    let chars = norm.chars().count();
+    let max = cairn_ingest::fuzzy::max_edits(chars);
+    if max == 0 || chars > MAX_NAME_CHARS || norm.split_whitespace().count() > FUZZY_MAX_WORDS {
+        return Vec::new();
+    }
+    let lookups = readers.iter().map(|r| {
+        let norm = &norm;
+        async move {
+            let found = r.fuzzy(norm, max, 3).await.unwrap_or_default();
+            found.into_iter().map(|(p, d)| (d, r.id().to_string(), p)).collect::<Vec<_>>()
+        }
+    });
+    let mut all: Vec<(usize, String, PageRecord)> =
+        futures::future::join_all(lookups).await.into_iter().flatten().collect();
+    let least = all.iter().map(|(d, _, _)| *d).min();
+    all.retain(|(d, _, _)| Some(*d) == least);
+    all.sort_by(|a, b| a.1.cmp(&b.1).then(a.2.slug.cmp(&b.2.slug)));
+    all.into_iter().map(|(_, s, p)| (s, p)).collect()
 }
 
 /// Several pages answering to the query's name (by title, file name or alias; a page id alone
@@ -334,7 +373,7 @@ pub(super) fn alias_collisions(
 ) -> Vec<AliasCollision> {
     let named: Vec<String> = exact
         .iter()
-        .filter(|(_, _, k)| !matches!(k, ExactKind::Slug | ExactKind::Learnt))
+        .filter(|(_, _, k)| !matches!(k, ExactKind::Slug | ExactKind::Learnt | ExactKind::Fuzzy))
         .map(|(s, p, _)| format!("{s}:{}", p.slug))
         .collect();
     if named.len() > 1 {

@@ -91,7 +91,7 @@ pub async fn search<R: SourceReader>(
             filter.as_ref(),
             req.fields(),
         ))),
-        named_pages(&readers, &req.query, learnt_names),
+        named_pages(&readers, &req.query, learnt_names, !req.without_fuzzy_names),
         async {
             if req.without_subjects {
                 Vec::new()

@@ -178,6 +178,7 @@ pub(super) fn why(s: &Signals, ev: &[Evidence]) -> String {
     if let Some(k) = s.exact {
         let what = match k {
             ExactKind::Learnt => "the query is a name the vault taught the page".to_string(),
+            ExactKind::Fuzzy => "the query is a typo away from one of the page's names".to_string(),
             k => format!("the query equals the page's {k:?}").to_lowercase(),
         };
         parts.insert("exact", what);

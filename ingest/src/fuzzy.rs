@@ -1,0 +1,123 @@
+//! How far a typed name is from a page's name: the optimal-string-alignment distance (insert,
+//! delete, substitute, or swap two neighbours: each one edit), bounded, over characters.
+//!
+//! Used by the fuzzy name lane: a query a key or two away from a page's title, alias or file name
+//! ("kubernets", "stack ovwrflow") still finds that page, as a *probable* match, never as proof
+//! that the page exists.
+
+/// Edits a name of `chars` characters may be away and still be taken for it: none under four
+/// (one edit turns `cat` into `bat`, `car`, `act`…), one up to seven, two from eight on. These are
+/// the bounds spelling correctors use (Lucene's fuzzy query, Elasticsearch's `AUTO` fuzziness:
+/// 0 for 1–2, 1 for 3–5, 2 beyond), shifted up one character because a name lane must not
+/// answer a word that happens to be near a short title.
+pub fn max_edits(chars: usize) -> usize {
+    match chars {
+        0..=3 => 0,
+        4..=7 => 1,
+        _ => 2,
+    }
+}
+
+/// The edit distance between `a` and `b` when it is at most `max`, else `None`. Cost is
+/// O(len × (2·max + 1)): only the band of the table within `max` of the diagonal is filled.
+pub fn distance_within(a: &str, b: &str, max: usize) -> Option<usize> {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    if a.len().abs_diff(b.len()) > max {
+        return None;
+    }
+    let (n, m) = (a.len(), b.len());
+    let big = max + 1;
+    // Three rows of the table: i-2, i-1, i (for the swap of neighbours).
+    let mut prev2 = vec![big; m + 1];
+    let mut prev: Vec<usize> = (0..=m).map(|j| j.min(big)).collect();
+    let mut cur = vec![big; m + 1];
+    for i in 1..=n {
+        let lo = i.saturating_sub(max).max(1);
+        let hi = (i + max).min(m);
+        cur.iter_mut().for_each(|c| *c = big);
+        cur[0] = i.min(big);
+        let mut row_min = cur[0];
+        for j in lo..=hi {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut d = (prev[j - 1] + cost).min(prev[j] + 1).min(cur[j - 1] + 1);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                d = d.min(prev2[j - 2] + 1);
+            }
+            cur[j] = d.min(big);
+            row_min = row_min.min(cur[j]);
+        }
+        if row_min > max {
+            return None;
+        }
+        std::mem::swap(&mut prev2, &mut prev);
+        std::mem::swap(&mut prev, &mut cur);
+    }
+    (prev[m] <= max).then_some(prev[m])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_kind_of_typo_is_one_edit() {
+        let d = |a, b| distance_within(a, b, 2);
+        assert_eq!(d("kubernetes", "kubernetes"), Some(0));
+        assert_eq!(d("kubernets", "kubernetes"), Some(1), "dropped");
+        assert_eq!(d("kubernnetes", "kubernetes"), Some(1), "doubled");
+        assert_eq!(d("kubrenetes", "kubernetes"), Some(1), "swapped neighbours");
+        assert_eq!(d("kubermetes", "kubernetes"), Some(1), "neighbouring key");
+        assert_eq!(d("stack ovwrflow", "stack overflow"), Some(1));
+        assert_eq!(d("stak ovwrflow", "stack overflow"), Some(2));
+        assert_eq!(d("stak ovwrflw", "stack overflow"), None, "three edits");
+        assert_eq!(d("", "ab"), Some(2));
+        assert_eq!(d("abc", ""), None);
+        // Characters, not bytes.
+        assert_eq!(d("café", "cafe"), Some(1));
+        assert_eq!(d("straße", "strasse"), Some(2));
+    }
+
+    #[test]
+    fn the_bound_cuts_the_work_and_the_answer() {
+        assert_eq!(distance_within("abcdefgh", "abcdefgh", 0), Some(0));
+        assert_eq!(distance_within("abcdefgh", "abcdefgx", 0), None);
+        assert_eq!(distance_within("interpreter", "compiler", 2), None);
+        // Agrees with a plain full table on a spread of pairs.
+        let words = ["parse", "parser", "parsed", "sparse", "spares", "pares", "apres", "prase", "p", ""];
+        for a in words {
+            for b in words {
+                let full = full_osa(a, b);
+                for max in 0..4 {
+                    assert_eq!(distance_within(a, b, max), (full <= max).then_some(full), "{a} {b} {max}");
+                }
+            }
+        }
+    }
+
+    fn full_osa(a: &str, b: &str) -> usize {
+        let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+        let mut t = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+        for (i, row) in t.iter_mut().enumerate() {
+            row[0] = i;
+        }
+        for j in 0..=b.len() {
+            t[0][j] = j;
+        }
+        for i in 1..=a.len() {
+            for j in 1..=b.len() {
+                let cost = usize::from(a[i - 1] != b[j - 1]);
+                t[i][j] = (t[i - 1][j - 1] + cost).min(t[i - 1][j] + 1).min(t[i][j - 1] + 1);
+                if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                    t[i][j] = t[i][j].min(t[i - 2][j - 2] + 1);
+                }
+            }
+        }
+        t[a.len()][b.len()]
+    }
+
+    #[test]
+    fn short_names_get_no_edits() {
+        assert_eq!((max_edits(3), max_edits(4), max_edits(7), max_edits(8)), (0, 1, 1, 2));
+    }
+}
