@@ -184,6 +184,10 @@ pub struct SourceReport {
     pub table_version: u64,
 }
 
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
 /// What `cairn index` reports: totals over every source, then each source.
 #[derive(Debug, Default, Serialize)]
 pub struct IndexSummary {
@@ -200,6 +204,10 @@ pub struct IndexSummary {
     /// their pages were kept as last seen. What and what to do, per folder.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub folders_unavailable: Vec<String>,
+    /// Notes that are cloud placeholders (content not on this machine): not read, kept as last
+    /// indexed.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub placeholders: usize,
     pub sources: Vec<SourceReport>,
     /// The process that did the work: this one (`owner`) or the database's owner (`client`).
     pub role: Option<Role>,
@@ -468,6 +476,7 @@ fn held_back(named: &[cairn_actors::SourceStatus], summary: &mut IndexSummary) -
         for folder in &s.folders_unavailable {
             summary.folders_unavailable.push(folder.describe(&s.source, &s.root));
         }
+        summary.placeholders += s.placeholders;
     }
     failed
 }

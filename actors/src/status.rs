@@ -102,6 +102,14 @@ pub struct SourceStatus {
     /// Folders below the root that cannot be read now: their pages are kept as last seen.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub folders_unavailable: Vec<cairn_ingest::FolderUnavailable>,
+    /// Notes that are cloud placeholders (their content not on this machine) at the last scan:
+    /// not read, and kept as last indexed.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub placeholders: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// One line of counts, then why it is unavailable, what removals it holds, and what fails.
@@ -128,6 +136,13 @@ impl std::fmt::Display for SourceStatus {
         }
         for folder in &self.folders_unavailable {
             writeln!(f, "  {}", folder.describe(&self.source, &self.root))?;
+        }
+        if self.placeholders > 0 {
+            writeln!(
+                f,
+                "  {} notes are cloud placeholders (not on this machine): kept as last indexed, read once whole",
+                self.placeholders
+            )?;
         }
         for failing in &self.failures {
             writeln!(f, "  failing {}: {}", failing.path, failing.reason)?;
@@ -281,6 +296,11 @@ impl StatusBoard {
     /// The folders below the root whose pages were kept unseen (none: every folder reads).
     pub fn set_folders_unavailable(&self, source: &str, folders: Vec<cairn_ingest::FolderUnavailable>) {
         self.with(source, |e| e.status.folders_unavailable = folders);
+    }
+
+    /// Notes found as cloud placeholders at the last scan.
+    pub fn set_placeholders(&self, source: &str, n: usize) {
+        self.with(source, |e| e.status.placeholders = n);
     }
 
     /// Why each unavailable source is, with what to do about it.

@@ -19,6 +19,7 @@ pub mod fuzzy;
 mod hash;
 pub mod markdown;
 pub mod page;
+pub mod placeholder;
 pub mod scan;
 pub mod slug;
 

@@ -4,6 +4,7 @@
 
 use crate::error::{Error, Result};
 use crate::page::{ParseOptions, ParsedPage, read_page};
+use crate::placeholder::{is_dataless, placeholder_of};
 use crate::slug::{is_markdown, slug_changes, slug_variant, slugify_path};
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use std::cell::RefCell;
@@ -86,6 +87,9 @@ pub struct ScanReport {
     /// Folders below the root on another file system than the folder holding them (mount
     /// points, vault-relative), in path order.
     pub mounts: Vec<PathBuf>,
+    /// Notes whose content is not on this machine (a cloud client's placeholder, see
+    /// [`crate::placeholder`]): there, but not to be read. Not in `files`.
+    pub placeholders: Vec<PathBuf>,
 }
 
 /// `root.join(rel)` as the file it really is, refused when a symlink on the way leads out of
@@ -107,7 +111,7 @@ pub fn scan(root: &Path, filter: &PathFilter) -> Result<ScanReport> {
     let canon_root = root.canonicalize().map_err(|e| Error::io(root, &e))?;
     let problems = RefCell::new(Vec::new());
     let mut found = Vec::new();
-    let (mut unreadable, mut mounts) = (Vec::new(), Vec::new());
+    let (mut unreadable, mut mounts, mut placeholders) = (Vec::new(), Vec::new(), Vec::new());
     // Each folder's device, to tell a mount point from the folder holding it.
     let mut devices: HashMap<PathBuf, u64> = HashMap::new();
     if let Ok(meta) = std::fs::metadata(root) {
@@ -143,6 +147,10 @@ pub fn scan(root: &Path, filter: &PathFilter) -> Result<ScanReport> {
         match entry {
             Ok(e) if e.file_type().is_file() => {
                 let rel = rel_of(e.path());
+                if let Some(note) = placeholder_of(&rel).filter(|n| filter.allows_file(n)) {
+                    placeholders.push(note);
+                    continue;
+                }
                 if !filter.allows_file(&rel) {
                     continue;
                 }
@@ -151,6 +159,10 @@ pub fn scan(root: &Path, filter: &PathFilter) -> Result<ScanReport> {
                     continue;
                 };
                 let meta = e.metadata().ok();
+                if meta.as_ref().is_some_and(is_dataless) {
+                    placeholders.push(rel);
+                    continue;
+                }
                 found.push(ScannedFile {
                     rel,
                     slug,
@@ -190,7 +202,11 @@ pub fn scan(root: &Path, filter: &PathFilter) -> Result<ScanReport> {
     let problems = problems.into_inner();
     let files = assign_slugs(found);
     mounts.sort();
-    Ok(ScanReport { files, problems, unreadable, mounts })
+    placeholders.sort();
+    placeholders.dedup();
+    // A stub beside a whole file (a download just finished) stands for nothing.
+    placeholders.retain(|p| !files.iter().any(|f| f.rel == *p));
+    Ok(ScanReport { files, problems, unreadable, mounts, placeholders })
 }
 
 /// Read a file of `report` as a new index would: under the slug the scan gave it (another
@@ -345,6 +361,22 @@ mod tests {
         let kinds: Vec<_> = report.problems.iter().map(Error::kind).collect();
         assert!(kinds.contains(&"symlink_outside_root"), "{kinds:?}");
         assert!(kinds.contains(&"symlink_loop"), "{kinds:?}");
+    }
+
+    #[test]
+    fn placeholders_are_there_but_not_files_to_read() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "a.md", "# A\n");
+        write(dir.path(), "sub/.Evicted Note.md.icloud", "stub");
+        write(dir.path(), ".b.md.icloud", "stub");
+        write(dir.path(), "b.md", "# B, downloaded again\n");
+        write(dir.path(), "drafts/.c.md.icloud", "stub");
+        let filter =
+            PathFilter::new(&ScanOptions { include: vec![], exclude: vec!["drafts/**".into()] }).unwrap();
+        let report = scan(dir.path(), &filter).unwrap();
+        let files: Vec<_> = report.files.iter().map(|f| f.slug.as_str()).collect();
+        assert_eq!(files, ["a", "b"]);
+        assert_eq!(report.placeholders, [PathBuf::from("sub/Evicted Note.md")]);
     }
 
     #[test]

@@ -552,7 +552,69 @@ async fn a_machines_first_scan_of_a_shared_source_must_find_most_of_it_even_with
     let run = json_of(&out);
     assert_eq!(run["pages_removed"], 0, "{run}");
     let held = run["removals_held"][0].as_str().unwrap_or_default();
-    assert!(held.contains("30 of its 30 pages") && held.contains("first scan"), "{run}");
+    assert!(held.contains("would remove 30 of its") && held.contains("first scan"), "{run}");
+    // Asked again (the folder book still has no identity for it): still held.
+    let again = json_of(&on("b", &["index", "--json"]).output().unwrap());
+    assert_eq!(again["pages_removed"], 0, "{again}");
     let shared = Database::open_with(&db, &weed.options(), Some(std::time::Duration::ZERO)).await.unwrap();
     assert_eq!(stored(&shared, "nt").await, 31, "the stray note added, nothing removed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cloud_placeholders_are_never_read_nor_removed_and_whole_again_nothing_is_re_embedded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (vault, db, saved) = (tmp.path().join("vault"), tmp.path().join("db"), tmp.path().join("saved"));
+    write_vault(&vault, 6, 0);
+    // A long note, so that its placeholder is past the size a file system keeps inline.
+    let long = format!("# Long note\n\nThe word longmarker.\n\n{}", "A line of the long note.\n".repeat(400));
+    write(&vault, "long.md", &long);
+    copy_dir(&vault, &saved);
+    index(&db, &["--source", &format!("nt={}", vault.display())]);
+
+    // iCloud evicts note-1 (a stub beside it), and long.md's content leaves the disk (its size
+    // stays, with no block behind it).
+    std::fs::remove_file(vault.join("note-1.md")).unwrap();
+    write(&vault, ".note-1.md.icloud", "bplist00");
+    let len = std::fs::metadata(vault.join("long.md")).unwrap().len();
+    let f = std::fs::OpenOptions::new().write(true).open(vault.join("long.md")).unwrap();
+    f.set_len(0).unwrap();
+    f.set_len(len).unwrap();
+    drop(f);
+    let sparse = {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(vault.join("long.md")).unwrap().blocks() == 0
+    };
+    let run = index(&db, &[]);
+    assert_eq!(run["pages_removed"], 0, "{run}");
+    assert_eq!(run["pages_failed"], 0, "a placeholder is not a bad page: {run}");
+    assert_eq!(run["placeholders"], if sparse { 2 } else { 1 }, "{run}");
+    assert_eq!(search(&db, "marker1")["results"][0]["slug"], "note-1", "kept as last indexed");
+    if sparse {
+        assert_eq!(search(&db, "longmarker")["results"][0]["slug"], "long", "not read as zeros");
+    }
+    assert_eq!(local_pages(&db).await, 7);
+
+    // Evicted under a running watch: its delete event removes nothing.
+    let mut watch = Watch::start(cairn(&db, &["watch", "--json"]));
+    watch.events.wait_for("the catch-up", |e| e["event"] == "reconciled");
+    std::fs::rename(vault.join("note-2.md"), vault.join(".note-2.md.icloud")).unwrap();
+    watch.until("the eviction seen", |e| e["event"] == "file_removed" && e["path"] == "note-2.md");
+    assert!(cairn(&db, &["flush"]).status().unwrap().success());
+    watch.stop();
+    assert_eq!(local_pages(&db).await, 7);
+
+    // Downloaded again: read once whole, nothing embedded again.
+    for f in [".note-1.md.icloud", ".note-2.md.icloud"] {
+        std::fs::remove_file(vault.join(f)).unwrap();
+    }
+    for f in ["note-1.md", "note-2.md", "long.md"] {
+        std::fs::copy(saved.join(f), vault.join(f)).unwrap();
+    }
+    let back = index(&db, &[]);
+    assert_eq!(
+        (back["pages_removed"].as_u64(), back["chunks_embedded"].as_u64()),
+        (Some(0), Some(0)),
+        "{back}"
+    );
+    assert!(back["placeholders"].is_null(), "{back}");
 }

@@ -91,6 +91,11 @@ pub enum Parsed {
         rel: PathBuf,
         error: cairn_ingest::Error,
     },
+    /// A cloud placeholder: its content is not on this machine, and reading it would fetch it.
+    /// Its page stays as last indexed.
+    Placeholder {
+        rel: PathBuf,
+    },
 }
 
 impl Handler<Parse> for Parser {
@@ -109,6 +114,9 @@ impl Handler<Parse> for Parser {
                 };
                 if meta.as_ref().is_some_and(|m| m.is_dir()) {
                     return Parsed::Directory { rel };
+                }
+                if std::fs::metadata(&abs).is_ok_and(|m| cairn_ingest::placeholder::is_dataless(&m)) {
+                    return Parsed::Placeholder { rel };
                 }
                 let mtime_ms = std::fs::metadata(&abs)
                     .and_then(|m| m.modified())

@@ -31,6 +31,10 @@ pub(super) struct Changes {
 /// a folder appeared, events were lost, or removals were not ordinary (the rescan's reconcile
 /// judges them with the whole folder in view).
 pub(super) async fn process(h: WatchParts, mut c: Changes) -> Result<Option<ReconcileReport>, PipelineError> {
+    // A note evicted by iCloud leaves a stub beside it: not a removal (its page stays).
+    c.removed.retain(|(p, _)| {
+        cairn_ingest::placeholder::stub_for(p).is_none_or(|stub| !h.root.join(stub).is_file())
+    });
     let mut lost = 0;
     if !c.rescan && !c.removed.is_empty() {
         match ordinary_losses(&h, &c).await? {

@@ -336,6 +336,9 @@ impl Watcher {
             self.held = r.held.clone();
             self.h.status.set_held(&self.h.id, r.held.clone());
         }
+        if r.unavailable.is_none() {
+            self.h.status.set_placeholders(&self.h.id, r.placeholders);
+        }
         if r.unavailable.is_none() && r.folders_unavailable != self.shielded {
             let folders = r.folders_unavailable.clone();
             let message = if folders.is_empty() {

@@ -39,6 +39,13 @@ pub struct ReconcileReport {
     /// Folders below the root the scan could not speak for: their pages were kept.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub folders_unavailable: Vec<FolderUnavailable>,
+    /// Notes that are cloud placeholders (content not on this machine): not read, kept.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub placeholders: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// Compare the folder with the index and apply what the guard lets through (see the module's
@@ -78,6 +85,7 @@ struct Judged {
     held: Option<HeldRemovals>,
     /// Folders whose pages were kept, unseen.
     shielded: Vec<FolderUnavailable>,
+    placeholders: usize,
 }
 
 impl Look {
@@ -125,13 +133,18 @@ async fn compare(
         }
         Look::Judged(j) => j,
     };
-    h.folders.set_identity(&h.id, &j.identity);
+    // A first scan that found too little is not the folder read whole: the next scan is a first
+    // one too, until most pages are there or someone says yes.
+    if !j.held.as_ref().is_some_and(|held| held.first_scan) {
+        h.folders.set_identity(&h.id, &j.identity);
+    }
     let removed: Vec<(PathBuf, bool)> = j.removed.into_iter().map(|p| (PathBuf::from(p), false)).collect();
     report.files = j.files;
     report.changed = j.to_parse.len();
     report.removed = removed.len();
     report.held = j.held;
     report.folders_unavailable = j.shielded;
+    report.placeholders = j.placeholders;
     events.push(EventKind::Reconciled {
         reason: reason.into(),
         files: report.files,
@@ -170,15 +183,20 @@ async fn scan_and_judge(
     cairn_index::fault::point("reconcile.scanned");
     events.extend(problems(&scan, reported));
     let present: HashSet<String> = scan.files.iter().map(|f| rel_string(&f.rel)).collect();
-    let gone: Vec<&str> =
-        states.values().filter(|st| !present.contains(&st.path)).map(|st| st.path.as_str()).collect();
+    // A placeholder's note is there, only not on this machine: not gone, not read.
+    let away: HashSet<String> = scan.placeholders.iter().map(|p| rel_string(p)).collect();
+    let gone: Vec<&str> = states
+        .values()
+        .filter(|st| !present.contains(&st.path) && !away.contains(&st.path))
+        .map(|st| st.path.as_str())
+        .collect();
     let recorded = h.folders.get(&h.id).and_then(|r| r.identity);
     let (gone, shielded, identity) = shield(&scan, &present, gone, recorded.as_ref(), identity, consent);
     let moved = moved(&states, &scan, &gone);
     let lost = moved.iter().filter(|m| !**m).count();
     let reading = Reading {
         indexed: states.len(),
-        found: scan.files.len(),
+        found: scan.files.len() + scan.placeholders.len(),
         removing: lost,
         change: recorded.as_ref().and_then(|r| r.change_to(&identity)),
         recent: h.folders.recent_removals(&h.id, now_ms()),
@@ -201,7 +219,9 @@ async fn scan_and_judge(
     };
     removed.sort();
     let to_parse = changed(&scan, &states);
-    Ok(Look::Judged(Judged { identity, files: scan.files.len(), to_parse, removed, lost, held, shielded }))
+    let placeholders = scan.placeholders.len();
+    let files = scan.files.len() + placeholders;
+    Ok(Look::Judged(Judged { identity, files, to_parse, removed, lost, held, shielded, placeholders }))
 }
 
 /// The pages `gone` that the scan can speak for, the folders hiding the others, and the

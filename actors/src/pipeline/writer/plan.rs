@@ -129,6 +129,8 @@ impl Planner {
                     self.failed(rel_string(&rel), &error, &mut out);
                     out.done += 1;
                 }
+                // Not read, not removed: the page stays as last indexed.
+                Parsed::Placeholder { .. } => out.done += 1,
                 // Only the page at that path: a folder standing there now holds new pages.
                 Parsed::Gone { rel } | Parsed::Directory { rel } => {
                     self.reported.remove(&rel_string(&rel));
