@@ -11,7 +11,7 @@ use rmcp::{ServerHandler, ServiceExt, schemars, tool, tool_handler, tool_router}
 use serde::Deserialize;
 
 const INSTRUCTIONS: &str = "cairn indexes folders of markdown notes. Before writing a new page, \
-`search` for its subject by name: a result with create_safety = \"exists\" was found by one of its \
+`check` its draft (title, aliases, body), or `search` for its subject by name: a result with create_safety = \"exists\" was found by one of its \
 own names (title, file name, alias), so the page is there (update it instead of writing a new one); \
 \"probable\" is a page close in meaning or words: read it first; \"unknown\" is only weak \
 similarity. An answer while a source has pending changes (pending_changes > 0), or without a \
@@ -45,6 +45,23 @@ pub struct SearchArgs {
     pub after: Option<String>,
     /// Only pages modified before this day (YYYY-MM-DD).
     pub before: Option<String>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+pub struct CheckArgs {
+    /// The title the new note would have.
+    #[serde(default)]
+    pub title: String,
+    /// Other names it would have (frontmatter aliases).
+    #[serde(default)]
+    pub aliases: Vec<String>,
+    /// The note's body as you would write it.
+    #[serde(default)]
+    pub body: String,
+    /// Only these source ids (default: every source).
+    #[serde(default)]
+    pub sources: Vec<String>,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -137,6 +154,20 @@ with pending_changes > 0 or vectors_pending > 0 is not proof of absence.")]
         };
         let resp = self.cairn.search(req).await.map_err(bad)?;
         json(&resp)
+    }
+
+    #[tool(description = "Use before writing a new note: give its draft (title, aliases, body) and get a \
+verdict: exists (one of its names is a page's own name: edit that page), probable (a page is very likely its \
+subject: read it, edit it or add your title as its alias), related (pages to link to) or none, with the \
+evidence per part of the draft. Never writes.")]
+    async fn check(&self, Parameters(a): Parameters<CheckArgs>) -> Result<String, String> {
+        let draft = cairn_query::check::Draft {
+            title: a.title,
+            aliases: a.aliases,
+            body: a.body,
+            sources: a.sources,
+        };
+        json(&self.cairn.check(&draft).await.map_err(bad)?)
     }
 
     #[tool(description = "Read one page: title, aliases, tags, path, frontmatter, outgoing links and body.")]

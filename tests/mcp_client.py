@@ -25,7 +25,9 @@ async def main(cairn, db, vault, log_path):
             async with ClientSession(read, write) as session:
                 await session.initialize()
                 tools = {t.name: t for t in (await session.list_tools()).tools}
-                assert {"search", "get", "diagnose", "status"} <= set(tools), sorted(tools)
+                assert {"search", "check", "get", "diagnose", "status"} <= set(tools), sorted(tools)
+                listed = json.dumps([t.model_dump(mode="json", exclude_none=True) for t in tools.values()])
+                print(f"tools/list: {len(listed)} bytes, about {len(listed) // 4} tokens")
                 assert "exists" in tools["search"].description, tools["search"].description
 
                 found = text(await session.call_tool("search", {"query": "hall of light"}))
@@ -34,6 +36,28 @@ async def main(cairn, db, vault, log_path):
                 assert top["create_safety"] == "exists", top
                 assert "alias_hit" in top["evidence"], top
                 assert "pending_changes" in found, found.keys()
+
+                # A draft before it is written: its title is a page's alias; its body is an existing
+                # page's subject under a new title; or nothing of it is here.
+                named = text(await session.call_tool("check", {"title": "Hall of Light", "body": "A venue."}))
+                assert named["verdict"] == "exists", named
+                assert named["candidates"][0]["slug"] == "venues/amphitheater", named
+                assert "edit it" in named["candidates"][0]["advice"], named
+                meant = text(await session.call_tool("check", {
+                    "title": "Nocturnal raptor hearing",
+                    "body": "Barn owls hunt by sound, finding prey in complete darkness.",
+                }))
+                assert meant["verdict"] == "probable", meant
+                assert meant["candidates"][0]["slug"] == "owls", meant
+                assert all(c["verdict"] != "exists" for c in meant["candidates"]), meant
+                new = text(await session.call_tool("check", {
+                    "title": "Volcanic soils",
+                    "body": "Andosols form on volcanic ash and hold water and phosphate well.",
+                }))
+                assert new["verdict"] in ("none", "related"), new
+                assert all(c["verdict"] == "related" for c in new["candidates"]), new
+                r = await session.call_tool("check", {})
+                assert r.is_error and r.content[0].text, r
 
                 page = text(await session.call_tool("get", {"source": "notes", "slug": "venues/amphitheater"}))
                 assert page["title"] == "Indoor Greek Amphitheater", page

@@ -324,6 +324,18 @@ impl Cairn {
         self.ask(api::Search { request }).await
     }
 
+    /// A draft note against the index before it is written: whether a page on its subject
+    /// exists, probably exists, or is related (see [`cairn_query::check`]). Reads only.
+    pub async fn check(&self, draft: &cairn_query::check::Draft) -> Result<cairn_query::check::CheckReport> {
+        // Each search owns a handle (a clone is an `Arc`): a future borrowing `self` across the
+        // stream of searches is not `Send` for every lifetime, which a tool server requires.
+        let search = |request| {
+            let me = self.clone();
+            async move { me.search(request).await }
+        };
+        cairn_query::check::check(draft, search).await
+    }
+
     /// One page with its body; `None` when the source has no such slug.
     pub async fn get(&self, source: &str, slug: &str) -> Result<Option<PageWithBody>> {
         self.ask(api::Get { source: source.into(), slug: slug.into() }).await

@@ -101,9 +101,7 @@ mod tests {
         for (i, row) in t.iter_mut().enumerate() {
             row[0] = i;
         }
-        for j in 0..=b.len() {
-            t[0][j] = j;
-        }
+        t[0] = (0..=b.len()).collect();
         for i in 1..=a.len() {
             for j in 1..=b.len() {
                 let cost = usize::from(a[i - 1] != b[j - 1]);

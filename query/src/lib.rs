@@ -3,6 +3,7 @@
 //! fusion, max-pool, title-phrase boost, exact lookup and alias hop, evidence. It owns ranking;
 //! it does not own storage (`cairn-index`) or threads (`cairn-actors`).
 
+pub mod check;
 pub mod diagnose;
 pub mod duplicates;
 mod error;

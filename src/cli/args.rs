@@ -187,6 +187,27 @@ pub enum Command {
         #[arg(long)]
         explain: bool,
     },
+    /// Before writing a note: check a draft (its title, aliases, body) against the index. Says
+    /// `exists`, `probable`, `related` or `none`, with the pages behind it and what to do.
+    Check {
+        /// The title the draft would have.
+        #[arg(long, default_value = "")]
+        title: String,
+        /// Another name of the draft (repeatable).
+        #[arg(long = "alias")]
+        aliases: Vec<String>,
+        /// The draft's body as text.
+        #[arg(long, conflicts_with = "body_file")]
+        body: Option<String>,
+        /// The draft's body from a file (`-`: standard input).
+        #[arg(long)]
+        body_file: Option<PathBuf>,
+        /// Only these sources (repeatable; default: every source).
+        #[arg(long = "source")]
+        sources: Vec<String>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Run judged queries and report retrieval metrics; with --gate, fail below the floors.
     Eval(EvalArgs),
     /// Walk the query layers for one page, for the search as you ran it: where it was found or lost.
@@ -258,9 +279,9 @@ pub enum Command {
 // No doc comment: the variant's above is the subcommand's help.
 #[derive(Args, Debug)]
 pub struct EvalArgs {
-    /// JSON Lines query file (or a bootstrap queries.json); not with --exists, --links or
-    /// --subjects.
-    #[arg(required_unless_present_any = ["exists", "links", "subjects"])]
+    /// JSON Lines query file (or a bootstrap queries.json); not with --exists, --links,
+    /// --subjects or --typos.
+    #[arg(required_unless_present_any = ["exists", "links", "subjects", "typos"])]
     pub queries: Option<PathBuf>,
     #[arg(long = "source")]
     pub sources: Vec<String>,
@@ -303,12 +324,18 @@ pub struct EvalArgs {
     /// (which must hold this vault as a source).
     #[arg(long, value_name = "DIR", conflicts_with_all = ["exists", "links", "queries"])]
     pub subjects: Option<PathBuf>,
+    /// Instead of a query file: one title in N of this vault with one typo (a letter dropped,
+    /// doubled, swapped or struck on a neighbouring key), the page being the answer; asked of
+    /// --vault, or of the database (which must hold this vault as a source).
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["exists", "links", "queries", "subjects"])]
+    pub typos: Option<PathBuf>,
     /// Answer the queries again with this rule off, on the same index, and print what it
     /// changes (repeatable).
     #[arg(long, value_enum)]
     pub ablate: Vec<cairn::eval::Rule>,
     /// With --exists: one page in N is held out, one present title in N is asked. With --links:
-    /// one labelled link in N is held out. With --subjects: one page in N is asked about.
+    /// one labelled link in N is held out. With --subjects or --typos: one page in N is asked
+    /// about.
     #[arg(long, default_value_t = 20)]
     pub every: u64,
 }

@@ -76,9 +76,10 @@ where
 /// Judged queries over the database, or over `--vault` indexed into a temporary one first.
 pub async fn eval(common: &Common, a: EvalArgs) -> Result<ExitCode> {
     let mode = mode(&a.mode)?;
-    let judged = match (&a.queries, &a.subjects) {
-        (_, Some(vault)) => cairn::eval::subject_queries(vault, a.every)?,
-        (Some(queries), _) => cairn::eval::load_queries(queries, &a.skip_flags)?,
+    let judged = match (&a.queries, &a.subjects, &a.typos) {
+        (_, Some(vault), _) => cairn::eval::subject_queries(vault, a.every)?,
+        (_, _, Some(vault)) => cairn::eval::typo_queries(vault, a.every)?,
+        (Some(queries), _, _) => cairn::eval::load_queries(queries, &a.skip_flags)?,
         _ => return Err(Usage("name a query file".into()).into()),
     };
     let temp =
@@ -95,8 +96,8 @@ pub async fn eval(common: &Common, a: EvalArgs) -> Result<ExitCode> {
         pooled_baseline: a.pooled_baseline,
         ..SearchRequest::new("")
     };
-    // A query file names pages by path; the subject questions by the slugs of a scan.
-    let by_path = a.subjects.is_none();
+    // A query file names pages by path; the subject and typo questions by the slugs of a scan.
+    let by_path = a.subjects.is_none() && a.typos.is_none();
     let run = async |c: cairn::Config, rules: &[Rule]| -> Result<Vec<EvalReport>> {
         let cairn = Cairn::attach(c, "eval", with_model).await?;
         let judged =

@@ -69,6 +69,17 @@ pub async fn run(command: Command, common: Common) -> Result<ExitCode> {
         C::Search { query, search, json, explain } => {
             search::search(&common, search.request(query, explain)?, json).await.map(ok)
         }
+        C::Check { title, aliases, body, body_file, sources, json } => {
+            let body = match (body, body_file) {
+                (Some(b), _) => b,
+                (None, Some(f)) if f.as_os_str() == "-" => std::io::read_to_string(std::io::stdin())?,
+                (None, Some(f)) => std::fs::read_to_string(&f)
+                    .map_err(|e| Usage(format!("--body-file {}: {e}", f.display())))?,
+                (None, None) => String::new(),
+            };
+            let draft = cairn_query::check::Draft { title, aliases, body, sources };
+            search::check(&common, &draft, json).await.map(ok)
+        }
         C::Diagnose { query, target: t, search, json } => {
             search::diagnose(&common, search.request(query, false)?, &t, json).await.map(ok)
         }

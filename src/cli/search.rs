@@ -1,4 +1,4 @@
-//! `cairn search` and `cairn diagnose`.
+//! `cairn search`, `cairn check` and `cairn diagnose`.
 
 use super::args::Common;
 use super::{attach, report, target};
@@ -25,4 +25,14 @@ pub async fn diagnose(common: &Common, req: SearchRequest, t: &str, json: bool) 
     let (source, slug) = target(t)?;
     let cairn = attach(common, "diagnose", req.mode != Mode::Fast).await?;
     report(&cairn.diagnose(req, &source, &slug).await?, json)
+}
+
+/// A draft against the index (see [`cairn_query::check`]).
+pub async fn check(common: &Common, draft: &cairn_query::check::Draft, json: bool) -> Result<()> {
+    if draft.title.trim().is_empty() && draft.aliases.is_empty() && draft.body.trim().is_empty() {
+        return Err(super::Usage("a draft needs --title, --alias or a body".into()).into());
+    }
+    let cairn = attach(common, "check", true).await?;
+    report(&cairn.check(draft).await?, json)?;
+    Ok(())
 }

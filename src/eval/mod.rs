@@ -13,10 +13,12 @@ use std::path::Path;
 mod exists;
 mod links;
 mod subjects;
+mod typos;
 
 pub use exists::*;
 pub use links::*;
 pub use subjects::*;
+pub use typos::*;
 
 /// Load a query file: JSON Lines in the shared eval format (`query`, `relevant`, optional
 /// `forbidden`, `grades`, `family`, `id`), or the gbrain bootstrap JSON array (`expect_slug`).
@@ -130,6 +132,9 @@ pub struct Miss {
 #[derive(Debug, Serialize)]
 pub struct EvalReport {
     pub queries: usize,
+    /// Queries whose first result said `create_safety: exists` (a query set of names no page
+    /// has, such as `--typos`, must have none).
+    pub top_exists: usize,
     pub overall: Summary,
     pub families: BTreeMap<String, Summary>,
     pub misses: Vec<Miss>,
@@ -156,6 +161,9 @@ impl std::fmt::Display for EvalReport {
                 m.ndcg_at_10,
                 m.forbidden_clean_at_3
             )?;
+        }
+        if self.top_exists > 0 {
+            writeln!(f, "first results saying `exists`: {} of {}", self.top_exists, self.queries)?;
         }
         Ok(())
     }
@@ -204,11 +212,17 @@ impl Rule {
 /// most of its time waiting on the store.
 pub async fn run(searcher: &Cairn, queries: &[Judged], template: &SearchRequest) -> Result<EvalReport> {
     use futures::StreamExt;
-    let rankings: Vec<Result<Vec<String>>> = futures::stream::iter(queries)
+    let rankings: Vec<Result<(Vec<String>, bool)>> = futures::stream::iter(queries)
         .map(|q| async move {
             let req = SearchRequest { query: q.query.clone(), ..template.clone() };
             match searcher.search(req).await {
-                Ok(resp) => Ok(resp.results.into_iter().map(|r| r.slug).collect()),
+                Ok(resp) => {
+                    let exists = resp
+                        .results
+                        .first()
+                        .is_some_and(|r| r.create_safety == cairn_query::CreateSafety::Exists);
+                    Ok((resp.results.into_iter().map(|r| r.slug).collect::<Vec<String>>(), exists))
+                }
                 Err(e) => Err(anyhow::Error::from(e)),
             }
         })
@@ -217,8 +231,10 @@ pub async fn run(searcher: &Cairn, queries: &[Judged], template: &SearchRequest)
         .await;
     let mut scores: Vec<QueryScore> = Vec::with_capacity(queries.len());
     let mut misses = Vec::new();
+    let mut top_exists = 0;
     for (q, ranking) in queries.iter().zip(rankings) {
-        let ranking = ranking?;
+        let (ranking, exists) = ranking?;
+        top_exists += usize::from(exists);
         let s = score(q, &ranking);
         let missed = s.relevance.is_some_and(|m| m.hit_at_1 < 1.0) || s.forbidden_clean == Some(false);
         if missed {
@@ -232,7 +248,7 @@ pub async fn run(searcher: &Cairn, queries: &[Judged], template: &SearchRequest)
         scores.push(s);
     }
     let (overall, families) = by_family(queries, &scores);
-    Ok(EvalReport { queries: queries.len(), overall, families, misses })
+    Ok(EvalReport { queries: queries.len(), top_exists, overall, families, misses })
 }
 
 /// Floors from a gate file, e.g.
@@ -250,9 +266,15 @@ pub fn check_gates(report: &EvalReport, gates: &str) -> Result<Vec<String>> {
         overall: BTreeMap<String, f64>,
         #[serde(default)]
         families: BTreeMap<String, BTreeMap<String, f64>>,
+        /// At most this many queries may get an `exists` first result.
+        #[serde(default)]
+        max_top_exists: Option<usize>,
     }
     let gates: Gates = toml::from_str(gates).context("gate file")?;
     let mut breaches = Vec::new();
+    if let Some(max) = gates.max_top_exists.filter(|m| report.top_exists > *m) {
+        breaches.push(format!("{} queries got an `exists` first result, more than {max}", report.top_exists));
+    }
     let mut check = |scope: &str, summary: Option<&Summary>, floors: &BTreeMap<String, f64>| -> Result<()> {
         for (metric, floor) in floors {
             let Some(s) = summary else {
