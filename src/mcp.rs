@@ -5,6 +5,7 @@
 //! carries only protocol.
 
 use cairn_actors::{Cairn, Mode, SearchRequest};
+use cairn_query::shape::Detail;
 use rmcp::handler::server::{router::tool::ToolRouter, wrapper::Parameters};
 use rmcp::model::{ServerCapabilities, ServerConfig};
 use rmcp::{ServerHandler, ServiceExt, schemars, tool, tool_handler, tool_router};
@@ -45,6 +46,11 @@ pub struct SearchArgs {
     pub after: Option<String>,
     /// Only pages modified before this day (YYYY-MM-DD).
     pub before: Option<String>,
+    /// `ids` (source, slug, title, create_safety, evidence), `snippets` (default: plus the best
+    /// chunk, cut) or `full`.
+    pub detail: Option<String>,
+    /// Keep the answer under about this many tokens (results left out from the end, said so).
+    pub max_tokens: Option<usize>,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -62,6 +68,10 @@ pub struct CheckArgs {
     /// Only these source ids (default: every source).
     #[serde(default)]
     pub sources: Vec<String>,
+    /// `ids`, `snippets` (default) or `full` (each candidate's evidence per part of the draft).
+    pub detail: Option<String>,
+    /// Keep the answer under about this many tokens.
+    pub max_tokens: Option<usize>,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -133,16 +143,29 @@ fn json(v: &impl serde::Serialize) -> Result<String, String> {
     serde_json::to_string(v).map_err(|e| e.to_string())
 }
 
+/// An answer with its list (`list_key`) at `detail` (default `snippets`: an agent's context is
+/// small) and under `max_tokens`.
+fn sized(
+    v: &impl serde::Serialize,
+    list_key: &str,
+    detail: Option<&str>,
+    max_tokens: Option<usize>,
+) -> Result<String, String> {
+    let detail: Detail = detail.unwrap_or("snippets").parse().map_err(bad)?;
+    let value = serde_json::to_value(v).map_err(bad)?;
+    json(&cairn_query::shape::shape(value, list_key, detail, max_tokens))
+}
+
 #[tool_router]
 impl CairnTools {
     pub fn new(cairn: Cairn) -> Self {
         Self { cairn, tool_router: Self::tool_router() }
     }
 
-    #[tool(description = "Search the notes. Returns results (source, slug, title, path, score, evidence, \
-create_safety, best chunk), each source's status with pending changes and lag, and notes. \
+    #[tool(description = "Search the notes by a page's name or a question about its subject. Returns \
+results (source, slug, title, evidence, create_safety, best chunk as a snippet), freshness and notes. \
 create_safety = \"exists\" means the page is there: update it instead of writing a new one. An answer \
-with pending_changes > 0 or vectors_pending > 0 is not proof of absence.")]
+with pending_changes > 0 or vectors_pending > 0 is not proof of absence. Use `get` to read a page.")]
     async fn search(&self, Parameters(a): Parameters<SearchArgs>) -> Result<String, String> {
         let mut req = request(a.query, a.sources, a.mode.as_deref(), a.limit)?;
         req.filter = cairn_query::Filter {
@@ -153,7 +176,7 @@ with pending_changes > 0 or vectors_pending > 0 is not proof of absence.")]
             before: a.before,
         };
         let resp = self.cairn.search(req).await.map_err(bad)?;
-        json(&resp)
+        sized(&resp, "results", a.detail.as_deref(), a.max_tokens)
     }
 
     #[tool(description = "Use before writing a new note: give its draft (title, aliases, body) and get a \
@@ -167,7 +190,7 @@ evidence per part of the draft. Never writes.")]
             body: a.body,
             sources: a.sources,
         };
-        json(&self.cairn.check(&draft).await.map_err(bad)?)
+        sized(&self.cairn.check(&draft).await.map_err(bad)?, "candidates", a.detail.as_deref(), a.max_tokens)
     }
 
     #[tool(description = "Read one page: title, aliases, tags, path, frontmatter, outgoing links and body.")]

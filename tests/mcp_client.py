@@ -36,6 +36,20 @@ async def main(cairn, db, vault, log_path):
                 assert top["create_safety"] == "exists", top
                 assert "alias_hit" in top["evidence"], top
                 assert "pending_changes" in found, found.keys()
+                # Sized for an agent: snippets by default (no scoring internals), full on request,
+                # and under a token bound with what was left out said.
+                assert "base_score" not in top and "chunk" in top, top
+                full = text(await session.call_tool("search", {"query": "hall of light", "detail": "full"}))
+                assert "base_score" in full["results"][0], full["results"][0]
+                ids = text(await session.call_tool("search", {"query": "owls", "detail": "ids"}))
+                assert set(ids["results"][0]) == {"source", "slug", "title", "create_safety", "evidence"}, ids
+                def size(answer):
+                    return len(json.dumps(answer, separators=(",", ":"), ensure_ascii=False).encode())
+                whole = text(await session.call_tool("search", {"query": "owls"}))
+                bound = size(whole) // 4 - 1
+                small = text(await session.call_tool("search", {"query": "owls", "max_tokens": bound}))
+                assert small.get("truncated") is True and small["left_out"]["results"] >= 1, small
+                assert size(small) <= bound * 4, (size(small), bound)
 
                 # A draft before it is written: its title is a page's alias; its body is an existing
                 # page's subject under a new title; or nothing of it is here.

@@ -13,6 +13,7 @@ pub mod links;
 pub mod metrics;
 pub mod reader;
 pub mod search;
+pub mod shape;
 
 pub use diagnose::{Diagnosis, IngestState, diagnose};
 pub use error::{QueryError, Result};

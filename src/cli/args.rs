@@ -66,6 +66,18 @@ pub struct SearchArgs {
     before: Option<String>,
 }
 
+/// How much an answer printed with `--json` carries.
+#[derive(Args, Debug, Clone)]
+pub struct Sizing {
+    /// With --json: `ids`, `snippets` (each result's best chunk cut) or `full` (default).
+    #[arg(long, default_value = "full")]
+    pub detail: String,
+    /// With --json: keep the answer under about this many tokens (results left out from the
+    /// end, `truncated: true` and `left_out` saying how many).
+    #[arg(long)]
+    pub max_tokens: Option<usize>,
+}
+
 impl SearchArgs {
     pub fn request(&self, query: String, explain: bool) -> Result<cairn_query::SearchRequest, Usage> {
         Ok(cairn_query::SearchRequest {
@@ -183,6 +195,8 @@ pub enum Command {
         search: SearchArgs,
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        sizing: Sizing,
         /// Per result: each arm's rank and score, the fusion, boosts and why the evidence is what it is.
         #[arg(long)]
         explain: bool,
@@ -207,6 +221,8 @@ pub enum Command {
         sources: Vec<String>,
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        sizing: Sizing,
     },
     /// Run judged queries and report retrieval metrics; with --gate, fail below the floors.
     Eval(EvalArgs),

@@ -114,7 +114,8 @@ pub async fn eval(common: &Common, a: EvalArgs) -> Result<ExitCode> {
         if a.int8_too { cairn::Config { exact_vectors_up_to: usize::MAX, ..c.clone() } } else { c.clone() };
     let mut reports = run(first, &a.ablate).await?.into_iter();
     let exact = reports.next().expect("the first run");
-    show_ablations(&a.ablate, &exact, reports, a.json);
+    let ablated: Vec<(Rule, EvalReport)> = a.ablate.iter().copied().zip(reports).collect();
+    show_ablations(&exact, &ablated, a.json);
     let int8 =
         if a.int8_too { run(cairn::Config { exact_vectors_up_to: 0, ..c }, &[]).await?.pop() } else { None };
     if let Some(t) = temp {
@@ -134,7 +135,12 @@ pub async fn eval(common: &Common, a: EvalArgs) -> Result<ExitCode> {
     if !a.json {
         misses(&exact);
     }
-    if gate(a.gate.as_deref(), |text| cairn::eval::check_gates(&exact, text))? != ExitCode::SUCCESS {
+    let floors = |text: &str| -> Result<Vec<String>> {
+        let mut breaches = cairn::eval::check_gates(&exact, text)?;
+        breaches.extend(cairn::eval::check_rule_gates(&exact, &ablated, text)?);
+        Ok(breaches)
+    };
+    if gate(a.gate.as_deref(), floors)? != ExitCode::SUCCESS {
         return Ok(ExitCode::from(1));
     }
     for m in &moved {
@@ -150,15 +156,15 @@ pub async fn eval(common: &Common, a: EvalArgs) -> Result<ExitCode> {
 }
 
 /// Each rule's run without it, and what the rule changes against `exact`.
-fn show_ablations(rules: &[Rule], exact: &EvalReport, without: impl Iterator<Item = EvalReport>, json: bool) {
-    for (rule, without) in rules.iter().zip(without) {
+fn show_ablations(exact: &EvalReport, ablated: &[(Rule, EvalReport)], json: bool) {
+    for (rule, without) in ablated {
         eprintln!("-- the same queries without {rule}:");
         if json {
             eprint!("{without}")
         } else {
-            show(&without)
+            show(without)
         }
-        eprintln!("-- with it, what it changes: {}", changes(exact, &without));
+        eprintln!("-- with it, what it changes: {}", changes(exact, without));
     }
 }
 

@@ -66,10 +66,10 @@ pub async fn run(command: Command, common: Common) -> Result<ExitCode> {
         C::Reconcile { id, allow_removals, json } => {
             state::reconcile(&common, &id, allow_removals, json).await
         }
-        C::Search { query, search, json, explain } => {
-            search::search(&common, search.request(query, explain)?, json).await.map(ok)
+        C::Search { query, search, json, explain, sizing } => {
+            search::search(&common, search.request(query, explain)?, json, &sizing).await.map(ok)
         }
-        C::Check { title, aliases, body, body_file, sources, json } => {
+        C::Check { title, aliases, body, body_file, sources, json, sizing } => {
             let body = match (body, body_file) {
                 (Some(b), _) => b,
                 (None, Some(f)) if f.as_os_str() == "-" => std::io::read_to_string(std::io::stdin())?,
@@ -78,7 +78,7 @@ pub async fn run(command: Command, common: Common) -> Result<ExitCode> {
                 (None, None) => String::new(),
             };
             let draft = cairn_query::check::Draft { title, aliases, body, sources };
-            search::check(&common, &draft, json).await.map(ok)
+            search::check(&common, &draft, json, &sizing).await.map(ok)
         }
         C::Diagnose { query, target: t, search, json } => {
             search::diagnose(&common, search.request(query, false)?, &t, json).await.map(ok)

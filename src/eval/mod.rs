@@ -296,6 +296,42 @@ pub fn check_gates(report: &EvalReport, gates: &str) -> Result<Vec<String>> {
     Ok(breaches)
 }
 
+/// The rules' floors of a gate file: what each rule, turned off with `--ablate`, must be worth.
+/// ```toml
+/// [rules.feedback]
+/// ndcg_at_10 = 0.0   # with the rule at least as good as without it
+/// ```
+/// A rule named in the gate but not ablated in the run is a breach (it was not measured).
+pub fn check_rule_gates(
+    with: &EvalReport,
+    without: &[(Rule, EvalReport)],
+    gates: &str,
+) -> Result<Vec<String>> {
+    #[derive(serde::Deserialize)]
+    struct Gates {
+        #[serde(default)]
+        rules: BTreeMap<String, BTreeMap<String, f64>>,
+    }
+    let gates: Gates = toml::from_str(gates).context("gate file")?;
+    let mut breaches = Vec::new();
+    for (rule, floors) in &gates.rules {
+        let Some((_, off)) = without.iter().find(|(r, _)| r.to_string() == *rule) else {
+            breaches.push(format!("rule {rule}: not ablated in this run (add --ablate {rule})"));
+            continue;
+        };
+        for (metric, floor) in floors {
+            let (Some(a), Some(b)) = (with.overall.metrics.get(metric), off.overall.metrics.get(metric))
+            else {
+                bail!("gate file: unknown metric `{metric}`");
+            };
+            if a - b + 1e-12 < *floor {
+                breaches.push(format!("rule {rule} gains {:+.4} {metric}, below {floor}", a - b));
+            }
+        }
+    }
+    Ok(breaches)
+}
+
 /// The figures of `b` that differ from `a`'s by more than `tolerance` (overall and per family),
 /// one line each: what `eval --int8-too` fails on.
 pub fn moved(a: &EvalReport, b: &EvalReport, tolerance: f64) -> Vec<String> {
