@@ -73,10 +73,10 @@ pub fn result_at(mut r: Value, detail: Detail) -> Value {
     let keep =
         |k: &str| IDS.contains(&k) || k == "verdict" || (detail == Detail::Snippets && SNIPPETS.contains(&k));
     obj.retain(|k, _| keep(k));
-    if let Some(text) = obj.get_mut("chunk").and_then(|c| c.get_mut("text")) {
-        if let Some(t) = text.as_str() {
-            *text = Value::String(snippet(t, SNIPPET_CHARS));
-        }
+    if let Some(text) = obj.get_mut("chunk").and_then(|c| c.get_mut("text"))
+        && let Some(t) = text.as_str()
+    {
+        *text = Value::String(snippet(t, SNIPPET_CHARS));
     }
     r
 }
