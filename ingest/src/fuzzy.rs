@@ -5,15 +5,13 @@
 //! ("kubernets", "stack ovwrflow") still finds that page, as a *probable* match, never as proof
 //! that the page exists.
 
-/// Edits a name of `chars` characters may be away and still be taken for it: none under four
-/// (one edit turns `cat` into `bat`, `car`, `act`…), one up to seven, two from eight on. These are
-/// the bounds spelling correctors use (Lucene's fuzzy query, Elasticsearch's `AUTO` fuzziness:
-/// 0 for 1–2, 1 for 3–5, 2 beyond), shifted up one character because a name lane must not
-/// answer a word that happens to be near a short title.
+/// Edits a name of `chars` characters may be away and still be taken for it: Lucene's and
+/// Elasticsearch's `AUTO` fuzziness, as it stands (none up to 2 characters, one up to 5, two
+/// beyond), not a bound fitted here.
 pub fn max_edits(chars: usize) -> usize {
     match chars {
-        0..=3 => 0,
-        4..=7 => 1,
+        0..=2 => 0,
+        3..=5 => 1,
         _ => 2,
     }
 }
@@ -116,6 +114,6 @@ mod tests {
 
     #[test]
     fn short_names_get_no_edits() {
-        assert_eq!((max_edits(3), max_edits(4), max_edits(7), max_edits(8)), (0, 1, 1, 2));
+        assert_eq!((max_edits(2), max_edits(3), max_edits(5), max_edits(6)), (0, 1, 1, 2));
     }
 }

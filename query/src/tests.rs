@@ -357,8 +357,15 @@ async fn a_typo_of_a_name_finds_the_page_as_probable_never_as_existing() {
     let off = SearchRequest { without_fuzzy_names: true, ..SearchRequest::new("Kubernets") };
     let resp = run(&[&notes], off).await.unwrap();
     assert!(resp.results.iter().all(|r| !r.evidence.contains(&Evidence::FuzzyName)), "{:#?}", resp.results);
-    // A short word is never a typo of a short name; a sentence is never a typo of a title.
+    // Two characters are never a typo; three may be one edit from a name; five words never.
+    let resp = run(&[&notes], SearchRequest::new("k9")).await.unwrap();
+    assert!(resp.results.iter().all(|r| !r.evidence.contains(&Evidence::FuzzyName)));
     let resp = run(&[&notes], SearchRequest::new("k9s")).await.unwrap();
+    assert_eq!(
+        (resp.results[0].slug.as_str(), resp.results[0].create_safety),
+        ("kubernetes", CreateSafety::Probable)
+    );
+    let resp = run(&[&notes], SearchRequest::new("when a call stack overflows")).await.unwrap();
     assert!(resp.results.iter().all(|r| !r.evidence.contains(&Evidence::FuzzyName)));
 }
 

@@ -123,7 +123,8 @@ pub fn typo_queries(vault: &Path, every: u64) -> Result<Vec<Judged>> {
             continue;
         }
         let Some((query, kind)) = misspell(&title, fnv(&slug)) else { continue };
-        if names.contains_key(&normalize_name(&query)) {
+        // A one-letter title dropped to nothing asks nothing; a typo that is a name asks for it.
+        if !query.chars().any(char::is_alphanumeric) || names.contains_key(&normalize_name(&query)) {
             continue;
         }
         out.push(Judged {

@@ -353,7 +353,7 @@ pub(super) async fn fuzzy_pages<R: SourceReader>(readers: &[&R], query: &str) ->
     let lookups = readers.iter().map(|r| {
         let norm = &norm;
         async move {
-            let found = r.fuzzy(norm, max, 3).await.unwrap_or_default();
+            let found = r.fuzzy(norm, max, FUZZY_CANDIDATES).await.unwrap_or_default();
             found.into_iter().map(|(p, d)| (d, r.id().to_string(), p)).collect::<Vec<_>>()
         }
     });
@@ -362,8 +362,13 @@ pub(super) async fn fuzzy_pages<R: SourceReader>(readers: &[&R], query: &str) ->
     let least = all.iter().map(|(d, _, _)| *d).min();
     all.retain(|(d, _, _)| Some(*d) == least);
     all.sort_by(|a, b| a.1.cmp(&b.1).then(a.2.slug.cmp(&b.2.slug)));
+    all.truncate(FUZZY_CANDIDATES);
     all.into_iter().map(|(_, s, p)| (s, p)).collect()
 }
+
+/// Pages a typo lane puts forward at most: the ties of the least distance, ordered among
+/// themselves by their score (see [`super::score::order`]).
+pub(super) const FUZZY_CANDIDATES: usize = 5;
 
 /// Several pages answering to the query's name (by title, file name or alias; a page id alone
 /// is no name) collide.
@@ -383,6 +388,12 @@ pub(super) fn alias_collisions(
     }
 }
 
+/// How many of the named pages are put first: three exact or learnt ones (in their order), or
+/// every fuzzy one (ordered by score among themselves).
+pub(super) fn named_slots(named: &[(String, PageRecord, ExactKind)]) -> usize {
+    if named.iter().all(|(_, _, k)| *k == ExactKind::Fuzzy) { FUZZY_CANDIDATES } else { 3 }
+}
+
 /// Inject exact names (exact lookup and alias hop): the first three pages the query names are
 /// marked where an arm found them, and added (with their record and best chunk) where none did.
 pub(super) async fn inject_exact<R: SourceReader>(
@@ -391,7 +402,7 @@ pub(super) async fn inject_exact<R: SourceReader>(
     union: &mut Vec<Candidate>,
     exact: &[(String, PageRecord, ExactKind)],
 ) {
-    for (source, page, kind) in exact.iter().take(3) {
+    for (source, page, kind) in exact.iter().take(named_slots(exact)) {
         let i = find_or_add(readers, qvec, union, source, page).await;
         union[i].exact = Some(*kind);
     }

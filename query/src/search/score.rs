@@ -159,8 +159,15 @@ pub(super) fn order(
     exact: &[(String, PageRecord, ExactKind)],
     limit: usize,
 ) -> Vec<SearchResult> {
+    // Named pages first, in their order; fuzzy ones (typos) all on one footing, by score.
+    let slots = super::gather::named_slots(exact);
     let exact_rank = |r: &SearchResult| {
-        exact.iter().take(3).position(|(s, p, _)| *s == r.source && p.slug == r.slug).unwrap_or(usize::MAX)
+        let at = exact.iter().take(slots).position(|(s, p, _)| *s == r.source && p.slug == r.slug);
+        match at {
+            Some(_) if exact[0].2 == ExactKind::Fuzzy => 0,
+            Some(i) => i,
+            None => usize::MAX,
+        }
     };
     results.sort_by(|a, b| {
         exact_rank(a)
