@@ -1,7 +1,7 @@
 //! `cairn check` from the command line, on an index made with the real model: each verdict, a
 //! body read from standard input, and bad usage.
 
-use crate::support::{cairn_bin, write};
+use crate::support::{cairn_bin, three_notes};
 use serde_json::Value;
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -22,16 +22,7 @@ fn check(db: &std::path::Path, args: &[&str], stdin: Option<&str>) -> (Option<i3
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_draft_is_checked_from_the_command_line_for_each_verdict() {
     let tmp = tempfile::tempdir().unwrap();
-    let (vault, db) = (tmp.path().join("vault"), tmp.path().join("db"));
-    write(
-        &vault,
-        "venues/amphitheater.md",
-        "---\ntitle: Indoor Greek Amphitheater\naliases: [Hall of Light]\n---\n\nFour hundred seats under a glass roof.\n",
-    );
-    write(&vault, "owls.md", "# Owls\n\nBarn owls hunt by sound in complete darkness.\n");
-    write(&vault, "tides.md", "# Tides\n\nSpring tides follow the new and the full moon.\n");
-    let spec = cairn::SourceSpec { id: "notes".into(), root: vault.clone() };
-    cairn::index(cairn::Config::new(db.to_str().unwrap(), vec![spec.config()]), false, false).await.unwrap();
+    let (_, db) = three_notes(tmp.path()).await;
 
     let (code, named, err) = check(&db, &["--title", "Venue notes", "--alias", "hall of light"], None);
     assert_eq!(code, Some(0), "{err}");

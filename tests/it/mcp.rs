@@ -1,7 +1,7 @@
 //! `cairn mcp` driven as a child process by the official Python MCP SDK's stdio client
 //! (installed by `scripts/test` into `~/.cache/cairn/mcp-venv`, or `CAIRN_MCP_PYTHON`).
 
-use crate::support::write;
+use crate::support::three_notes;
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -20,17 +20,8 @@ fn python() -> PathBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_mcp_client_searches_gets_and_gets_errors_then_the_server_exits_cleanly() {
     let tmp = tempfile::tempdir().unwrap();
-    let (vault, db) = (tmp.path().join("vault"), tmp.path().join("db"));
-    write(
-        &vault,
-        "venues/amphitheater.md",
-        "---\ntitle: Indoor Greek Amphitheater\naliases: [Hall of Light]\n---\n\nFour hundred seats under a glass roof.\n",
-    );
-    write(&vault, "owls.md", "# Owls\n\nBarn owls hunt by sound in complete darkness.\n");
-    write(&vault, "tides.md", "# Tides\n\nSpring tides follow the new and the full moon.\n");
     // Indexed before the server starts, so its first answer needs no wait.
-    let spec = cairn::SourceSpec { id: "notes".into(), root: vault.clone() };
-    cairn::index(cairn::Config::new(db.to_str().unwrap(), vec![spec.config()]), false, false).await.unwrap();
+    let (vault, db) = three_notes(tmp.path()).await;
 
     let script = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("run by cargo"))
         .join("tests/mcp_client.py");

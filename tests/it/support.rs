@@ -12,6 +12,22 @@ pub fn write(root: &std::path::Path, rel: &str, text: &str) {
     std::fs::write(p, text).unwrap();
 }
 
+/// Three notes (a venue with an alias, owls, tides) in `root`/vault, indexed with the real model
+/// into `root`/db as source `notes`; the vault and the database.
+pub async fn three_notes(root: &std::path::Path) -> (PathBuf, PathBuf) {
+    let (vault, db) = (root.join("vault"), root.join("db"));
+    write(
+        &vault,
+        "venues/amphitheater.md",
+        "---\ntitle: Indoor Greek Amphitheater\naliases: [Hall of Light]\n---\n\nFour hundred seats under a glass roof.\n",
+    );
+    write(&vault, "owls.md", "# Owls\n\nBarn owls hunt by sound in complete darkness.\n");
+    write(&vault, "tides.md", "# Tides\n\nSpring tides follow the new and the full moon.\n");
+    let spec = cairn::SourceSpec { id: "notes".into(), root: vault.clone() };
+    cairn::index(cairn::Config::new(db.to_str().unwrap(), vec![spec.config()]), false, false).await.unwrap();
+    (vault, db)
+}
+
 pub fn fixture_dir(rel: &str) -> PathBuf {
     PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("run by cargo")).join("fixtures").join(rel)
 }
