@@ -159,13 +159,17 @@ pub(super) fn order(
     exact: &[(String, PageRecord, ExactKind)],
     limit: usize,
 ) -> Vec<SearchResult> {
-    // Named pages first, in their order; fuzzy ones (typos) all on one footing, by score.
+    // Named pages first, in their order. A typo's pages (fuzzy) are a guess from spelling: they
+    // share first place, by score, with the pages that hold every word of the query near the
+    // top of their source (`keyword_exact`): words found as typed outweigh a guess.
     let slots = super::gather::named_slots(exact);
+    let fuzzy = exact.first().is_some_and(|(_, _, k)| *k == ExactKind::Fuzzy);
     let exact_rank = |r: &SearchResult| {
         let at = exact.iter().take(slots).position(|(s, p, _)| *s == r.source && p.slug == r.slug);
         match at {
-            Some(_) if exact[0].2 == ExactKind::Fuzzy => 0,
+            Some(_) if fuzzy => 0,
             Some(i) => i,
+            None if fuzzy && r.evidence.contains(&Evidence::KeywordExact) => 0,
             None => usize::MAX,
         }
     };
