@@ -90,8 +90,9 @@ impl Mcp {
         self.tool("status", json!({}), Duration::from_secs(60)).unwrap()
     }
 
+    /// The whole answer (`detail: full`), to compare with the command line's `--json`.
     fn search(&mut self, query: &str) -> Value {
-        self.tool("search", json!({"query": query}), Duration::from_secs(120)).unwrap()
+        self.tool("search", json!({"query": query, "detail": "full"}), Duration::from_secs(120)).unwrap()
     }
 
     fn rss_mib(&self) -> f64 {
