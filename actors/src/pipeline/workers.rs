@@ -115,13 +115,13 @@ impl Handler<Parse> for Parser {
                 if meta.as_ref().is_some_and(|m| m.is_dir()) {
                     return Parsed::Directory { rel };
                 }
-                if std::fs::metadata(&abs).is_ok_and(|m| cairn_ingest::placeholder::is_dataless(&m)) {
+                // Links followed: the file the note is.
+                let target = std::fs::metadata(&abs).ok();
+                if target.as_ref().is_some_and(cairn_ingest::placeholder::is_dataless) {
                     return Parsed::Placeholder { rel };
                 }
-                let mtime_ms = std::fs::metadata(&abs)
-                    .and_then(|m| m.modified())
-                    .map(cairn_ingest::scan::mtime_ms)
-                    .unwrap_or(0);
+                let mtime_ms =
+                    target.and_then(|m| m.modified().ok()).map(cairn_ingest::scan::mtime_ms).unwrap_or(0);
                 match self.page(&msg.source, &msg.root, &rel) {
                     Ok(page) => Parsed::Page { page: Box::new(page), mtime_ms },
                     Err(Error::Io { message, .. }) if !abs.exists() => {
