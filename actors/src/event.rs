@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-fn is_zero(n: &usize) -> bool {
+pub(crate) fn is_zero(n: &usize) -> bool {
     *n == 0
 }
 

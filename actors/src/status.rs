@@ -104,12 +104,8 @@ pub struct SourceStatus {
     pub folders_unavailable: Vec<cairn_ingest::FolderUnavailable>,
     /// Notes that are cloud placeholders (their content not on this machine) at the last scan:
     /// not read, and kept as last indexed.
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "crate::event::is_zero")]
     pub placeholders: usize,
-}
-
-fn is_zero(n: &usize) -> bool {
-    *n == 0
 }
 
 /// One line of counts, then why it is unavailable, what removals it holds, and what fails.

@@ -271,22 +271,30 @@ pub struct FolderUnavailable {
     pub folder: String,
     /// Indexed pages under it that the scan did not find.
     pub pages: usize,
-    /// `unreadable` (the folder could not be read) or `empty_mount` (a mount point, now or when
-    /// last scanned, that shows no notes).
-    pub reason: String,
+    pub reason: Hidden,
+}
+
+/// Why a scan cannot speak for a folder's pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Hidden {
+    /// The folder (or file) could not be read.
+    Unreadable,
+    /// A mount point, now or when last scanned, that shows no notes.
+    EmptyMount,
 }
 
 impl FolderUnavailable {
     pub fn describe(&self, id: &str, root: &str) -> String {
-        let (what, drop) = match self.reason.as_str() {
-            "unreadable" => (
+        let (what, drop) = match self.reason {
+            Hidden::Unreadable => (
                 "cannot be read (permissions, or a network share that fails?)",
                 format!(
                     "to drop them, exclude the folder from the source (`exclude = [\"{}/**\"]`)",
                     self.folder
                 ),
             ),
-            _ => (
+            Hidden::EmptyMount => (
                 "is a mount point that shows no notes (a share or drive not mounted there?)",
                 format!("if they were deleted on purpose, run `cairn reconcile {id} --allow-removals`"),
             ),
@@ -299,9 +307,9 @@ impl FolderUnavailable {
     }
 }
 
-/// Whether vault-relative `path` lies in `folder` (`.` holds everything).
+/// Whether vault-relative `path` is `folder` or lies in it (`.` holds everything).
 pub fn lies_in(path: &str, folder: &str) -> bool {
-    folder == "." || path.strip_prefix(folder).is_some_and(|rest| rest.starts_with('/'))
+    folder == "." || path.strip_prefix(folder).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
 }
 
 /// Which of the pages `gone` (vault-relative paths a scan did not find) a scan cannot speak for,
@@ -319,19 +327,14 @@ pub fn shield(
     let kept = gone
         .iter()
         .map(|p| {
-            let hidden_by = unreadable
-                .iter()
-                .find(|u| *p == u.as_str() || lies_in(p, u))
-                .map(|u| (u, "unreadable"))
-                .or_else(|| empty_mounts.iter().find(|m| lies_in(p, m)).map(|m| (*m, "empty_mount")));
+            let hidden_by =
+                unreadable.iter().find(|u| lies_in(p, u)).map(|u| (u, Hidden::Unreadable)).or_else(|| {
+                    empty_mounts.iter().find(|m| lies_in(p, m)).map(|m| (*m, Hidden::EmptyMount))
+                });
             let Some((folder, reason)) = hidden_by else { return false };
             match folders.iter_mut().find(|f| &f.folder == folder) {
                 Some(f) => f.pages += 1,
-                None => folders.push(FolderUnavailable {
-                    folder: folder.clone(),
-                    pages: 1,
-                    reason: reason.into(),
-                }),
+                None => folders.push(FolderUnavailable { folder: folder.clone(), pages: 1, reason }),
             }
             true
         })
@@ -572,9 +575,9 @@ mod tests {
         let (kept, folders) = shield(&gone, &found, &unreadable, &mounts);
         // `disk` shows a note: it is mounted, and its missing page is an ordinary removal.
         assert_eq!(kept, [true, true, true, false, false, false]);
-        let got: Vec<(&str, usize, &str)> =
-            folders.iter().map(|f| (f.folder.as_str(), f.pages, f.reason.as_str())).collect();
-        assert_eq!(got, [("nfs", 1, "empty_mount"), ("sub", 2, "unreadable")]);
+        let got: Vec<(&str, usize, Hidden)> =
+            folders.iter().map(|f| (f.folder.as_str(), f.pages, f.reason)).collect();
+        assert_eq!(got, [("nfs", 1, Hidden::EmptyMount), ("sub", 2, Hidden::Unreadable)]);
         assert!(folders[0].describe("nt", "/v").contains("/v/nfs is a mount point"));
         // The root unreadable hides everything; a file that could not be read hides itself.
         let (kept, _) = shield(&gone, &[], &[".".to_string()], &[]);

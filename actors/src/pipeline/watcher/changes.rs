@@ -79,10 +79,7 @@ async fn ordinary_losses(h: &WatchParts, c: &Changes) -> Result<Option<usize>, P
         return Ok(Some(0));
     }
     let mounts = recorded.map(|r| r.mounts).unwrap_or_default();
-    let in_mount = |p: &PathBuf| {
-        let p = rel_string(p);
-        mounts.iter().any(|m| p == *m || folder::lies_in(&p, m))
-    };
+    let in_mount = |p: &PathBuf| mounts.iter().any(|m| folder::lies_in(&rel_string(p), m));
     if lost.iter().any(|(p, _)| in_mount(p)) {
         return Ok(None);
     }

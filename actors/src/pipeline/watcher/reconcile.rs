@@ -40,12 +40,8 @@ pub struct ReconcileReport {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub folders_unavailable: Vec<FolderUnavailable>,
     /// Notes that are cloud placeholders (content not on this machine): not read, kept.
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "crate::event::is_zero")]
     pub placeholders: usize,
-}
-
-fn is_zero(n: &usize) -> bool {
-    *n == 0
 }
 
 /// Compare the folder with the index and apply what the guard lets through (see the module's
