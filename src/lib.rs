@@ -382,9 +382,10 @@ pub async fn index(config: Config, reindex: bool, progress: bool) -> Result<Inde
         }
     }
     let flushed = cairn.flush_marked(true, Some(token)).await;
-    let run = match flushed {
+    let (run, flush_failed) = match flushed {
         // A source that failed (its folder is missing…) is reported below; the others are done.
-        Ok(()) | Err(cairn_actors::Error::Sources(_)) => collector.await.unwrap_or_default(),
+        Ok(()) => (collector.await.unwrap_or_default(), Vec::new()),
+        Err(cairn_actors::Error::Sources(f)) => (collector.await.unwrap_or_default(), f.0),
         Err(e) => {
             collector.abort();
             cairn.shutdown().await?;
@@ -401,6 +402,21 @@ pub async fn index(config: Config, reindex: bool, progress: bool) -> Result<Inde
         status.sources.iter().filter(|s| ids.is_empty() || ids.contains(&s.source)).cloned().collect();
     let mut summary = summarize(&run, &named);
     sources_failed.extend(held_back(&named, &mut summary));
+    // A source whose tables cannot be opened may not say so in its state (its watcher's is
+    // newer): the flush's own failure does.
+    for (id, e) in flush_failed {
+        if matches!(e, cairn_actors::PipelineError::CannotOpen { .. })
+            && !sources_failed.iter().any(|f| f.source == id)
+        {
+            let reason = e.to_string();
+            sources_failed.push(Failure {
+                source: id,
+                path: String::new(),
+                kind: "source_damaged".into(),
+                reason,
+            });
+        }
+    }
     summary.sources_failed = sources_failed;
     summary.role = Some(role);
     summary.seconds = started.elapsed().as_secs_f64();

@@ -54,7 +54,8 @@ pub struct QueryHost {
     embedder: Option<Arc<dyn Embedder>>,
     /// The event log, for the ingest history `diagnose` reports.
     log_dir: Option<PathBuf>,
-    /// Sources whose tables could not be opened, with why (reported as degraded in answers).
+    /// Sources whose tables could not be opened, with why (reported as degraded in answers;
+    /// one of them may still be held as it last opened).
     broken: Vec<(String, String)>,
     /// A process that only reads: sources whose folder it cannot read now, with why and what to
     /// do (an owner's watchers keep this on its status board instead).
@@ -161,6 +162,12 @@ impl QueryHost {
         self
     }
 
+    /// The tables of source `id` cannot be opened now: answers say so until it is added again.
+    pub fn cannot_open(&mut self, id: String, why: String) {
+        self.broken.retain(|(b, _)| *b != id);
+        self.broken.push((id, why));
+    }
+
     pub fn add(&mut self, source: LiveSource) {
         self.broken.retain(|(id, _)| id != source.store.id());
         self.sources.insert(source.store.id().to_string(), source);
@@ -207,11 +214,13 @@ impl QueryHost {
                     ..Default::default()
                 }
             })
-            .chain(self.broken.iter().map(|(id, why)| crate::status::SourceStatus {
-                source: id.clone(),
-                state: SourceState::Failed,
-                error: Some(why.clone()),
-                ..Default::default()
+            .chain(self.broken.iter().filter(|(id, _)| !self.sources.contains_key(id)).map(|(id, why)| {
+                crate::status::SourceStatus {
+                    source: id.clone(),
+                    state: SourceState::Failed,
+                    error: Some(why.clone()),
+                    ..Default::default()
+                }
             }))
             .collect()
     }
@@ -224,11 +233,25 @@ impl QueryHost {
         away: &std::collections::BTreeSet<String>,
     ) -> Result<SearchResponse, QueryError> {
         let refs: Vec<&Resident> = self.sources.values().map(|s| &s.resident).collect();
-        let mut resp = cairn_query::search(&refs, self.embedder.as_deref(), req).await?;
-        for (id, why) in &self.broken {
+        let wanted = |id: &String| req.sources.is_empty() || req.sources.contains(id);
+        let broken: Vec<&(String, String)> = self.broken.iter().filter(|(id, _)| wanted(id)).collect();
+        // A source that cannot be opened is not searched, but neither is it unknown: the answer
+        // says it is damaged.
+        let held = |id: &String| self.sources.contains_key(id);
+        let searched: Vec<String> =
+            req.sources.iter().filter(|s| held(s) || !broken.iter().any(|(b, _)| b == *s)).cloned().collect();
+        let nothing_held =
+            if req.sources.is_empty() { self.sources.is_empty() } else { !searched.iter().any(held) };
+        let mut resp = if nothing_held && !broken.is_empty() {
+            cairn_query::SearchResponse::empty(req)
+        } else {
+            let req = SearchRequest { sources: searched, ..req.clone() };
+            cairn_query::search(&refs, self.embedder.as_deref(), &req).await?
+        };
+        for (id, why) in broken {
             if req.sources.is_empty() || req.sources.contains(id) {
-                resp.degraded.push(format!("source_failed:{id}"));
-                resp.notes.push(format!("{id}: {why}"));
+                resp.degraded.push(format!("source_damaged:{id}"));
+                resp.notes.push(damaged_note(id, why, self.sources.contains_key(id)));
             }
         }
         let pending: Vec<(String, usize)> = self
@@ -429,4 +452,15 @@ pub async fn duplicates_job(
     })
     .await
     .map_err(|e| crate::Error::Pipeline(format!("duplicates failed: {e}")))
+}
+
+/// What an answer says of a source whose tables cannot be opened: why, what it answered from, and
+/// the command that finds and repairs the damage.
+pub fn damaged_note(id: &str, why: &str, held: bool) -> String {
+    let from =
+        if held { "its pages are answered as it last opened" } else { "its pages are not in this answer" };
+    format!(
+        "source {id} cannot be opened ({why}); {from}. `cairn doctor` says what is damaged and \
+         `cairn doctor --repair` repairs it"
+    )
 }

@@ -33,6 +33,21 @@ pub fn contained<T>(f: impl FnOnce() -> T) -> Result<T, String> {
     result.map_err(|p| panic_message(&*p))
 }
 
+/// [`contained`] for a future: a panic while it is polled (LanceDB's on a torn manifest) is the
+/// failure of this one piece of work.
+pub async fn contained_async<F: std::future::Future>(f: F) -> Result<F::Output, String> {
+    use futures::FutureExt;
+    let mut fut = Box::pin(AssertUnwindSafe(f).catch_unwind());
+    let caught = futures::future::poll_fn(move |cx| {
+        let before = CONTAINED.replace(true);
+        let r = fut.as_mut().poll(cx);
+        CONTAINED.set(before);
+        r
+    })
+    .await;
+    caught.map_err(|p| panic_message(&*p))
+}
+
 /// The message of a caught panic.
 pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
     p.downcast_ref::<&str>()

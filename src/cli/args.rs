@@ -167,6 +167,18 @@ pub enum Command {
     },
     /// Remove a source from the database: its tables and state (the notes are not touched).
     Forget { id: String },
+    /// Verify every source (tables open and read whole, pages and chunks agree, snapshots, state
+    /// files, event log; on S3 the lease and head) and say what is damaged and what `--repair`
+    /// would do. Exit 1 while something is damaged
+    Doctor {
+        /// Repair, least loss first: set a torn manifest aside, restore the newest version that
+        /// reads, remove a torn snapshot, rebuild a source from its folder only when nothing
+        /// else can. Needs the database to itself (stop `cairn watch` first)
+        #[arg(long)]
+        repair: bool,
+        #[arg(long)]
+        json: bool,
+    },
     /// Wait until everything is searchable: through the writer, every change its watchers have
     /// seen (by meaning too, unless --pages); through a reader of a database another machine
     /// writes, everything that writer has committed.

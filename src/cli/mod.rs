@@ -62,6 +62,7 @@ pub async fn run(command: Command, common: Common) -> Result<ExitCode> {
         C::Stats { log, days, json } => state::stats(&common, log, days, json).await.map(ok),
         C::Status { json } => state::status(&common, json).await.map(ok),
         C::Forget { id } => state::forget(&common, &id).await.map(ok),
+        C::Doctor { repair, json } => state::doctor(&common, repair, json).await,
         C::Flush { pages } => state::flush(&common, pages).await.map(ok),
         C::Reconcile { id, allow_removals, json } => {
             state::reconcile(&common, &id, allow_removals, json).await

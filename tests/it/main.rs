@@ -5,6 +5,7 @@ mod backfill;
 mod check;
 mod cli;
 mod crash;
+mod doctor;
 mod faults;
 mod handover;
 mod hostile;

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 impl Weed {
     /// The environment a cairn process reaches this server with (`secret`: the key it offers).
-    fn env(&self, cmd: &mut Command, state: &Path, secret: &str) {
+    pub(crate) fn env(&self, cmd: &mut Command, state: &Path, secret: &str) {
         cmd.env("AWS_ENDPOINT", self.endpoint())
             .env("AWS_ACCESS_KEY_ID", KEY)
             .env("AWS_SECRET_ACCESS_KEY", secret)

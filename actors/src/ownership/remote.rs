@@ -51,6 +51,15 @@ impl Remote {
         Self { store, uri: "memory://db".into(), prefix: "db".into() }
     }
 
+    /// The path of `rel` under the database's prefix (its tables are `<name>.lance/…` there).
+    pub fn root_path(&self, rel: &str) -> StorePath {
+        if self.prefix.is_empty() {
+            StorePath::from(rel)
+        } else {
+            StorePath::from(format!("{}/{rel}", self.prefix))
+        }
+    }
+
     /// The path of `rel` under the database's `_cairn/` folder.
     pub fn path(&self, rel: &str) -> StorePath {
         if self.prefix.is_empty() {

@@ -10,6 +10,11 @@ pub enum PipelineError {
     /// The source's tables are not open (its start failed, or has not finished).
     #[error("store not open")]
     NotOpen,
+    /// The source's tables do not open (damaged, or a store that does not answer).
+    #[error(
+        "source `{id}`: its tables cannot be opened ({why}); `cairn doctor` says what is damaged and `cairn doctor --repair` repairs it"
+    )]
+    CannotOpen { id: String, why: String },
     /// The writer commits nothing more.
     #[error("source `{id}`: {why}, so it commits nothing more")]
     Refused { id: String, why: Refusal },
@@ -50,7 +55,12 @@ pub enum Part {
 impl PipelineError {
     /// Whether the message names its source already.
     fn names_source(&self) -> bool {
-        matches!(self, PipelineError::Refused { .. } | PipelineError::Unavailable { .. })
+        matches!(
+            self,
+            PipelineError::Refused { .. }
+                | PipelineError::Unavailable { .. }
+                | PipelineError::CannotOpen { .. }
+        )
     }
 }
 

@@ -73,6 +73,23 @@ impl Handler<AddSource> for QueryActor {
     }
 }
 
+/// A source whose tables cannot be opened (`why`): answers say so (`source_damaged:ID`), with
+/// what it held when it last opened, until an [`AddSource`] of it.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct CannotOpen {
+    pub id: String,
+    pub why: String,
+}
+
+impl Handler<CannotOpen> for QueryActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: CannotOpen, _: &mut Context<Self>) {
+        self.host.cannot_open(msg.id, msg.why);
+    }
+}
+
 /// Stop serving a source (it was removed from the database).
 #[derive(Debug, Message)]
 #[rtype(result = "bool")]
@@ -193,7 +210,9 @@ pub fn apply_freshness(
         resp.degraded.push(format!("source_unavailable:{id}"));
         resp.notes.push(format!("{why}; its pages are answered as last indexed{not_proof}"));
     }
-    resp.pending_changes = (unwatched.is_empty() && away.is_empty()).then_some(pending_total);
+    // A source that cannot be opened may hold the page: no count proves anything.
+    let damaged = resp.degraded.iter().any(|d| d.starts_with("source_damaged:"));
+    resp.pending_changes = (unwatched.is_empty() && away.is_empty() && !damaged).then_some(pending_total);
     if pending_total > 0 && !exists {
         resp.notes.push(format!(
             "{pending_total} change(s) are not searchable yet: this answer is not proof that no such page exists; \

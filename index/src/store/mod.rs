@@ -9,10 +9,12 @@
 //! between the two is found by the next [`SourceStore::load`] and the page is redone.
 
 mod arrow;
+mod health;
 mod read;
 mod records;
 mod write;
 
+pub use health::{TABLE_SUFFIXES, TableHealth, TableProblem};
 pub use read::{LoadedPage, VectorKey};
 pub use records::{
     ChunkHit, Json, Loaded, PageNames, PageRecord, PageState, PageWrite, StoredChunk, WriteBatch,
@@ -316,16 +318,23 @@ impl Database {
     }
 
     async fn open_tables(&self, id: &str, dim: usize) -> Result<SourceStore> {
+        // LanceDB panics on some torn manifests: that is this source's damage, not the process's.
         let open = |suffix: &str| {
             let (conn, name) = (self.conn.clone(), format!("{id}_{suffix}"));
-            async move { conn.open_table(name).execute().await }
+            async move {
+                crate::fault::contained_async(conn.open_table(name).execute()).await.unwrap_or_else(|panic| {
+                    Err(lancedb::Error::Runtime {
+                        message: format!("reading its manifest panicked: {panic}"),
+                    })
+                })
+            }
         };
         let path_hint =
             if is_local(&self.uri) { format!("{}/{id}_*.lance", self.uri) } else { self.uri.clone() };
         let wrap = |e: lancedb::Error| Error::Storage {
             source_id: id.into(),
             uri: path_hint.clone(),
-            message: format!("{e}; if the folder is damaged, run `cairn reindex {id}`"),
+            message: e.to_string(),
         };
         Ok(SourceStore {
             id: id.into(),

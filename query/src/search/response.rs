@@ -273,6 +273,27 @@ pub struct SearchResponse {
     pub notes: Vec<String>,
 }
 
+impl SearchResponse {
+    /// An answer with nothing searched (every source it names could not be opened): the caller
+    /// says why in `degraded` and `notes`.
+    pub fn empty(req: &crate::SearchRequest) -> Self {
+        Self {
+            query: req.query.clone(),
+            mode: req.mode,
+            results: Vec::new(),
+            sources: Vec::new(),
+            degraded: Vec::new(),
+            alias_collisions: Vec::new(),
+            scoring_version: crate::layers::SCORING_VERSION.to_string(),
+            latency_ms: 0.0,
+            pending_changes: None,
+            vectors_pending: None,
+            served_by: None,
+            notes: Vec::new(),
+        }
+    }
+}
+
 /// The results as text, one line each with its best chunk (what `cairn search` prints; the
 /// degraded stages and notes are the caller's to say, on stderr).
 impl std::fmt::Display for SearchResponse {

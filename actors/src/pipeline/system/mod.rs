@@ -539,13 +539,17 @@ impl Pipeline {
             let _ = r.watcher.send(StopWatching).await;
         }
         fault::point("drain.watchers_stopped");
-        let clean =
-            matches!(wall_timeout(self.inner.shutdown, self.flush_with(false, false)).await, Some(Ok(())));
-        if !clean {
-            tracing::warn!(
+        let flushed = wall_timeout(self.inner.shutdown, self.flush_with(false, false)).await;
+        let clean = matches!(flushed, Some(Ok(())));
+        match flushed {
+            Some(Ok(())) => {}
+            Some(Err(e)) => {
+                tracing::warn!("shutdown: not everything was committed ({e}); the next start catches up")
+            }
+            None => tracing::warn!(
                 "shutdown: not everything was committed within {} s; the next start catches up",
                 self.inner.shutdown.as_secs()
-            );
+            ),
         }
         fault::point("drain.flushed");
         self.inner.emit.emit(SYSTEM_STREAM, vec![EventKind::SystemStopped { clean }]).await;

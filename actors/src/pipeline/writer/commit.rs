@@ -36,7 +36,10 @@ impl SourceWriter {
     /// Where commits go: `Err` when the tables are not open or this writer may not commit.
     pub(super) fn sink(&self) -> Result<Sink, PipelineError> {
         let (Some(store), Some(resident)) = (self.store.clone(), self.resident.clone()) else {
-            return Err(PipelineError::NotOpen);
+            return Err(match &self.cannot_open {
+                Some(why) => PipelineError::CannotOpen { id: self.id.clone(), why: why.clone() },
+                None => PipelineError::NotOpen,
+            });
         };
         if let Some(refused) = self.refused() {
             return Err(refused);

@@ -139,6 +139,9 @@ pub struct SourceWriter {
     upkeep: Option<SpawnHandle>,
     idle_upkeep: Option<SpawnHandle>,
     failures: u32,
+    /// Why the tables did not open, while they do not (commits are refused with it, and a
+    /// reopen is due).
+    cannot_open: Option<String>,
     /// Closed on purpose (its source was removed): a supervisor restart stops at once.
     closed: bool,
     /// The pipeline has drained: this writer commits nothing more, and runs no upkeep.
@@ -193,6 +196,7 @@ impl SourceWriter {
             upkeep: None,
             idle_upkeep: None,
             failures: 0,
+            cannot_open: None,
             closed: false,
             retired: false,
             embedder: parts.embedder,
@@ -219,6 +223,42 @@ impl SourceWriter {
         // Spawned on the arbiter, not on this context: stopping must not cancel the report.
         actix::spawn(async move { emit.emit(&id, vec![ev]).await });
         ctx.stop();
+    }
+
+    /// Open the tables; until they open, commits are refused with why (a flush does not wait
+    /// for a source that cannot open), answers say the source is damaged, and the open is tried
+    /// again with backoff: a store that was down for a while comes back on its own.
+    fn open_tables(&mut self, delay: Duration, ctx: &mut Context<Self>) {
+        ctx.wait(actix::fut::wrap_future::<_, Self>(self.open(delay)).map(|res, act, ctx| match res {
+            Ok(opened) => {
+                act.cannot_open = None;
+                act.opened(opened, ctx)
+            }
+            Err(e) => act.open_failed(ctx, e),
+        }));
+    }
+
+    fn open_failed(&mut self, ctx: &mut Context<Self>, error: PipelineError) {
+        let reason = error.to_string();
+        self.failures += 1;
+        let retry = crate::pipeline::retry::after(self.failures);
+        tracing::error!(
+            "source `{}`: its tables cannot be opened: {reason}; `cairn doctor` says what is damaged; trying again in {} ms",
+            self.id,
+            retry.as_millis()
+        );
+        self.status.set_state(&self.id, SourceState::Retrying, Some(reason.clone()));
+        (self.store, self.resident) = (None, None);
+        self.cannot_open = Some(reason.clone());
+        self.query.do_send(crate::pipeline::query::CannotOpen { id: self.id.clone(), why: reason.clone() });
+        let ev = EventKind::StageFailed { stage: "open".into(), reason, retry_ms: retry.as_millis() as u64 };
+        let (emit, id) = (self.emit.clone(), self.id.clone());
+        actix::spawn(async move { emit.emit(&id, vec![ev]).await });
+        ctx.run_later(retry, |act, ctx| {
+            if !act.closed && !act.retired {
+                act.open_tables(Duration::ZERO, ctx)
+            }
+        });
     }
 
     fn ingest(&mut self, msg: Ingest, ctx: &mut Context<Self>) -> Vec<EventKind> {
@@ -308,10 +348,10 @@ impl Actor for SourceWriter {
         // Requests out before a restart were cancelled with the old context.
         self.vectors.out = 0;
         self.vectors.edits_out = 0;
-        ctx.wait(actix::fut::wrap_future::<_, Self>(self.open()).map(|res, act, ctx| match res {
-            Ok(opened) => act.opened(opened, ctx),
-            Err(e) => act.fail(ctx, "storage", e),
-        }));
+        // A restart (after a failed commit) waits its backoff, holding what was sent meanwhile.
+        let delay =
+            if self.failures > 0 { crate::pipeline::retry::after(self.failures) } else { Duration::ZERO };
+        self.open_tables(delay, ctx);
     }
 }
 
@@ -390,6 +430,11 @@ impl Handler<AwaitVectors> for SourceWriter {
     type Result = ResponseFuture<Result<(), PipelineError>>;
 
     fn handle(&mut self, _: AwaitVectors, ctx: &mut Context<Self>) -> Self::Result {
+        // Tables that do not open make no vectors searchable: said now, not waited on.
+        if let Some(why) = &self.cannot_open {
+            let e = PipelineError::CannotOpen { id: self.id.clone(), why: why.clone() };
+            return Box::pin(async move { Err(e) });
+        }
         let (tx, rx) = oneshot::channel();
         self.vectors.waiters.push(tx);
         self.pump(ctx);

@@ -18,10 +18,11 @@ use std::time::{Duration, Instant};
 pub(super) type Opened = (SourceStore, Resident, Loaded, u64);
 
 impl SourceWriter {
-    /// Open the source (after the backoff, on a restart), for [`SourceWriter::opened`].
-    pub(super) fn open(&self) -> impl Future<Output = Result<Opened, PipelineError>> + 'static {
-        let delay =
-            if self.failures > 0 { crate::pipeline::retry::after(self.failures) } else { Duration::ZERO };
+    /// Open the source (after `delay`: the backoff, on a restart), for [`SourceWriter::opened`].
+    pub(super) fn open(
+        &self,
+        delay: Duration,
+    ) -> impl Future<Output = Result<Opened, PipelineError>> + 'static {
         let (db, manifest, info) = (self.db.clone(), self.manifest.clone(), self.info.clone());
         let exact_vectors_up_to = self.opts.exact_vectors_up_to;
         let snapshot = self.snapshot();
