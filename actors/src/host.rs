@@ -400,12 +400,21 @@ fn staleness(
     page: &PageRecord,
     parse: &cairn_ingest::ParseOptions,
 ) -> Option<cairn_query::Stale> {
+    use cairn_ingest::placeholder::{is_dataless, stub_for};
     use cairn_query::Stale;
     let meta = match std::fs::metadata(path) {
         Ok(m) => m,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Some(Stale::Deleted),
+        // An evicted iCloud note is its stub beside it, not a deletion.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let evicted = stub_for(path).is_some_and(|s| s.exists());
+            return Some(if evicted { Stale::Placeholder } else { Stale::Deleted });
+        }
         Err(_) => return None,
     };
+    // Never read: that would download it.
+    if is_dataless(&meta) {
+        return Some(Stale::Placeholder);
+    }
     let mtime = meta.modified().map(cairn_ingest::scan::mtime_ms).unwrap_or(0);
     if mtime == page.mtime_ms && meta.len() as i64 == page.bytes {
         return None;

@@ -588,9 +588,18 @@ async fn cloud_placeholders_are_never_read_nor_removed_and_whole_again_nothing_i
     assert_eq!(run["pages_removed"], 0, "{run}");
     assert_eq!(run["pages_failed"], 0, "a placeholder is not a bad page: {run}");
     assert_eq!(run["placeholders"], if sparse { 2 } else { 1 }, "{run}");
-    assert_eq!(search(&db, "marker1")["results"][0]["slug"], "note-1", "kept as last indexed");
+    let evicted = search(&db, "marker1");
+    let top = &evicted["results"][0];
+    assert_eq!(top["slug"], "note-1", "kept as last indexed");
+    assert_eq!((&top["stale"], &top["create_safety"]), (&"placeholder".into(), &"probable".into()), "{top}");
+    assert!(evicted["notes"].to_string().contains("placeholder"), "{evicted}");
     if sparse {
-        assert_eq!(search(&db, "longmarker")["results"][0]["slug"], "long", "not read as zeros");
+        let top = search(&db, "longmarker")["results"][0].clone();
+        assert_eq!(
+            (&top["slug"], &top["stale"]),
+            (&"long".into(), &"placeholder".into()),
+            "not read as zeros: {top}"
+        );
     }
     assert_eq!(local_pages(&db).await, 7);
 

@@ -152,21 +152,26 @@ pub enum Stale {
     /// The source's folder cannot be read now (unmounted, empty, another folder…): the page is
     /// as it was last indexed, and cannot be checked.
     SourceUnavailable,
+    /// The file is a cloud placeholder (its content is not on this machine; reading it would
+    /// download it): the page is as last indexed, and cannot be checked.
+    Placeholder,
 }
 
 /// Mark each result whose file changed (`look` says how); a stale result is never `exists`: a
 /// deleted page is `unknown`, a modified one (or one whose folder cannot be read) `probable`.
 pub fn mark_stale(resp: &mut SearchResponse, look: impl Fn(&SearchResult) -> Option<Stale>) {
-    let mut any = false;
+    let (mut any, mut placeholders) = (false, false);
     for r in &mut resp.results {
         r.stale = look(r);
         let cap = match r.stale {
             Some(Stale::Deleted) => CreateSafety::Unknown,
-            Some(Stale::Modified | Stale::SourceUnavailable) => CreateSafety::Probable,
+            Some(Stale::Modified | Stale::SourceUnavailable | Stale::Placeholder) => CreateSafety::Probable,
             None => continue,
         };
-        // An unavailable source's own note says why (see the freshness of the answer).
-        any |= r.stale != Some(Stale::SourceUnavailable);
+        // An unavailable source's own note says why (see the freshness of the answer), and a
+        // placeholder's below.
+        any |= matches!(r.stale, Some(Stale::Modified | Stale::Deleted));
+        placeholders |= r.stale == Some(Stale::Placeholder);
         if r.create_safety < cap {
             r.create_safety = cap;
         }
@@ -174,6 +179,11 @@ pub fn mark_stale(resp: &mut SearchResponse, look: impl Fn(&SearchResult) -> Opt
     if any {
         resp.notes.push(
             "some results' files changed or vanished since they were indexed (`stale`); they are not evidence that the page exists as indexed".into(),
+        );
+    }
+    if placeholders {
+        resp.notes.push(
+            "some results' files are cloud placeholders (`stale: placeholder`): their content is not on this machine, so they are answered as last indexed and not read (that would download them)".into(),
         );
     }
 }
