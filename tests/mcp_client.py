@@ -46,7 +46,8 @@ async def main(cairn, db, vault, log_path):
                 def size(answer):
                     return len(json.dumps(answer, separators=(",", ":"), ensure_ascii=False).encode())
                 whole = text(await session.call_tool("search", {"query": "owls"}))
-                bound = size(whole) // 4 - 1
+                # A margin under the whole answer: its timings' digits differ from call to call.
+                bound = size(whole) // 4 - 32
                 small = text(await session.call_tool("search", {"query": "owls", "max_tokens": bound}))
                 assert small.get("truncated") is True and small["left_out"]["results"] >= 1, small
                 assert size(small) <= bound * 4, (size(small), bound)
