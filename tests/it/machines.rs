@@ -336,3 +336,137 @@ async fn two_processes_racing_for_the_writer_lease_one_wins_every_time() {
         assert_eq!(won, 1, "trial {trial}, taking over: {x:?} {y:?}");
     }
 }
+
+/// Issue 50's first gap: a writer killed after its commit reached the tables and before its
+/// change reached the journal. Readers were never told of that commit; the next writer finds
+/// the page unchanged and commits nothing. It finds the tables past the journal instead, and
+/// readers load the source again: the edit is answered everywhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_whose_change_a_kill_lost_reaches_readers_through_the_next_writer() {
+    let tmp = tempfile::tempdir().unwrap();
+    let weed = Weed::start(&tmp.path().join("weed"));
+    let vault = tmp.path().join("vault");
+    for i in 0..5 {
+        write(&vault, &format!("note-{i}.md"), &note(i, ""));
+    }
+    let db = format!("s3://{BUCKET}/gap-{}", std::process::id());
+    let index = |faults: &[(&str, &str)]| {
+        let mut c = Command::new(cairn_bin());
+        c.args(["index", "--db", &db, "--source", &format!("nt={}", vault.display())]);
+        weed.machine(&tmp.path().join("a"), &mut c);
+        for (k, v) in faults {
+            c.env(k, v);
+        }
+        c.output().unwrap()
+    };
+    assert!(index(&[]).status.success());
+
+    // B: a reader on another machine, following the writer's journal.
+    let mut config = Config::new(db.clone(), vec![]);
+    config.storage = weed.options();
+    config.max_lag_s = 0;
+    let b = Cairn::open(config).await.unwrap();
+    let ask = |q: &str| cairn_actors::SearchRequest {
+        mode: cairn_actors::Mode::Fast,
+        ..cairn_actors::SearchRequest::new(q)
+    };
+    b.flush().await.unwrap();
+    assert!(has(&serde_json::to_value(b.search(ask("marker1")).await.unwrap()).unwrap(), "note-1"));
+
+    // The edit's commit reaches the tables; the writer is killed before its change is written.
+    write(&vault, "note-1.md", &note(1, " Now it also says quill7x."));
+    let killed = index(&[("CAIRN_TEST_FAULTS", "writer.committed"), ("CAIRN_TEST_FAULTS_KILL", "1")]);
+    assert!(!killed.status.success(), "killed at the point: {}", String::from_utf8_lossy(&killed.stderr));
+    assert!(String::from_utf8_lossy(&killed.stderr).contains("injected kill at writer.committed"));
+
+    // The next writer has nothing to commit (the page is in the tables), and says so to readers.
+    let again = index(&[]);
+    assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
+    b.flush().await.unwrap();
+    let answer = serde_json::to_value(b.search(ask("quill7x")).await.unwrap()).unwrap();
+    assert!(has(&answer, "note-1"), "the lost change's edit is answered on the reader: {answer}");
+    b.shutdown().await.unwrap();
+    let _ = std::fs::remove_dir_all(cairn_actors::ownership::paths::DbPaths::of(&db).dir());
+}
+
+/// Issue 50's honest freshness on readers: the writer's head carries what it has seen and not
+/// committed, and folders it cannot read. A reader on another machine answers an edit the writer
+/// is still debouncing with `pending_changes: 1`, not 0, and a source whose folder the writer
+/// cannot read as unavailable, with no count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_says_what_its_writer_has_seen_and_not_committed_and_what_it_cannot_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let weed = Weed::start(&tmp.path().join("weed"));
+    let vault = tmp.path().join("vault");
+    for i in 0..3 {
+        write(&vault, &format!("note-{i}.md"), &note(i, ""));
+    }
+    let db = format!("s3://{BUCKET}/sides-{}", std::process::id());
+    // A: the writer, with edits held for 5 s before they commit.
+    let config = tmp.path().join("a.toml");
+    let body = format!(
+        "db = {db:?}\ndebounce_ms = 5000\n\n[[sources]]\nid = \"nt\"\nroot = {:?}\n",
+        vault.display().to_string()
+    );
+    std::fs::write(&config, body).unwrap();
+    let mut cmd = Command::new(cairn_bin());
+    cmd.arg("--config").arg(&config).args(["watch", "--json"]);
+    weed.machine(&tmp.path().join("a"), &mut cmd);
+    let mut a = Reaped(cmd.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap());
+    let mut a_events = EventReader::new(a.stdout.take().unwrap());
+    a_events.wait_for("A's first index", |e| e["event"] == "committed" && e["chunks_pending"] == 0);
+
+    let mut b_config = Config::new(db.clone(), vec![]);
+    b_config.storage = weed.options();
+    b_config.max_lag_s = 0;
+    let b = Cairn::open(b_config).await.unwrap();
+    let settled = answer_when(&b, "marker1", |a| a.pending_changes == Some(0)).await;
+    assert_eq!(settled.pending_changes, Some(0), "{settled:?}");
+
+    write(&vault, "note-9.md", &note(9, " It says quill9x."));
+    a_events.wait_for("A sees the edit", |e| e["event"] == "file_changed" && e["path"] == "note-9.md");
+    let seen = answer_when(&b, "quill9x", |a| a.pending_changes == Some(1)).await;
+    assert_eq!(seen.pending_changes, Some(1), "an edit A holds is pending on B: {seen:?}");
+    assert!(seen.results.is_empty(), "{seen:?}");
+    a_events.wait_for("A's commit of it", |e| e["event"] == "page_indexed" && e["slug"] == "note-9");
+    let committed =
+        answer_when(&b, "quill9x", |a| !a.results.is_empty() && a.pending_changes == Some(0)).await;
+    assert_eq!(
+        (committed.results[0].slug.as_str(), committed.pending_changes),
+        ("note-9", Some(0)),
+        "{committed:?}"
+    );
+
+    // A's folder is gone: B says the source is unavailable there, and gives no count.
+    std::fs::remove_dir_all(&vault).unwrap();
+    a_events.wait_for("A finds it unavailable", |e| e["event"] == "source_unavailable");
+    let away = answer_when(&b, "marker1", |a| a.degraded.iter().any(|d| d == "source_unavailable:nt")).await;
+    assert!(away.degraded.iter().any(|d| d == "source_unavailable:nt"), "{away:?}");
+    assert_eq!(away.pending_changes, None, "{away:?}");
+    assert!(away.notes.iter().any(|n| n.contains("writer's machine")), "{away:?}");
+    b.shutdown().await.unwrap();
+    drop(a);
+    let _ = std::fs::remove_dir_all(cairn_actors::ownership::paths::DbPaths::of(&db).dir());
+}
+
+/// A reader's answer to `q` (fast mode) once its last look at the head makes `done` true (a
+/// writer tells its head within ~200 ms), or after 30 s.
+async fn answer_when(
+    b: &Cairn,
+    q: &str,
+    done: impl Fn(&cairn_actors::SearchResponse) -> bool,
+) -> cairn_actors::SearchResponse {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        b.flush().await.unwrap();
+        let req = cairn_actors::SearchRequest {
+            mode: cairn_actors::Mode::Fast,
+            ..cairn_actors::SearchRequest::new(q)
+        };
+        let a = b.search(req).await.unwrap();
+        if done(&a) || Instant::now() > deadline {
+            return a;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

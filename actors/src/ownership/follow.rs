@@ -45,6 +45,8 @@ struct Track {
     /// Since when a source has been behind the head seen (cleared once caught up).
     behind_since: BTreeMap<String, Instant>,
     writer: Option<Holder>,
+    /// Each source as its writer sees it, from the last head seen.
+    sides: BTreeMap<String, crate::ownership::journal::Side>,
     /// The writer lease was renewed (its ETag moved) within the lease's TTL, as last looked.
     writer_alive: bool,
     lease: Option<(String, Instant)>,
@@ -202,9 +204,20 @@ impl Follower {
                 };
                 return (Freshness::Behind { degraded, note }, as_of);
             }
-            // A live writer keeps it current from its machine: nothing is missing here.
+            // A live writer keeps it current from its machine: what it has seen and not committed,
+            // or a folder it cannot read, is said here as it says it there.
             if t.writer_alive {
-                return (Freshness::Followed, as_of);
+                use crate::ownership::journal::Side;
+                let freshness = match t.sides.get(id) {
+                    Some(Side::Unavailable { why }) => {
+                        Freshness::Unavailable(format!("on the writer's machine: {why}"))
+                    }
+                    Some(Side::Watched { pending }) if *pending > 0 => {
+                        Freshness::Watched { pending: *pending, lag_ms: 0 }
+                    }
+                    _ => Freshness::Followed,
+                };
+                return (freshness, as_of);
             }
         }
         match host.unavailable(id) {
@@ -231,9 +244,17 @@ impl Follower {
                         st.unavailable = None;
                         st.error = None;
                     }
+                    Freshness::Watched { pending, .. } => {
+                        st.state = SourceState::Following;
+                        (st.pending, st.unavailable, st.error) = (pending, None, None);
+                    }
                     Freshness::Behind { note, .. } => {
                         st.state = SourceState::Behind;
                         st.error = Some(note);
+                    }
+                    Freshness::Unavailable(why) if why.starts_with("on the writer's machine") => {
+                        st.state = SourceState::Unavailable;
+                        st.error = Some(why);
                     }
                     _ => {}
                 }
@@ -291,6 +312,7 @@ impl Follower {
             let mut t = self.track();
             t.seen = head.sources;
             t.writer = head.writer;
+            t.sides = head.sides;
         }
         let (seen, applied) = {
             let mut t = self.track();

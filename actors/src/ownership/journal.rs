@@ -96,6 +96,19 @@ pub struct Tip {
 pub struct Head {
     pub writer: Option<Holder>,
     pub sources: BTreeMap<String, Tip>,
+    /// Each source as its writer sees it now (what readers cannot see from the commits alone).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub sides: BTreeMap<String, Side>,
+}
+
+/// A source on its writer's side: changes it has seen and not committed yet, or a folder it
+/// cannot read. A reader says the same in its answers: a pending count of 0 only when the writer
+/// has none.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum Side {
+    Watched { pending: u64 },
+    Unavailable { why: String },
 }
 
 /// The version a change object's name says (`…/<version>.json`).
@@ -130,6 +143,10 @@ enum Entry {
     /// Answered once the change and the head naming it are written.
     Change(String, Change, tokio::sync::oneshot::Sender<()>),
     Forget(String),
+    /// Every source as the writer sees it now (written with the next head).
+    Sides(BTreeMap<String, Side>),
+    /// A writer opened `source` at this chunks-table version: answered once the head says so.
+    Opened(String, u64, tokio::sync::oneshot::Sender<()>),
     /// The writer stops: the head says nobody writes.
     Close(tokio::sync::oneshot::Sender<()>),
     /// Changes of `source` in `epoch` up to this version are about to be removed: answered once
@@ -180,8 +197,29 @@ impl Journal {
                         Entry::Forget(source) => {
                             head.sources.remove(&source);
                         }
+                        Entry::Sides(sides) => head.sides = sides,
+                        Entry::Opened(source, version, done) => {
+                            written.push(done);
+                            // Tables past the journal: a writer stopped between a commit and
+                            // its change. Readers cannot know what it wrote: they load the source
+                            // again, at this version.
+                            if let Some(tip) = head.sources.get(&source).filter(|t| t.version < version) {
+                                tracing::warn!(
+                                    "source `{source}`: its tables are at version {version}, the journal at {}; readers load it again",
+                                    tip.version
+                                );
+                                let change = Change {
+                                    version,
+                                    committed_unix_ms: crate::event::unix_ms(),
+                                    ..Change::default()
+                                };
+                                let tip = unfollowable(&change, tip.epoch);
+                                head.sources.insert(source, tip);
+                            }
+                        }
                         Entry::Close(done) => {
                             head.writer = None;
+                            head.sides.clear();
                             closed = Some(done);
                         }
                         Entry::Floor(source, epoch, floor, done) => {
@@ -253,6 +291,27 @@ impl Journal {
         if self.tx.send(Entry::Change(source.into(), change, done)).await.is_ok() {
             let _ = written.await;
         }
+    }
+
+    /// This writer opened `source`, whose chunks table is at `version`: a version the journal
+    /// never named (a writer stopped between a commit and its change, or its change's write
+    /// failed and the head too) makes readers load the source again. Returns once the head says
+    /// so.
+    pub async fn opened(&self, source: &str, version: u64) {
+        let (done, written) = tokio::sync::oneshot::channel();
+        if self.tx.send(Entry::Opened(source.into(), version, done)).await.is_ok() {
+            let _ = written.await;
+        }
+    }
+
+    /// Whether the journal has stopped (closed, or its writer gone).
+    pub fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+
+    /// Every source as the writer sees it now; written with the next head (not waited for).
+    pub fn sides(&self, sides: BTreeMap<String, Side>) {
+        let _ = self.tx.try_send(Entry::Sides(sides));
     }
 
     /// `source` is gone from the database.

@@ -92,7 +92,12 @@ impl Pipeline {
             query: query.clone(),
             emit: emit.clone(),
             status: status.clone(),
-            opts: writer_options(&config, publishing),
+            opts: {
+                if let Some(p) = &publishing {
+                    report_sides(p.journal.clone(), status.clone());
+                }
+                writer_options(&config, publishing)
+            },
         };
         let wopts = watcher_options(&config);
         let shared = Shared { parts, parser, book, folders, wopts, arbiter: actix::Arbiter::current() };
@@ -195,6 +200,38 @@ async fn poison_book(config: &Config, status: &StatusBoard, outbox: Option<&Outb
             .failure(&source, crate::status::FileFailure { path, kind: "poisoned".into(), reason: e.reason });
     }
     book
+}
+
+/// How often the writer looks whether what readers should know of its sources changed.
+const SIDES_EVERY: Duration = Duration::from_millis(200);
+
+/// Tell readers on other machines, through the journal's head, what this writer knows of each
+/// source and they cannot see from its commits: changes seen and not committed yet, and folders
+/// it cannot read. Sent when it changes (an idle writer writes nothing), until the journal closes.
+fn report_sides(journal: crate::ownership::journal::Journal, status: StatusBoard) {
+    use crate::ownership::journal::Side;
+    tokio::spawn(async move {
+        let mut last = None;
+        while !journal.is_closed() {
+            tokio::time::sleep(SIDES_EVERY).await;
+            let unavailable = status.unavailable();
+            let sides: BTreeMap<String, Side> = status
+                .all()
+                .into_iter()
+                .map(|st| {
+                    let side = match unavailable.get(&st.source) {
+                        Some(why) => Side::Unavailable { why: why.clone() },
+                        None => Side::Watched { pending: st.pending },
+                    };
+                    (st.source, side)
+                })
+                .collect();
+            if last.as_ref() != Some(&sides) {
+                journal.sides(sides.clone());
+                last = Some(sides);
+            }
+        }
+    });
 }
 
 fn writer_options(config: &Config, publishing: Option<Publishing>) -> WriterOptions {

@@ -6,6 +6,7 @@ use super::upkeep::{self, Work};
 use super::{KEEP_VERSIONS, KEEP_VERSIONS_SHARED, SourceWriter, UPKEEP_DELAY};
 use crate::event::EventKind;
 use crate::ops::log::Emitter;
+use crate::ownership::journal::Change;
 use actix::prelude::*;
 use cairn_index::{PruneStats, Resident, ResidentIndex, SourceStore};
 use std::path::{Path, PathBuf};
@@ -74,7 +75,8 @@ impl SourceWriter {
             resident: self.resident.clone().filter(|_| idle),
             snapshot: self.snapshot(),
             exact_up_to: self.opts.exact_vectors_up_to,
-            shared: self.opts.publishing.is_some(),
+            journal: self.opts.publishing.as_ref().map(|p| p.journal.clone()),
+            from: None,
             started: Instant::now(),
             done: Done::default(),
         };
@@ -163,8 +165,11 @@ struct Run {
     /// Where its snapshot is saved, when the source keeps one.
     snapshot: Option<PathBuf>,
     exact_up_to: usize,
-    /// On an object store (readers elsewhere): versions are kept longer, strays are kept.
-    shared: bool,
+    /// On an object store (readers elsewhere): versions are kept longer, strays are kept, and
+    /// the version the run ends at is told to readers.
+    journal: Option<crate::ownership::journal::Journal>,
+    /// The chunks table's version when the run began.
+    from: Option<u64>,
     started: Instant,
     done: Done,
 }
@@ -174,6 +179,9 @@ impl Run {
     /// `optimized` event emitted).
     async fn step(mut self, emit: Emitter, id: String) -> Result<Option<Run>, cairn_index::Error> {
         let started = Instant::now();
+        if self.journal.is_some() && self.from.is_none() {
+            self.from = Some(self.store.version().await?);
+        }
         let phase = self.phase;
         let next = self.step_phase(&id).await?;
         let took = started.elapsed();
@@ -190,6 +198,16 @@ impl Run {
                 Ok(Some(self))
             }
             None => {
+                // Readers follow the table's versions: the ones compaction and the key indexes
+                // made are told as a change of no page, so that the next writer finds the
+                // journal at the table's version (see `Journal::opened`).
+                if let (Some(journal), Some(from)) = (&self.journal, self.from) {
+                    let version = self.store.version().await?;
+                    if version > from {
+                        let committed_unix_ms = crate::event::unix_ms();
+                        journal.record(&id, Change { version, committed_unix_ms, ..Change::default() }).await;
+                    }
+                }
                 // The run once the writer is idle: what it read is not needed again soon.
                 if self.resident.is_some() {
                     self.store.release_metadata_cache().await;
@@ -227,7 +245,7 @@ impl Run {
                 Some(if n + 1 < cairn_index::KEY_INDEXES { Phase::Key(n + 1) } else { Phase::Prune })
             }
             Phase::Prune => {
-                self.done.pruned = match self.shared {
+                self.done.pruned = match self.journal.is_some() {
                     false => store.prune(KEEP_VERSIONS, true).await?,
                     true => store.prune(KEEP_VERSIONS_SHARED, false).await?,
                 };

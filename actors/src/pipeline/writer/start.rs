@@ -44,6 +44,9 @@ impl SourceWriter {
                 }
                 other => other,
             }?;
+            if let Some(journal) = journal.as_ref().filter(|_| !fresh) {
+                journal.opened(&id, store.version().await?).await;
+            }
             if let Some(journal) = journal.as_ref().filter(|_| fresh) {
                 let version = store.version().await?;
                 let change = Change {
