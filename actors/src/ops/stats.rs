@@ -379,7 +379,9 @@ pub async fn collect(config: &crate::Config, log_dir: Option<&Path>, days: Optio
     match (&remote, log_dir) {
         // Every machine's shipped events (this one's included, at most a shipment behind).
         (Some(r), None) | (Some(r), Some(_)) if log_dir == config.event_log_dir().as_deref() => {
-            events = crate::ownership::shipping::shipped(r).await.map_err(crate::Error::Pipeline)?;
+            // The window and the one before it (the drift), when days are asked for.
+            let span = days.map(|d| std::time::Duration::from_secs(2 * u64::from(d) * 86_400));
+            events = crate::ownership::shipping::shipped(r, span).await.map_err(crate::Error::Pipeline)?;
             stats.logs.push(format!("{}/_cairn/events (every machine)", r.uri));
         }
         _ => {

@@ -13,6 +13,7 @@
 
 use crate::ownership::lease::Holder;
 use crate::ownership::remote::Remote;
+use crate::ownership::shipping::EVENTS_KEEP;
 use object_store::path::Path as StorePath;
 use object_store::{GetOptions, ObjectStoreExt, PutPayload};
 use serde::{Deserialize, Serialize};
@@ -23,6 +24,8 @@ use std::collections::BTreeMap;
 pub const RETAIN: std::time::Duration = std::time::Duration::from_secs(600);
 /// How often the writer removes the changes past [`RETAIN`].
 const PRUNE_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+/// Every this many pruning passes: forgotten sources' changes and old event shipments.
+const HOURLY: u64 = 60;
 
 /// Changes handed to the journal's task and not yet written (each commit waits for its own: the
 /// readers' view of the writer is part of committing on an object store; sources commit in
@@ -258,11 +261,24 @@ impl Journal {
             // head before a floor was written, and lists the changes after it, finds them all
             // still there; one that reads the head after sees the floor and loads the source again.
             let mut shown: Floors = Floors::new();
-            loop {
+            for pass in 1u64.. {
                 tokio::time::sleep(PRUNE_EVERY).await;
                 let Some(tx) = pruner.upgrade() else { return };
                 let Ok(Some(head)) = read_head(&prune_remote).await else { continue };
                 delete_below(&prune_remote, &head, &shown).await;
+                // Hourly: what only grows otherwise (one listing each, not one a minute).
+                if pass % HOURLY == 0 {
+                    delete_forgotten(&prune_remote, &head).await;
+                    match crate::ownership::shipping::prune_shipped(&prune_remote, EVENTS_KEEP).await {
+                        Ok(n) if n > 0 => tracing::info!(
+                            "{}: {n} event shipment(s) past {} days removed",
+                            prune_remote.uri,
+                            EVENTS_KEEP.as_secs() / 86_400
+                        ),
+                        Ok(_) => {}
+                        Err(e) => tracing::warn!("pruning shipped events: {e}"),
+                    }
+                }
                 shown = head.sources.iter().map(|(s, t)| ((s.clone(), t.epoch), t.floor)).collect();
                 for (source, epoch, floor) in floors_to_publish(&prune_remote, &head).await {
                     let (done, written) = tokio::sync::oneshot::channel();
@@ -343,6 +359,22 @@ async fn continued_head(remote: &Remote) -> Head {
                 tracing::warn!("{}: {e}; its head is read again in {} ms", remote.uri, retry.as_millis());
                 tokio::time::sleep(retry).await;
             }
+        }
+    }
+}
+
+/// The change objects of sources the head no longer names (forgotten): nobody follows them.
+async fn delete_forgotten(remote: &Remote, head: &Head) {
+    let Ok(listed) = remote.store.list_with_delimiter(Some(&remote.path("changes"))).await else { return };
+    for dir in listed.common_prefixes {
+        let Some(source) = dir.filename().map(str::to_string) else { continue };
+        if head.sources.contains_key(&source) {
+            continue;
+        }
+        use futures::TryStreamExt;
+        let Ok(objects) = remote.store.list(Some(&dir)).try_collect::<Vec<_>>().await else { continue };
+        for o in objects {
+            let _ = remote.store.delete(&o.location).await;
         }
     }
 }
@@ -530,5 +562,18 @@ mod tests {
         let reset = Change { reset: true, ..change(2, &["a"], &[], &[]) };
         let tip = unfollowable(&reset, 5_000);
         assert_eq!(tip, Tip { version: 2, committed_unix_ms: 1002, epoch: 5_001, floor: 2 });
+    }
+
+    #[tokio::test]
+    async fn the_changes_of_a_forgotten_source_go_and_a_followed_ones_stay() {
+        let remote = Remote::in_memory();
+        for source in ["kept", "gone"] {
+            let path = change_path(&remote, source, 0, 3);
+            remote.store.put(&path, PutPayload::from(b"{}".to_vec())).await.unwrap();
+        }
+        let head = Head { sources: [("kept".to_string(), Tip::default())].into(), ..Head::default() };
+        delete_forgotten(&remote, &head).await;
+        assert!(remote.store.head(&change_path(&remote, "kept", 0, 3)).await.is_ok());
+        assert!(remote.store.head(&change_path(&remote, "gone", 0, 3)).await.is_err());
     }
 }

@@ -6,6 +6,28 @@ use object_store::ObjectStore;
 use object_store::path::Path as StorePath;
 use std::sync::Arc;
 
+/// How long the lease, the journal and the event shipments wait on the store: what cairn sets
+/// for LanceDB too (`index/src/store`), so a store that is down is an error in seconds, where
+/// `object_store`'s own defaults retry for 3 minutes (a lease renewal stuck that long outlives
+/// the lease). `[storage]`'s `connect_timeout`/`timeout` (LanceDB's names) still win, and
+/// `client_max_retries`/`client_retry_timeout` are read here as LanceDB reads them.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+const MAX_RETRIES: usize = 2;
+const RETRY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// The retries `options` ask for, else cairn's.
+fn retries(options: &cairn_index::StorageOptions) -> object_store::RetryConfig {
+    let get = |k: &str| options.0.iter().find(|(n, _)| n.eq_ignore_ascii_case(k)).map(|(_, v)| v.trim());
+    object_store::RetryConfig {
+        max_retries: get("client_max_retries").and_then(|v| v.parse().ok()).unwrap_or(MAX_RETRIES),
+        retry_timeout: get("client_retry_timeout")
+            .and_then(|v| v.trim_end_matches('s').parse().ok())
+            .map_or(RETRY_TIMEOUT, std::time::Duration::from_secs),
+        ..object_store::RetryConfig::default()
+    }
+}
+
 /// A database's prefix in its store.
 #[derive(Clone)]
 pub struct Remote {
@@ -34,7 +56,15 @@ impl Remote {
             ));
         }
         let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-        let mut builder = object_store::aws::AmazonS3Builder::from_env().with_bucket_name(bucket);
+        let mut builder = object_store::aws::AmazonS3Builder::from_env()
+            .with_bucket_name(bucket)
+            .with_retry(retries(options));
+        // Set on the client options the environment gave (`AWS_ALLOW_HTTP`…), under `options`.
+        for (k, v) in [("connect_timeout", CONNECT_TIMEOUT), ("timeout", REQUEST_TIMEOUT)] {
+            if let Ok(key) = k.parse::<object_store::aws::AmazonS3ConfigKey>() {
+                builder = builder.with_config(key, format!("{}s", v.as_secs()));
+            }
+        }
         for (k, v) in &options.0 {
             if let Ok(key) = k.to_ascii_lowercase().parse::<object_store::aws::AmazonS3ConfigKey>() {
                 builder = builder.with_config(key, v);
@@ -67,5 +97,45 @@ impl Remote {
         } else {
             StorePath::from(format!("{}/_cairn/{rel}", self.prefix))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use object_store::ObjectStoreExt;
+
+    #[tokio::test]
+    async fn a_store_that_does_not_answer_is_an_error_in_seconds_not_minutes() {
+        // A port nothing listens on: every request is refused at once, and retried.
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let options = cairn_index::StorageOptions(
+            [
+                ("endpoint", format!("http://127.0.0.1:{port}")),
+                ("allow_http", "true".into()),
+                ("region", "us-east-1".into()),
+                ("access_key_id", "k".into()),
+                ("secret_access_key", "s".into()),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+        );
+        let remote = Remote::of("s3://bkt/db", &options).unwrap().unwrap();
+        let started = std::time::Instant::now();
+        assert!(remote.store.get(&remote.path("head.json")).await.is_err());
+        // object_store's own defaults retry a refused connection 10 times, backing off to 15 s.
+        assert!(started.elapsed() < std::time::Duration::from_secs(5), "{:?}", started.elapsed());
+        assert_eq!(retries(&options).max_retries, MAX_RETRIES);
+        let asked = cairn_index::StorageOptions(
+            [
+                ("client_max_retries".to_string(), "5".to_string()),
+                ("client_retry_timeout".into(), "7".into()),
+            ]
+            .into_iter()
+            .collect(),
+        );
+        let r = retries(&asked);
+        assert_eq!((r.max_retries, r.retry_timeout), (5, std::time::Duration::from_secs(7)));
     }
 }

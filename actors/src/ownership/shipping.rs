@@ -125,17 +125,52 @@ impl Outbox {
     }
 }
 
-/// Every shipped event of every machine, oldest shipments first (`cairn stats`).
-pub async fn shipped(remote: &Remote) -> Result<Vec<crate::event::Event>, String> {
+/// How long shipped events are kept: `cairn stats` reads a month of every machine's queries, and
+/// `_cairn/events/` stays bounded (a machine ships at most every 30 s, only what it logged).
+pub const EVENTS_KEEP: std::time::Duration = std::time::Duration::from_secs(30 * 86_400);
+
+/// When a shipment was put, from its name (`<ms>-<pid>.jsonl`).
+fn shipped_at(path: &object_store::path::Path) -> Option<u64> {
+    path.filename()?.split_once('-')?.0.parse().ok()
+}
+
+async fn shipments(remote: &Remote) -> Result<Vec<object_store::path::Path>, String> {
     use futures::TryStreamExt;
     let prefix = remote.path("events");
-    let mut listed: Vec<object_store::path::Path> = remote
+    remote
         .store
         .list(Some(&prefix))
         .map_ok(|m| m.location)
         .try_collect()
         .await
-        .map_err(|e| format!("{prefix}: {e}"))?;
+        .map_err(|e| format!("{prefix}: {e}"))
+}
+
+/// Remove every machine's shipments older than `keep` (by the writer, with its journal's
+/// pruning); how many went.
+pub async fn prune_shipped(remote: &Remote, keep: std::time::Duration) -> Result<usize, String> {
+    let before = crate::event::unix_ms().saturating_sub(keep.as_millis() as u64);
+    let mut removed = 0;
+    for path in shipments(remote).await?.into_iter().filter(|p| shipped_at(p).is_some_and(|t| t < before)) {
+        remote.store.delete(&path).await.map_err(|e| format!("{path}: {e}"))?;
+        removed += 1;
+    }
+    Ok(removed)
+}
+
+/// Every shipped event of every machine, oldest shipments first (`cairn stats`); with `span`,
+/// only the shipments within `span` before the newest one (and a day's margin: a shipment holds
+/// what was logged before its name's time), so that a window of days does not download a month.
+pub async fn shipped(
+    remote: &Remote,
+    span: Option<std::time::Duration>,
+) -> Result<Vec<crate::event::Event>, String> {
+    let mut listed = shipments(remote).await?;
+    if let Some(span) = span {
+        let newest = listed.iter().filter_map(shipped_at).max().unwrap_or(0);
+        let from = newest.saturating_sub((span.as_millis() as u64).saturating_add(86_400_000));
+        listed.retain(|p| shipped_at(p).is_none_or(|t| t >= from));
+    }
     listed.sort_by_key(|p| p.filename().map(str::to_string));
     let mut events = Vec::new();
     for path in listed {
@@ -178,5 +213,30 @@ mod tests {
         let book_c = PoisonBook::open(c.path()).unwrap();
         Outbox::new(remote, "c".into()).pull_book(&book_c).await;
         assert!(book_c.check("notes", "bomb.md", "h1").is_none());
+    }
+
+    #[tokio::test]
+    async fn shipments_past_a_month_go_and_a_window_of_days_reads_only_its_own() {
+        use object_store::ObjectStoreExt;
+        let remote = Remote::in_memory();
+        let day = 86_400_000u64;
+        let now = crate::event::unix_ms();
+        let put = |machine: &str, ms: u64, query: &str| {
+            let (remote, path) = (remote.clone(), remote.path(&format!("events/{machine}/{ms:015}-1.jsonl")));
+            let kind = crate::event::EventKind::SystemStarted { unix_ms: ms, sources: vec![query.into()] };
+            let line =
+                serde_json::to_vec(&crate::event::Event { seq: 1, ts: 0, source: "s".into(), kind }).unwrap();
+            async move { remote.store.put(&path, line.into()).await.unwrap() }
+        };
+        put("a", now - 40 * day, "old").await;
+        put("b", now - 10 * day, "ten").await;
+        put("a", now - day / 2, "new").await;
+        let all = shipped(&remote, None).await.unwrap();
+        assert_eq!(all.len(), 3);
+        // A 2-day window: the newest shipment's day and the day's margin, not the 10-day-old one.
+        let window = shipped(&remote, Some(std::time::Duration::from_secs(2 * 86_400))).await.unwrap();
+        assert_eq!(window.len(), 1, "{window:?}");
+        assert_eq!(prune_shipped(&remote, EVENTS_KEEP).await.unwrap(), 1);
+        assert_eq!(shipped(&remote, None).await.unwrap().len(), 2, "only the 40-day-old one went");
     }
 }
