@@ -402,19 +402,16 @@ pub async fn index(config: Config, reindex: bool, progress: bool) -> Result<Inde
         status.sources.iter().filter(|s| ids.is_empty() || ids.contains(&s.source)).cloned().collect();
     let mut summary = summarize(&run, &named);
     sources_failed.extend(held_back(&named, &mut summary));
-    // A source whose tables cannot be opened may not say so in its state (its watcher's is
-    // newer): the flush's own failure does.
+    // A source whose writer keeps failing (tables that do not open, a full disk) may not say so
+    // in its state (its watcher's is newer): the flush's own failure does.
     for (id, e) in flush_failed {
-        if matches!(e, cairn_actors::PipelineError::CannotOpen { .. })
-            && !sources_failed.iter().any(|f| f.source == id)
-        {
+        if !sources_failed.iter().any(|f| f.source == id) {
+            let kind = match e {
+                cairn_actors::PipelineError::CannotOpen { .. } => "source_damaged",
+                _ => "source",
+            };
             let reason = e.to_string();
-            sources_failed.push(Failure {
-                source: id,
-                path: String::new(),
-                kind: "source_damaged".into(),
-                reason,
-            });
+            sources_failed.push(Failure { source: id, path: String::new(), kind: kind.into(), reason });
         }
     }
     summary.sources_failed = sources_failed;

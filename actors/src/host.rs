@@ -468,8 +468,6 @@ pub async fn duplicates_job(
 pub fn damaged_note(id: &str, why: &str, held: bool) -> String {
     let from =
         if held { "its pages are answered as it last opened" } else { "its pages are not in this answer" };
-    format!(
-        "source {id} cannot be opened ({why}); {from}. `cairn doctor` says what is damaged and \
-         `cairn doctor --repair` repairs it"
-    )
+    let why = crate::pipeline::error::with_doctor_hint(why);
+    format!("source {id} cannot be opened: {why}; {from}")
 }

@@ -343,3 +343,64 @@ async fn on_s3_a_zero_byte_latest_manifest_is_set_aside_and_the_source_answers_a
     assert!(a["degraded"].as_array().unwrap().is_empty(), "{a}");
     assert_eq!(a["results"][0]["slug"], "lighthouse", "{a}");
 }
+
+/// A disk that fills mid-commit: `index` ends saying so, rather than retrying for ever; nothing committed is lost and `doctor` finds the tables whole; with room again, the
+/// next `index` converges to the folder. The database is a small tmpfs in a private mount
+/// namespace (`unshare -m`), so the test needs no loop device and leaves no mount behind.
+#[test]
+fn a_disk_that_fills_mid_commit_fails_the_run_with_why_and_the_next_run_converges() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (vault, db, out) = (tmp.path().join("vault"), tmp.path().join("db"), tmp.path().join("out"));
+    for d in [&db, &out] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    // Notes of varied words: their rows and vectors outgrow the room given.
+    let words = ["tide", "quay", "lens", "twine", "oven", "bell", "cliff", "apple", "heron", "basalt"];
+    for i in 0..60 {
+        let body: Vec<String> =
+            (0..120).map(|j| format!("{}{}", words[(i * 7 + j) % 10], (i * j) % 97)).collect();
+        write(&vault, &format!("note-{i}.md"), &format!("# Note {i}\n\nmarker{i}x {}\n", body.join(" ")));
+    }
+    let script = format!(
+        r#"set -u
+mount -t tmpfs -o size=256k none {db}
+timeout 300 {cairn} index --db {db} --json {vault} > {out}/first.json 2> {out}/first.err; echo $? > {out}/first.rc
+{cairn} doctor --db {db} --json > {out}/doctor.json; echo $? > {out}/doctor.rc
+mount -o remount,size=64m {db}
+timeout 300 {cairn} index --db {db} --json {vault} > {out}/second.json 2> {out}/second.err; echo $? > {out}/second.rc
+{cairn} doctor --db {db} --repair > /dev/null
+{cairn} doctor --db {db} --json > {out}/healed.json; echo $? > {out}/healed.rc
+{cairn} search --db {db} --json marker7x > {out}/search.json
+"#,
+        db = db.display(),
+        vault = vault.display(),
+        out = out.display(),
+        cairn = cairn_bin().display(),
+    );
+    let status = Command::new("unshare").args(["-m", "sh", "-c", &script]).status().unwrap();
+    assert!(status.success());
+    let read = |f: &str| std::fs::read_to_string(out.join(f)).unwrap();
+    let json = |f: &str| -> Value {
+        serde_json::from_str(&read(f)).unwrap_or_else(|e| panic!("{f}: {e}: {}", read(f)))
+    };
+    // It ends (exit 1 when nothing could be indexed, as ever), and says why.
+    assert!(
+        ["0", "1"].contains(&read("first.rc").trim()),
+        "the full disk ends the run: {}",
+        read("first.err")
+    );
+    let first = json("first.json");
+    assert!(first["sources_failed"].to_string().contains("No space left on device"), "it says why: {first}");
+    // The tables are whole; the event log, on the same full disk, may hold a torn line.
+    let found = problems(&json("doctor.json"));
+    assert!(!found.contains("source "), "no source is damaged: {found}");
+    assert_eq!(read("second.rc").trim(), "0", "{}", read("second.err"));
+    let healed = json("healed.json");
+    assert_eq!(read("healed.rc").trim(), "0", "{}", problems(&healed));
+    assert_eq!(
+        (healed["sources"][0]["pages"].as_u64(), healed["sources"][0]["vectors_pending"].as_u64()),
+        (Some(60), Some(0)),
+        "{healed}"
+    );
+    assert_eq!(json("search.json")["results"][0]["slug"], "note-7");
+}

@@ -11,9 +11,7 @@ pub enum PipelineError {
     #[error("store not open")]
     NotOpen,
     /// The source's tables do not open (damaged, or a store that does not answer).
-    #[error(
-        "source `{id}`: its tables cannot be opened ({why}); `cairn doctor` says what is damaged and `cairn doctor --repair` repairs it"
-    )]
+    #[error("source `{id}`: its tables cannot be opened ({})", with_doctor_hint(why))]
     CannotOpen { id: String, why: String },
     /// The writer commits nothing more.
     #[error("source `{id}`: {why}, so it commits nothing more")]
@@ -30,6 +28,12 @@ pub enum PipelineError {
     /// The source's folder cannot be read as the source's; nothing was removed.
     #[error("{}", why.describe(id, root))]
     Unavailable { id: String, root: String, why: Unavailable },
+}
+
+/// `why` a source does not open, ending with the commands that find and repair the damage (once).
+pub fn with_doctor_hint(why: &str) -> String {
+    let hint = cairn_index::store::DOCTOR_HINT;
+    if why.contains(hint) { why.to_string() } else { format!("{why}; {hint}") }
 }
 
 /// Why a writer refuses to commit.

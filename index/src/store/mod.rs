@@ -92,6 +92,10 @@ pub fn normalize_uri(uri: &str) -> String {
     format!("{}://{}", scheme.to_ascii_lowercase(), parts.join("/"))
 }
 
+/// What every error of a source that will not open ends with: the command that finds the damage
+/// and the one that repairs it.
+pub const DOCTOR_HINT: &str = "`cairn doctor` says what is damaged and `cairn doctor --repair` repairs it";
+
 /// Object-store options cairn sets unless the caller or the environment does: a store that is
 /// down, missing or refusing us is an error within seconds, not a retry loop of minutes
 /// (object_store's own default retries for up to 180 s).
@@ -334,7 +338,7 @@ impl Database {
         let wrap = |e: lancedb::Error| Error::Storage {
             source_id: id.into(),
             uri: path_hint.clone(),
-            message: e.to_string(),
+            message: format!("{e}; {DOCTOR_HINT}"),
         };
         Ok(SourceStore {
             id: id.into(),

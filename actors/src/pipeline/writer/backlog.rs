@@ -39,8 +39,8 @@ pub(super) struct Backlog {
     pub(super) fresh: HashMap<String, Vec<f32>>,
     /// Chunks still waiting, per page (for `page_embedded`).
     pub(super) left: HashMap<String, usize>,
-    /// `flush` callers waiting for every vector.
-    pub(super) waiters: Vec<oneshot::Sender<()>>,
+    /// `flush` callers waiting for every vector (told a failure that lasts, too).
+    pub(super) waiters: Vec<oneshot::Sender<Result<(), crate::pipeline::error::PipelineError>>>,
     /// Recent vector commits: (when, chunks).
     pub(super) recent: VecDeque<(Instant, usize)>,
 }

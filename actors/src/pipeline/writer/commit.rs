@@ -95,7 +95,7 @@ impl SourceWriter {
     /// After a page commit: the plan's stored state, and each chunk still without a vector
     /// queued for the model (at its page's priority); how many chunks were written.
     fn pages_committed(&mut self, version: u64, batch: WriteBatch, origins: Vec<Origin>) -> usize {
-        self.failures = 0;
+        (self.failures, self.failing) = (0, None);
         self.plan.committed(&batch, tokio::time::Instant::now());
         for s in &batch.removals {
             self.vectors.left.remove(s);

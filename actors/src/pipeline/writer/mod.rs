@@ -118,6 +118,9 @@ impl Origin {
     }
 }
 
+/// Failures in a row after which callers waiting for every vector are told, not kept waiting.
+const TELL_AFTER: u32 = 3;
+
 /// One source's writer.
 pub struct SourceWriter {
     id: String,
@@ -139,6 +142,8 @@ pub struct SourceWriter {
     upkeep: Option<SpawnHandle>,
     idle_upkeep: Option<SpawnHandle>,
     failures: u32,
+    /// The last failure, while failures go on (cleared by a commit).
+    failing: Option<PipelineError>,
     /// Why the tables did not open, while they do not (commits are refused with it, and a
     /// reopen is due).
     cannot_open: Option<String>,
@@ -196,6 +201,7 @@ impl SourceWriter {
             upkeep: None,
             idle_upkeep: None,
             failures: 0,
+            failing: None,
             cannot_open: None,
             closed: false,
             retired: false,
@@ -211,6 +217,12 @@ impl SourceWriter {
     fn fail(&mut self, ctx: &mut Context<Self>, stage: &str, error: PipelineError) {
         let reason = error.to_string();
         self.failures += 1;
+        if self.failures >= TELL_AFTER {
+            for w in self.vectors.waiters.drain(..) {
+                let _ = w.send(Err(error.clone()));
+            }
+        }
+        self.failing = Some(error);
         let retry = crate::pipeline::retry::after(self.failures);
         tracing::error!(
             "source `{}`: {stage} failed: {reason}; retrying in {} ms",
@@ -435,10 +447,15 @@ impl Handler<AwaitVectors> for SourceWriter {
             let e = PipelineError::CannotOpen { id: self.id.clone(), why: why.clone() };
             return Box::pin(async move { Err(e) });
         }
+        // A write that keeps failing (a full disk, a store refusing us) is said, not waited on:
+        // the writer goes on trying, a one-shot `index` ends with why.
+        if let Some(e) = self.failing.clone().filter(|_| self.failures >= TELL_AFTER) {
+            return Box::pin(async move { Err(e) });
+        }
         let (tx, rx) = oneshot::channel();
         self.vectors.waiters.push(tx);
         self.pump(ctx);
-        Box::pin(async move { rx.await.map_err(|_| PipelineError::Stopped(Part::Writer)) })
+        Box::pin(async move { rx.await.map_err(|_| PipelineError::Stopped(Part::Writer))? })
     }
 }
 
@@ -543,7 +560,7 @@ impl Handler<Close> for SourceWriter {
     fn handle(&mut self, _: Close, ctx: &mut Context<Self>) {
         self.closed = true;
         for w in self.vectors.waiters.drain(..) {
-            let _ = w.send(());
+            let _ = w.send(Ok(()));
         }
         ctx.stop();
     }

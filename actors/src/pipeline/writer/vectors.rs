@@ -156,6 +156,7 @@ impl SourceWriter {
             act.vectors.committing -= 1;
             match res {
                 Ok((pending, version)) => {
+                    (act.failures, act.failing) = (0, None);
                     act.status.set_version(&act.id, version);
                     act.vectors.recent.push_back((Instant::now(), n));
                     act.publish_vectors();
@@ -208,7 +209,7 @@ impl SourceWriter {
     pub(super) fn settle_waiters(&mut self) {
         if self.vectors.idle() && self.plan.is_empty() {
             for w in self.vectors.waiters.drain(..) {
-                let _ = w.send(());
+                let _ = w.send(Ok(()));
             }
         }
     }
