@@ -96,6 +96,19 @@ fn note(i: usize, extra: &str) -> String {
     format!("# Note {i}\n\nNote {i} keeps the word marker{i}.{extra}\n")
 }
 
+/// A SeaweedFS in a temporary folder, a vault there of `n` notes, and a database on it under a
+/// prefix of its own (this process's embedded handles keep their state under the real home).
+fn team(name: &str, n: usize) -> (tempfile::TempDir, Weed, std::path::PathBuf, String) {
+    let tmp = tempfile::tempdir().unwrap();
+    let weed = Weed::start(&tmp.path().join("weed"));
+    let vault = tmp.path().join("vault");
+    for i in 0..n {
+        write(&vault, &format!("note-{i}.md"), &note(i, ""));
+    }
+    let db = format!("s3://{BUCKET}/{name}-{}", std::process::id());
+    (tmp, weed, vault, db)
+}
+
 /// The top slugs of an answer, and whether `slug` is among them.
 fn has(answer: &Value, slug: &str) -> bool {
     answer["results"].as_array().unwrap().iter().any(|r| r["slug"] == slug)
@@ -107,14 +120,7 @@ fn as_of(answer: &Value) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writer_on_one_machine_and_readers_on_two_others_follow_every_commit_and_a_standby_takes_over() {
-    let tmp = tempfile::tempdir().unwrap();
-    let weed = Weed::start(&tmp.path().join("weed"));
-    let vault = tmp.path().join("vault");
-    for i in 0..20 {
-        write(&vault, &format!("note-{i}.md"), &note(i, ""));
-    }
-    // A prefix of its own: this process's embedded handle keeps its state under the real home.
-    let db = format!("s3://{BUCKET}/team-{}", std::process::id());
+    let (tmp, weed, vault, db) = team("team", 20);
     let on = |m: &str, args: &[&str]| {
         let mut c = Command::new(cairn_bin());
         c.args(args).args(["--db", &db]);
@@ -343,13 +349,7 @@ async fn two_processes_racing_for_the_writer_lease_one_wins_every_time() {
 /// readers load the source again: the edit is answered everywhere.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commit_whose_change_a_kill_lost_reaches_readers_through_the_next_writer() {
-    let tmp = tempfile::tempdir().unwrap();
-    let weed = Weed::start(&tmp.path().join("weed"));
-    let vault = tmp.path().join("vault");
-    for i in 0..5 {
-        write(&vault, &format!("note-{i}.md"), &note(i, ""));
-    }
-    let db = format!("s3://{BUCKET}/gap-{}", std::process::id());
+    let (tmp, weed, vault, db) = team("gap", 5);
     let index = |faults: &[(&str, &str)]| {
         let mut c = Command::new(cairn_bin());
         c.args(["index", "--db", &db, "--source", &format!("nt={}", vault.display())]);
@@ -395,13 +395,7 @@ async fn a_commit_whose_change_a_kill_lost_reaches_readers_through_the_next_writ
 /// cannot read as unavailable, with no count.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_says_what_its_writer_has_seen_and_not_committed_and_what_it_cannot_read() {
-    let tmp = tempfile::tempdir().unwrap();
-    let weed = Weed::start(&tmp.path().join("weed"));
-    let vault = tmp.path().join("vault");
-    for i in 0..3 {
-        write(&vault, &format!("note-{i}.md"), &note(i, ""));
-    }
-    let db = format!("s3://{BUCKET}/sides-{}", std::process::id());
+    let (tmp, weed, vault, db) = team("sides", 3);
     // A: the writer, with edits held for 5 s before they commit.
     let config = tmp.path().join("a.toml");
     let body = format!(

@@ -213,27 +213,33 @@ impl SourceWriter {
         }
     }
 
+    /// Count a failure in a row and report it (the log, the status, a `stage_failed` event);
+    /// the wait before the next try.
+    fn report_failure(&mut self, stage: &str, what: &str, reason: &str) -> Duration {
+        self.failures += 1;
+        let retry = crate::pipeline::retry::after(self.failures);
+        tracing::error!("source `{}`: {what}: {reason}; retrying in {} ms", self.id, retry.as_millis());
+        self.status.set_state(&self.id, SourceState::Retrying, Some(reason.to_string()));
+        let ev = EventKind::StageFailed {
+            stage: stage.into(),
+            reason: reason.into(),
+            retry_ms: retry.as_millis() as u64,
+        };
+        let (emit, id) = (self.emit.clone(), self.id.clone());
+        // Spawned on the arbiter, not on this context: stopping must not cancel the report.
+        actix::spawn(async move { emit.emit(&id, vec![ev]).await });
+        retry
+    }
+
     /// Report an infrastructure failure and stop; the supervisor restarts this actor.
     fn fail(&mut self, ctx: &mut Context<Self>, stage: &str, error: PipelineError) {
-        let reason = error.to_string();
-        self.failures += 1;
+        self.report_failure(stage, &format!("{stage} failed"), &error.to_string());
         if self.failures >= TELL_AFTER {
             for w in self.vectors.waiters.drain(..) {
                 let _ = w.send(Err(error.clone()));
             }
         }
         self.failing = Some(error);
-        let retry = crate::pipeline::retry::after(self.failures);
-        tracing::error!(
-            "source `{}`: {stage} failed: {reason}; retrying in {} ms",
-            self.id,
-            retry.as_millis()
-        );
-        self.status.set_state(&self.id, SourceState::Retrying, Some(reason.clone()));
-        let (emit, id) = (self.emit.clone(), self.id.clone());
-        let ev = EventKind::StageFailed { stage: stage.into(), reason, retry_ms: retry.as_millis() as u64 };
-        // Spawned on the arbiter, not on this context: stopping must not cancel the report.
-        actix::spawn(async move { emit.emit(&id, vec![ev]).await });
         ctx.stop();
     }
 
@@ -252,20 +258,10 @@ impl SourceWriter {
 
     fn open_failed(&mut self, ctx: &mut Context<Self>, error: PipelineError) {
         let reason = error.to_string();
-        self.failures += 1;
-        let retry = crate::pipeline::retry::after(self.failures);
-        tracing::error!(
-            "source `{}`: its tables cannot be opened: {reason}; `cairn doctor` says what is damaged; trying again in {} ms",
-            self.id,
-            retry.as_millis()
-        );
-        self.status.set_state(&self.id, SourceState::Retrying, Some(reason.clone()));
+        let retry = self.report_failure("open", "its tables cannot be opened", &reason);
         (self.store, self.resident) = (None, None);
         self.cannot_open = Some(reason.clone());
-        self.query.do_send(crate::pipeline::query::CannotOpen { id: self.id.clone(), why: reason.clone() });
-        let ev = EventKind::StageFailed { stage: "open".into(), reason, retry_ms: retry.as_millis() as u64 };
-        let (emit, id) = (self.emit.clone(), self.id.clone());
-        actix::spawn(async move { emit.emit(&id, vec![ev]).await });
+        self.query.do_send(crate::pipeline::query::CannotOpen { id: self.id.clone(), why: reason });
         ctx.run_later(retry, |act, ctx| {
             if !act.closed && !act.retired {
                 act.open_tables(Duration::ZERO, ctx)
