@@ -100,17 +100,7 @@ pub fn point(name: &str) {
 /// [`point`], running `before` first when it fires: what a write has buffered is put on disk,
 /// so the panic leaves the torn file a kill at that moment would.
 pub fn point_after(name: &str, before: impl FnOnce()) {
-    let Some((at, passes)) = armed().get(name) else { return };
-    static WHILE: OnceLock<Option<std::path::PathBuf>> = OnceLock::new();
-    if WHILE
-        .get_or_init(|| std::env::var_os("CAIRN_TEST_FAULTS_WHILE").map(Into::into))
-        .as_ref()
-        .is_some_and(|f| !f.exists())
-    {
-        return;
-    }
-    let pass = passes.fetch_add(1, Ordering::SeqCst) + 1;
-    if *at == 0 || pass == *at {
+    if let Some(pass) = firing(name) {
         before();
         if std::env::var_os("CAIRN_TEST_FAULTS_KILL").is_some() {
             kill_me(&format!("injected kill at {name} (pass {pass})"));
@@ -122,6 +112,36 @@ pub fn point_after(name: &str, before: impl FnOnce()) {
         }
         panic!("injected fault at {name} (pass {pass})");
     }
+}
+
+/// [`point`] in async code: its delay is a wait of the task, not of the thread that polls it
+/// (a blocked worker thread would hold up every task queued on it, which a slow step does not).
+pub async fn point_async(name: &str) {
+    let delay = std::env::var("CAIRN_TEST_FAULTS_DELAY_MS").ok().and_then(|v| v.parse::<u64>().ok());
+    match delay {
+        Some(ms) if std::env::var_os("CAIRN_TEST_FAULTS_KILL").is_none() => {
+            if let Some(pass) = firing(name) {
+                eprintln!("cairn: injected delay of {ms} ms at {name} (pass {pass})");
+                tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+            }
+        }
+        _ => point(name),
+    }
+}
+
+/// Whether the point `name` fires on this pass (armed, its file there, its pass reached): the pass.
+fn firing(name: &str) -> Option<u64> {
+    let (at, passes) = armed().get(name)?;
+    static WHILE: OnceLock<Option<std::path::PathBuf>> = OnceLock::new();
+    if WHILE
+        .get_or_init(|| std::env::var_os("CAIRN_TEST_FAULTS_WHILE").map(Into::into))
+        .as_ref()
+        .is_some_and(|f| !f.exists())
+    {
+        return None;
+    }
+    let pass = passes.fetch_add(1, Ordering::SeqCst) + 1;
+    (*at == 0 || pass == *at).then_some(pass)
 }
 
 /// `kill -9` of this process, after saying why on stderr. Never returns.

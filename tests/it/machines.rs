@@ -464,3 +464,49 @@ async fn answer_when(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Issue 50's fourth item: a writer renews its lease from the moment it takes it, not once its
+/// pipeline is open. A's open is held 15 s (longer than the lease's 10 s TTL: what opening a
+/// million chunks on S3 takes); B, a standby given the same folder meanwhile, never takes the
+/// lease, and A commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_renews_its_lease_while_its_pipeline_opens_so_a_standby_waits() {
+    let (tmp, weed, vault, db) = team("slow", 3);
+    let on = |m: &str, args: &[&str]| {
+        let mut c = Command::new(cairn_bin());
+        c.args(args).args(["--db", &db]);
+        weed.machine(&tmp.path().join(m), &mut c);
+        c
+    };
+    let source = format!("nt={}", vault.display());
+    let mut a = on("a", &["watch", "--json", "--source", &source]);
+    a.env("CAIRN_TEST_FAULTS", "pipeline.model").env("CAIRN_TEST_FAULTS_DELAY_MS", "15000");
+    let mut a = Reaped(a.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap());
+    let mut a_events = EventReader::new(a.stdout.take().unwrap());
+    let a_log = Log::of(a.stderr.take().unwrap());
+    a_log.wait_for("injected delay of 15000 ms at pipeline.model");
+
+    let mut b = on("b", &["watch", "--json", "--source", &source]);
+    b.env("RUST_LOG", "info");
+    let mut b = Reaped(b.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap());
+    let b_log = Log::of(b.stderr.take().unwrap());
+    b_log.wait_for("stands by to take over as the writer");
+    // A's first index, or B's takeover, whichever comes first (the latter fails at once).
+    let (tx, committed) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        a_events.wait_for("A's first index", |e| e["event"] == "committed" && e["chunks_pending"] == 0);
+        let _ = tx.send(());
+    });
+    while committed.recv_timeout(Duration::from_millis(100)).is_err() {
+        assert!(
+            !b_log.text().contains("this process takes it"),
+            "B took the lease during A's open:\n{}",
+            b_log.text()
+        );
+    }
+    assert!(!b_log.text().contains("this process takes it"), "{}", b_log.text());
+    let status = json_of(&on("a", &["status", "--json"]).output().unwrap());
+    assert_eq!(status["writer"]["pid"], a.id(), "{status}");
+    drop((a, b));
+    let _ = std::fs::remove_dir_all(cairn_actors::ownership::paths::DbPaths::of(&db).dir());
+}

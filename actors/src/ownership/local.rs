@@ -29,9 +29,30 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// The lease and journal of a writer on an object store, with the task that renews the lease.
+/// Renewing starts the moment the lease is taken, not once the pipeline is open: opening a large
+/// source on S3 takes longer than the lease lives (~65 s at a million chunks), and a standby
+/// would take an unrenewed lease meanwhile.
 struct Writing {
     publishing: Publishing,
     renew: tokio::task::JoinHandle<()>,
+    /// Told when the lease is lost.
+    lost: tokio::sync::watch::Receiver<bool>,
+}
+
+impl Writing {
+    /// Renew `publishing`'s lease from now on.
+    fn renewing(publishing: Publishing) -> Self {
+        let (lost_tx, lost) = tokio::sync::watch::channel(false);
+        let renew = publishing.lease.keep(lost_tx);
+        Self { publishing, renew, lost }
+    }
+
+    /// Stop renewing, close the journal and give the lease back (a pipeline that did not open).
+    async fn give_back(self) {
+        self.renew.abort();
+        self.publishing.journal.close().await;
+        self.publishing.lease.release().await;
+    }
 }
 
 /// This machine's process for a database.
@@ -104,31 +125,31 @@ async fn first_answerer(
     remote: Option<&Remote>,
     lease: Option<std::result::Result<Lease, Holder>>,
     told: &Told,
-) -> Result<(Answerer, Option<Publishing>)> {
+) -> Result<(Answerer, Option<Writing>)> {
     if first != Role::Owner {
         let r = reader(config, Some(info.clone()), true, remote.is_some().then(|| told.clone())).await?;
         return Ok((Answerer::Reader(r), None));
     }
-    let publishing = match (remote, lease) {
+    let writing = match (remote, lease) {
         (Some(r), Some(Ok(lease))) => {
             let journal = Journal::start(r.clone(), lease.holder().clone()).await;
-            Some(Publishing { lease, journal })
+            Some(Writing::renewing(Publishing { lease, journal }))
         }
         _ => None,
     };
-    let pipeline = match Pipeline::open_publishing(config.clone(), publishing.clone()).await {
+    let publishing = writing.as_ref().map(|w| w.publishing.clone());
+    let pipeline = match Pipeline::open_publishing(config.clone(), publishing).await {
         Ok(p) => p,
         Err(e) => {
             // Given back at once: a standby need not wait out the TTL.
-            if let Some(p) = publishing {
-                p.journal.close().await;
-                p.lease.release().await;
+            if let Some(w) = writing {
+                w.give_back().await;
             }
             return Err(e);
         }
     };
     let api = OwnerApi::new(pipeline, config.clone(), info.clone(), clients.clone());
-    Ok((Answerer::Owner(Arc::new(api)), publishing))
+    Ok((Answerer::Owner(Arc::new(api)), writing))
 }
 
 impl Local {
@@ -256,10 +277,9 @@ impl Local {
     }
 
     /// Renew the lease while writing; when it is lost, stop committing and read again.
-    fn keep_writing(self: &Arc<Self>, publishing: Publishing) {
-        let (lost_tx, mut lost) = tokio::sync::watch::channel(false);
-        let renew = publishing.lease.keep(lost_tx);
-        *self.writing.lock().unwrap_or_else(|p| p.into_inner()) = Some(Writing { publishing, renew });
+    fn keep_writing(self: &Arc<Self>, writing: Writing) {
+        let mut lost = writing.lost.clone();
+        *self.writing.lock().unwrap_or_else(|p| p.into_inner()) = Some(writing);
         let me = Arc::downgrade(self);
         tokio::spawn(async move {
             if lost.wait_for(|l| *l).await.is_err() {
@@ -318,8 +338,9 @@ impl Local {
                 };
                 tracing::info!("{}: the writer lease is free; this process takes it", local.config.db);
                 let journal = Journal::start(remote.clone(), lease.holder().clone()).await;
-                let publishing = Publishing { lease, journal };
-                match Pipeline::open_publishing(local.config.clone(), Some(publishing.clone())).await {
+                let writing = Writing::renewing(Publishing { lease, journal });
+                match Pipeline::open_publishing(local.config.clone(), Some(writing.publishing.clone())).await
+                {
                     Ok(pipeline) => {
                         local.standing_by.store(false, Ordering::SeqCst);
                         pipeline.keep_until_stopped(Box::new(local.lock_held()));
@@ -329,7 +350,7 @@ impl Local {
                             local.info.clone(),
                             local.clients.clone(),
                         );
-                        local.keep_writing(publishing);
+                        local.keep_writing(writing);
                         let was = local.answerer();
                         local.swap(Answerer::Owner(Arc::new(api)));
                         if let Answerer::Reader(r) = was {
@@ -339,8 +360,7 @@ impl Local {
                     }
                     Err(e) => {
                         tracing::error!("{}: taking over as the writer failed: {e}", local.config.db);
-                        publishing.journal.close().await;
-                        publishing.lease.release().await;
+                        writing.give_back().await;
                         continue;
                     }
                 }
@@ -361,9 +381,7 @@ impl Local {
         }
         let writing = self.writing.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(w) = writing {
-            w.renew.abort();
-            w.publishing.journal.close().await;
-            w.publishing.lease.release().await;
+            w.give_back().await;
         }
         self.lock.lock().unwrap_or_else(|p| p.into_inner()).take();
         cairn_index::fault::point("shutdown.released");

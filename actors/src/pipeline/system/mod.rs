@@ -219,7 +219,7 @@ impl Pipeline {
     ) -> Result<Self> {
         config.validate().map_err(Error::Config)?;
         let embedders = Embedders::load(&config).await?;
-        fault::point("pipeline.model");
+        fault::point_async("pipeline.model").await;
         let (ready_tx, ready_rx) = oneshot::channel::<Result<Pipeline>>();
         let (stop_tx, stop_rx) = oneshot::channel::<oneshot::Sender<()>>();
         std::thread::Builder::new().name("cairn-actors".into()).spawn(move || {
