@@ -282,7 +282,7 @@ fn rebuild_or_say(config: &Config, id: &str, info: Option<SourceInfo>, report: &
         cairn_ingest::Glance::of(&root).unavailable(record.as_ref().and_then(|r| r.identity.as_ref()), 1);
     if let Some(why) = why {
         let problem = format!(
-            "its tables cannot be repaired in place, and its folder cannot be read as the source's: {}",
+            "its tables cannot be repaired in place, and its folder cannot be read as the source's: {}; if that folder does hold the source's notes, `cairn reindex {id}` rebuilds it from there",
             why.describe(id, &root.display().to_string())
         );
         report.findings.push(damage(&subject, problem, None));
