@@ -25,7 +25,7 @@ use crate::config::Config;
 use crate::ops::history::log_files;
 use crate::ownership::remote::Remote;
 use cairn_index::store::{TABLE_SUFFIXES, TableHealth, TableProblem};
-use cairn_index::{Database, ResidentIndex, SourceInfo};
+use cairn_index::{Database, ResidentIndex, SourceInfo, SourceStore};
 use futures::TryStreamExt;
 use object_store::path::Path as StorePath;
 use object_store::{ObjectStore, ObjectStoreExt};
@@ -96,18 +96,20 @@ impl std::fmt::Display for Finding {
 struct Objects {
     store: Arc<dyn ObjectStore>,
     root: Box<dyn Fn(&str) -> StorePath + Send + Sync>,
+    /// The object store's, for its lease and journal (`None`: a local folder).
+    remote: Option<Remote>,
 }
 
 impl Objects {
     fn of(config: &Config) -> Result<Self, String> {
         if let Some(remote) = Remote::of(&config.db, &config.storage)? {
-            let store = remote.store.clone();
-            return Ok(Self { store, root: Box::new(move |rel| remote.root_path(rel)) });
+            let (store, at) = (remote.store.clone(), remote.clone());
+            return Ok(Self { store, root: Box::new(move |rel| at.root_path(rel)), remote: Some(remote) });
         }
         let dir = std::fs::canonicalize(&config.db).map_err(|e| format!("{}: {e}", config.db))?;
         let store = object_store::local::LocalFileSystem::new_with_prefix(&dir)
             .map_err(|e| format!("{}: {e}", config.db))?;
-        Ok(Self { store: Arc::new(store), root: Box::new(|rel| StorePath::from(rel)) })
+        Ok(Self { store: Arc::new(store), root: Box::new(|rel| StorePath::from(rel)), remote: None })
     }
 
     /// The newest manifest of `table` when it is evidently torn: empty, or not ending in Lance's
@@ -164,9 +166,19 @@ pub async fn examine(config: &Config, repair: bool) -> Result<Report, String> {
             health.tables.push(h);
         }
         if state == Mend::Whole {
-            examine_rows(&db, id, &mut health, &mut report.findings).await;
-            let path = crate::pipeline::writer::snapshot_path(&snapshots, id);
-            health.snapshot = examine_snapshot(&db, id, &path, config, repair, &mut report.findings).await;
+            match db.open_existing(id).await {
+                Ok(store) => {
+                    examine_rows(&store, &mut health, &mut report.findings).await;
+                    let path = crate::pipeline::writer::snapshot_path(&snapshots, id);
+                    health.snapshot =
+                        examine_snapshot(&store, &path, config, repair, &mut report.findings).await;
+                }
+                Err(e) => report.findings.push(damage(
+                    &format!("source {id}"),
+                    format!("it does not open: {e}"),
+                    None,
+                )),
+            }
         } else if state == Mend::Hopeless {
             let info = db.sources().await.ok().and_then(|s| s.into_iter().find(|s| &s.id == id));
             rebuild_or_say(config, id, info, &mut report);
@@ -174,8 +186,8 @@ pub async fn examine(config: &Config, repair: bool) -> Result<Report, String> {
         report.sources.push(health);
     }
     examine_files(config, repair, &mut report.findings);
-    if let Some(remote) = Remote::of(&config.db, &config.storage)? {
-        examine_remote(&remote, &ids, &mut report.findings).await;
+    if let Some(remote) = &objects.remote {
+        examine_remote(remote, &ids, &mut report.findings).await;
     }
     report.took_ms = started.elapsed().as_millis() as u64;
     Ok(report)
@@ -295,13 +307,9 @@ fn rebuild_or_say(config: &Config, id: &str, info: Option<SourceInfo>, report: &
 }
 
 /// Pages against chunks, from one read of both tables.
-async fn examine_rows(db: &Database, id: &str, health: &mut SourceHealth, findings: &mut Vec<Finding>) {
-    let subject = format!("source {id}");
-    let loaded = match db.open_existing(id).await {
-        Ok(store) => store.load().await,
-        Err(e) => Err(e),
-    };
-    let loaded = match loaded {
+async fn examine_rows(store: &SourceStore, health: &mut SourceHealth, findings: &mut Vec<Finding>) {
+    let subject = format!("source {}", store.id());
+    let loaded = match store.load().await {
         Ok(l) => l,
         Err(e) => {
             findings.push(damage(&subject, format!("its rows do not load: {e}"), None));
@@ -324,8 +332,7 @@ async fn examine_rows(db: &Database, id: &str, health: &mut SourceHealth, findin
 
 /// The snapshot (and its chunk file) against the tables: `current`, `stale`, `none` or `damaged`.
 async fn examine_snapshot(
-    db: &Database,
-    id: &str,
+    store: &SourceStore,
     path: &Path,
     config: &Config,
     repair: bool,
@@ -334,10 +341,8 @@ async fn examine_snapshot(
     if !path.exists() {
         return "none";
     }
-    let stamp = match db.open_existing(id).await {
-        Ok(store) => store.stamp(config.exact_vectors_up_to).await.ok(),
-        Err(_) => None,
-    };
+    let id = store.id();
+    let stamp = store.stamp(config.exact_vectors_up_to).await.ok();
     let torn = match (ResidentIndex::stamp_of(path), stamp) {
         (None, _) => "its header does not read".to_string(),
         (Some(s), Some(t)) if s == t => match ResidentIndex::restore(path, &t) {
