@@ -109,6 +109,14 @@ fn team(name: &str, n: usize) -> (tempfile::TempDir, Weed, std::path::PathBuf, S
     (tmp, weed, vault, db)
 }
 
+/// `cairn ARGS --db DB` as a process of machine `m` (its own home under `tmp`), reaching `weed`.
+fn on_machine(weed: &Weed, tmp: &Path, m: &str, db: &str, args: &[&str]) -> Command {
+    let mut c = Command::new(cairn_bin());
+    c.args(args).args(["--db", db]);
+    weed.machine(&tmp.join(m), &mut c);
+    c
+}
+
 /// The top slugs of an answer, and whether `slug` is among them.
 fn has(answer: &Value, slug: &str) -> bool {
     answer["results"].as_array().unwrap().iter().any(|r| r["slug"] == slug)
@@ -121,12 +129,7 @@ fn as_of(answer: &Value) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writer_on_one_machine_and_readers_on_two_others_follow_every_commit_and_a_standby_takes_over() {
     let (tmp, weed, vault, db) = team("team", 20);
-    let on = |m: &str, args: &[&str]| {
-        let mut c = Command::new(cairn_bin());
-        c.args(args).args(["--db", &db]);
-        weed.machine(&tmp.path().join(m), &mut c);
-        c
-    };
+    let on = |m: &str, args: &[&str]| on_machine(&weed, tmp.path(), m, &db, args);
     let source = format!("nt={}", vault.display());
 
     // A: the writer.
@@ -472,12 +475,7 @@ async fn answer_when(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writer_renews_its_lease_while_its_pipeline_opens_so_a_standby_waits() {
     let (tmp, weed, vault, db) = team("slow", 3);
-    let on = |m: &str, args: &[&str]| {
-        let mut c = Command::new(cairn_bin());
-        c.args(args).args(["--db", &db]);
-        weed.machine(&tmp.path().join(m), &mut c);
-        c
-    };
+    let on = |m: &str, args: &[&str]| on_machine(&weed, tmp.path(), m, &db, args);
     let source = format!("nt={}", vault.display());
     let mut a = on("a", &["watch", "--json", "--source", &source]);
     a.env("CAIRN_TEST_FAULTS", "pipeline.model").env("CAIRN_TEST_FAULTS_DELAY_MS", "15000");
