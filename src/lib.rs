@@ -406,7 +406,12 @@ pub async fn index(config: Config, reindex: bool, progress: bool) -> Result<Inde
     // in its state (its watcher's is newer): the flush's own failure does.
     for (id, e) in flush_failed {
         if !sources_failed.iter().any(|f| f.source == id) {
-            let kind = match e {
+            let kind = match &e {
+                cairn_actors::PipelineError::CannotOpen { why, .. }
+                    if cairn_index::store::unreachable(why) =>
+                {
+                    "source_unreachable"
+                }
                 cairn_actors::PipelineError::CannotOpen { .. } => "source_damaged",
                 _ => "source",
             };

@@ -250,7 +250,7 @@ impl QueryHost {
         };
         for (id, why) in broken {
             if req.sources.is_empty() || req.sources.contains(id) {
-                resp.degraded.push(format!("source_damaged:{id}"));
+                resp.degraded.push(damaged_tag(id, why));
                 resp.notes.push(damaged_note(id, why, self.sources.contains_key(id)));
             }
         }
@@ -463,11 +463,18 @@ pub async fn duplicates_job(
     .map_err(|e| crate::Error::Pipeline(format!("duplicates failed: {e}")))
 }
 
+/// The `degraded` entry of a source whose tables cannot be opened: `source_unreachable:ID` while
+/// its store does not answer, else `source_damaged:ID`.
+pub fn damaged_tag(id: &str, why: &str) -> String {
+    let kind = if cairn_index::store::unreachable(why) { "source_unreachable" } else { "source_damaged" };
+    format!("{kind}:{id}")
+}
+
 /// What an answer says of a source whose tables cannot be opened: why, what it answered from, and
-/// the command that finds and repairs the damage.
+/// what to do (wait for the store, or find and repair the damage).
 pub fn damaged_note(id: &str, why: &str, held: bool) -> String {
     let from =
         if held { "its pages are answered as it last opened" } else { "its pages are not in this answer" };
-    let why = crate::pipeline::error::with_doctor_hint(why);
+    let why = cairn_index::store::with_hint(why);
     format!("source {id} cannot be opened: {why}; {from}")
 }

@@ -12,9 +12,9 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-const QUERIES: [&str; 4] = ["tide quay boats", "keeper lens", "tarred twine", "bread oven"];
+pub(crate) const QUERIES: [&str; 4] = ["tide quay boats", "keeper lens", "tarred twine", "bread oven"];
 
-fn vault(root: &Path) {
+pub(crate) fn vault(root: &Path) {
     for (name, text) in [
         ("harbour", "# The Old Harbour\n\nBoats wait for the tide by the quay.\n"),
         ("lighthouse", "# Lighthouse Keeping\n\nThe keeper polishes the great lens before dusk.\n"),
@@ -114,7 +114,7 @@ fn truncate(path: &Path, keep: impl Fn(u64) -> u64) {
     std::fs::OpenOptions::new().write(true).open(path).unwrap().set_len(keep(len)).unwrap();
 }
 
-fn problems(report: &Value) -> String {
+pub(crate) fn problems(report: &Value) -> String {
     report["findings"]
         .as_array()
         .unwrap()

@@ -196,3 +196,42 @@ pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
         }
     }
 }
+
+/// The lines a child process writes (its log on stderr), read on a thread of their own.
+pub struct LineReader {
+    rx: std::sync::mpsc::Receiver<String>,
+    pub seen: Vec<String>,
+}
+
+impl LineReader {
+    pub fn new(from: impl std::io::Read + Send + 'static) -> Self {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(from).lines() {
+                let Ok(line) = line else { return };
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Self { rx, seen: Vec::new() }
+    }
+
+    /// Lines until one contains `text` (the deadline only turns a hang into a failure).
+    pub fn wait_for(&mut self, text: &str) -> String {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(600);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(line) => {
+                    self.seen.push(line.clone());
+                    if line.contains(text) {
+                        return line;
+                    }
+                }
+                Err(e) => panic!("`{text}` not said ({e}); said:\n{}", self.seen.join("\n")),
+            }
+        }
+    }
+}

@@ -18,7 +18,9 @@
 //!   (clones and containers share one).
 //!
 //! The holder stops writing once it has not renewed for [`TTL`] minus [`MARGIN`] of its own
-//! clock ([`Lease::valid`]), before any standby may take over. A renewal counts from when its
+//! clock ([`Lease::valid`]), before any standby may take over. It goes on renewing: a renewal
+//! that lands (conditional on its last ETag, so only when no standby took over meanwhile) lets
+//! it write again, which is what a store that stopped answering for a while needs. A renewal counts from when its
 //! request was *sent* (a slow answer must not lengthen the lease), and the clock is the boot
 //! clock, which keeps counting while a laptop sleeps ([`machine::boot_clock`]).
 
@@ -253,6 +255,13 @@ impl Lease {
         self.held.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Taken by another process (or given back): this one never writes under it again. A lease
+    /// that is only not [`valid`](Self::valid) (not renewed in time, the store not answering)
+    /// is valid again after the next renewal that finds it untaken.
+    pub fn lost(&self) -> bool {
+        self.lock().lost
+    }
+
     /// Renewed recently enough that no standby can have taken it: writing is safe.
     pub fn valid(&self) -> bool {
         let h = self.lock();
@@ -316,13 +325,20 @@ impl Lease {
     }
 
     /// Renew every [`RENEW_EVERY`] until lost; `lost` is told when it is (taken by another
-    /// process, or not renewed in time because the store could not be reached).
+    /// process). A store that does not answer for longer than the lease only pauses writing
+    /// ([`valid`](Self::valid) is false meanwhile): renewals go on, conditional on the ETag this
+    /// process last wrote, so the first one that lands proves no standby took the lease in
+    /// between (taking it changes the ETag), and writing resumes; a `412` says one did.
     pub fn keep(&self, lost: tokio::sync::watch::Sender<bool>) -> tokio::task::JoinHandle<()> {
         let me = self.clone();
         tokio::spawn(async move {
+            let mut lapsed = false;
             loop {
                 tokio::time::sleep(RENEW_EVERY).await;
                 match me.renew().await {
+                    Ok(true) if std::mem::take(&mut lapsed) => {
+                        tracing::warn!("the writer lease {} is renewed again: writing resumes", me.store.path)
+                    }
                     Ok(true) => {}
                     Ok(false) => {
                         tracing::error!("the writer lease {} was taken by another process", me.store.path);
@@ -330,10 +346,12 @@ impl Lease {
                         return;
                     }
                     Err(e) if !me.valid() => {
-                        tracing::error!("{e}; not renewed in time, so this process stops writing");
-                        me.lock().lost = true;
-                        let _ = lost.send(true);
-                        return;
+                        if !std::mem::replace(&mut lapsed, true) {
+                            tracing::error!(
+                                "{e}; not renewed in time, so this process pauses writing until the store \
+                                 answers (a standby that takes the lease over meanwhile keeps it)"
+                            );
+                        }
                     }
                     Err(e) => tracing::warn!("{e}; renewing again in {} ms", RENEW_EVERY.as_millis()),
                 }

@@ -299,12 +299,30 @@ impl Local {
                 let _ = o.pipeline().shutdown().await;
             }
             me.writing.lock().unwrap_or_else(|p| p.into_inner()).take();
-            match reader(&me.config, Some(me.info.clone()), true, Some(me.told.clone())).await {
-                Ok(r) => {
-                    me.swap(Answerer::Reader(r));
-                    me.stand_by();
+            // A lease lost to a store that does not answer: the reader opens once it does (and
+            // then stands by to write again), however long that takes.
+            let mut failures = 0;
+            loop {
+                match reader(&me.config, Some(me.info.clone()), true, Some(me.told.clone())).await {
+                    Ok(r) => {
+                        me.swap(Answerer::Reader(r));
+                        me.stand_by();
+                        return;
+                    }
+                    Err(e) => {
+                        failures += 1;
+                        let wait = crate::pipeline::retry::after(failures);
+                        tracing::error!(
+                            "{}: cannot read it after losing the lease: {e}; trying again in {} ms",
+                            me.config.db,
+                            wait.as_millis()
+                        );
+                        tokio::time::sleep(wait).await;
+                        if me.closed.load(Ordering::SeqCst) {
+                            return;
+                        }
+                    }
                 }
-                Err(e) => tracing::error!("{}: cannot read it after losing the lease: {e}", me.config.db),
             }
         });
     }

@@ -11,10 +11,11 @@ pub enum PipelineError {
     #[error("store not open")]
     NotOpen,
     /// The source's tables do not open (damaged, or a store that does not answer).
-    #[error("source `{id}`: its tables cannot be opened ({})", with_doctor_hint(why))]
+    #[error("source `{id}`: its tables cannot be opened ({})", cairn_index::store::with_hint(why))]
     CannotOpen { id: String, why: String },
-    /// The writer commits nothing more.
-    #[error("source `{id}`: {why}, so it commits nothing more")]
+    /// The writer commits nothing more (or, for [`Refusal::LeaseLapsed`], not until the lease
+    /// is renewed).
+    #[error("source `{id}`: {why}, so it {}", why.outlook())]
     Refused { id: String, why: Refusal },
     /// The tables or the resident index failed.
     #[error(transparent)]
@@ -30,12 +31,6 @@ pub enum PipelineError {
     Unavailable { id: String, root: String, why: Unavailable },
 }
 
-/// `why` a source does not open, ending with the commands that find and repair the damage (once).
-pub fn with_doctor_hint(why: &str) -> String {
-    let hint = cairn_index::store::DOCTOR_HINT;
-    if why.contains(hint) { why.to_string() } else { format!("{why}; {hint}") }
-}
-
 /// Why a writer refuses to commit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
@@ -43,6 +38,18 @@ pub enum Refusal {
     Retired,
     #[error("this process no longer holds the writer lease")]
     LeaseLost,
+    /// Not renewed in time (the store does not answer): commits wait for the next renewal.
+    #[error("this process could not renew the writer lease in time (the store does not answer)")]
+    LeaseLapsed,
+}
+
+impl Refusal {
+    fn outlook(&self) -> &'static str {
+        match self {
+            Refusal::LeaseLapsed => "commits again once the store answers and the lease is renewed",
+            Refusal::Retired | Refusal::LeaseLost => "commits nothing more",
+        }
+    }
 }
 
 /// The parts of a pipeline whose stop a call reports.

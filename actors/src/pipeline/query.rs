@@ -73,7 +73,8 @@ impl Handler<AddSource> for QueryActor {
     }
 }
 
-/// A source whose tables cannot be opened (`why`): answers say so (`source_damaged:ID`), with
+/// A source whose tables cannot be opened (`why`): answers say so (`source_damaged:ID`, or
+/// `source_unreachable:ID` while its store does not answer), with
 /// what it held when it last opened, until an [`AddSource`] of it.
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
@@ -211,7 +212,10 @@ pub fn apply_freshness(
         resp.notes.push(format!("{why}; its pages are answered as last indexed{not_proof}"));
     }
     // A source that cannot be opened may hold the page: no count proves anything.
-    let damaged = resp.degraded.iter().any(|d| d.starts_with("source_damaged:"));
+    let damaged = resp
+        .degraded
+        .iter()
+        .any(|d| d.starts_with("source_damaged:") || d.starts_with("source_unreachable:"));
     resp.pending_changes = (unwatched.is_empty() && away.is_empty() && !damaged).then_some(pending_total);
     if pending_total > 0 && !exists {
         resp.notes.push(format!(

@@ -96,6 +96,35 @@ pub fn normalize_uri(uri: &str) -> String {
 /// and the one that repairs it.
 pub const DOCTOR_HINT: &str = "`cairn doctor` says what is damaged and `cairn doctor --repair` repairs it";
 
+/// What an error of a store that did not answer ends with instead: nothing is damaged by it.
+pub const UNREACHABLE_HINT: &str =
+    "the store did not answer (nothing in it is damaged by that); cairn tries again on its own";
+
+/// Whether an error is a store that did not answer (a timeout, a refused or dropped connection,
+/// a 5xx, 408 or 429 after object_store's retries) rather than one that answered with damage (a
+/// missing file, a manifest that does not parse). Read from object_store's message, the one
+/// thing LanceDB's errors keep of it: `Error performing GET … - HTTP error: …` or `… - Server
+/// returned non-2xx status code: 503 …`.
+pub fn unreachable(message: &str) -> bool {
+    let Some((_, why)) = message.split_once("Error performing ") else { return false };
+    let Some((_, why)) = why.split_once(" - ") else { return false };
+    if why.starts_with("HTTP error") {
+        return true;
+    }
+    let status = why
+        .strip_prefix("Server returned non-2xx status code: ")
+        .or_else(|| why.strip_prefix("Server returned error response: "))
+        .and_then(|rest| rest.get(..3)?.parse::<u16>().ok());
+    matches!(status, Some(408 | 429 | 500..=599))
+}
+
+/// `why` a source does not open, ending (once) with what to do: wait for a store that did not
+/// answer, or find and repair the damage.
+pub fn with_hint(why: &str) -> String {
+    let hint = if unreachable(why) { UNREACHABLE_HINT } else { DOCTOR_HINT };
+    if why.contains(hint) { why.to_string() } else { format!("{why}; {hint}") }
+}
+
 /// Object-store options cairn sets unless the caller or the environment does: a store that is
 /// down, missing or refusing us is an error within seconds, not a retry loop of minutes
 /// (object_store's own default retries for up to 180 s).
@@ -338,7 +367,7 @@ impl Database {
         let wrap = |e: lancedb::Error| Error::Storage {
             source_id: id.into(),
             uri: path_hint.clone(),
-            message: format!("{e}; {DOCTOR_HINT}"),
+            message: with_hint(&e.to_string()),
         };
         Ok(SourceStore {
             id: id.into(),
@@ -481,5 +510,45 @@ impl SourceStore {
             .await
             .map_err(|e| self.err(e))?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Messages as object_store 0.13 writes them (through LanceDB's wrapping).
+    fn request(failure: &str) -> String {
+        format!(
+            "lance error: LanceError(IO): Generic S3 error: Error performing GET http://127.0.0.1:9/b/t.lance/\
+             _versions/1.manifest in 234ms, after 2 retries, max_retries: 2, retry_timeout: 20s  - {failure}, \
+             lance-io/src/object_store.rs:182:69"
+        )
+    }
+
+    #[test]
+    fn a_store_that_does_not_answer_is_told_from_one_that_answers_with_damage() {
+        for gone in [
+            "HTTP error: error sending request",
+            "HTTP error: operation timed out",
+            "Server returned non-2xx status code: 500 Internal Server Error: ",
+            "Server returned non-2xx status code: 503 Service Unavailable: slow down",
+            "Server returned non-2xx status code: 429 Too Many Requests: ",
+        ] {
+            let e = request(gone);
+            assert!(unreachable(&e), "{gone}");
+            assert!(with_hint(&e).ends_with(UNREACHABLE_HINT));
+        }
+        for damaged in [
+            "Server returned non-2xx status code: 404 Not Found: ",
+            "Server returned non-2xx status code: 403 Forbidden: ",
+        ] {
+            let e = request(damaged);
+            assert!(!unreachable(&e), "{damaged}");
+            assert!(with_hint(&e).ends_with(DOCTOR_HINT));
+        }
+        let torn = "lance error: Invalid manifest: the file ends before its footer";
+        assert!(!unreachable(torn));
+        assert_eq!(with_hint(&with_hint(torn)), with_hint(torn), "the hint is said once");
     }
 }

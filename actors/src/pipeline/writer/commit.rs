@@ -5,7 +5,7 @@ use super::{Origin, SourceWriter};
 use crate::event::EventKind;
 use crate::ops::log::Emitter;
 use crate::ownership::journal::{Change, Journal};
-use crate::pipeline::error::PipelineError;
+use crate::pipeline::error::{PipelineError, Refusal};
 use crate::status::SourceState;
 use actix::prelude::*;
 use cairn_index::{PageWrite, Prepared, Resident, SourceStore, WriteBatch};
@@ -55,6 +55,13 @@ impl SourceWriter {
         }
         let sink = match self.sink() {
             Ok(sink) => sink,
+            // A lapsed lease keeps what is buffered, and tries again until it is renewed (or lost).
+            Err(e @ PipelineError::Refused { why: Refusal::LeaseLapsed, .. }) => {
+                return Some(Box::pin(actix::fut::ready(Err(e)).map(|res, act: &mut Self, ctx| {
+                    act.commit_later(Origin::Edit, ctx);
+                    res
+                })));
+            }
             Err(e) => return Some(Box::pin(actix::fut::ready(Err(e)))),
         };
         cairn_index::fault::point("writer.commit");

@@ -326,8 +326,8 @@ impl SourceWriter {
     fn refused(&self) -> Option<PipelineError> {
         let why = if self.retired {
             Refusal::Retired
-        } else if self.opts.publishing.as_ref().is_some_and(|p| !p.lease.valid()) {
-            Refusal::LeaseLost
+        } else if let Some(lease) = self.opts.publishing.as_ref().map(|p| &p.lease).filter(|l| !l.valid()) {
+            if lease.lost() { Refusal::LeaseLost } else { Refusal::LeaseLapsed }
         } else {
             return None;
         };
