@@ -2,7 +2,8 @@
 //! LanceDB on disk): a zero-byte or truncated latest manifest, a deleted or truncated data file,
 //! a torn snapshot, a torn chunk file, a torn event-log line and a torn state file. Each ends
 //! with `doctor` naming the damage (exit 1), `--repair` mending it (exit 0), and the index
-//! answering as a clean index of the same folder does, with every page there. Beside it: a
+//! answering as a clean index of the same folder does, with every page there. The manifest and
+//! data-file faults are made on S3 too (SeaweedFS, damaged through the store). Beside it: a
 //! source whose tables do not open is answered as `source_damaged:ID` (read-only and through a
 //! running owner), `index` fails on it at once instead of retrying for ever, and `--repair`
 //! refuses while an owner runs.
@@ -32,23 +33,40 @@ pub(crate) fn vault(root: &Path) {
 struct Db {
     config: PathBuf,
     dir: PathBuf,
+    /// On S3: the server, and this database's local state folder.
+    s3: Option<(crate::weed::Weed, PathBuf)>,
 }
 
 impl Db {
     fn new(tmp: &Path, name: &str, root: &Path) -> Self {
         let dir = tmp.join(name);
+        Self::at(tmp, name, &dir.display().to_string(), root, None)
+    }
+
+    /// The database `s3://vaults/NAME` on its own SeaweedFS server.
+    fn on_s3(tmp: &Path, name: &str, root: &Path) -> Self {
+        let weed = crate::weed::Weed::start(&tmp.join(format!("weed-{name}")));
+        let uri = format!("s3://{}/{name}", crate::weed::BUCKET);
+        Self::at(tmp, name, &uri, root, Some((weed, tmp.join(format!("state-{name}")))))
+    }
+
+    fn at(tmp: &Path, name: &str, db: &str, root: &Path, s3: Option<(crate::weed::Weed, PathBuf)>) -> Self {
         let config = tmp.join(format!("{name}.toml"));
         let body = format!(
-            "db = {:?}\nexact_vectors_up_to = 3\n\n[[sources]]\nid = \"vault\"\nroot = {:?}\n",
-            dir.display().to_string(),
+            "db = {db:?}\nexact_vectors_up_to = 3\n\n[[sources]]\nid = \"vault\"\nroot = {:?}\n",
             root.display().to_string()
         );
         std::fs::write(&config, body).unwrap();
-        Self { config, dir }
+        Self { config, dir: tmp.join(name), s3 }
     }
 
     fn cairn(&self, args: &[&str]) -> Output {
-        Command::new(cairn_bin()).arg("--config").arg(&self.config).args(args).output().unwrap()
+        let mut c = Command::new(cairn_bin());
+        c.arg("--config").arg(&self.config).args(args);
+        if let Some((weed, state)) = &self.s3 {
+            weed.env(&mut c, state, crate::weed::SECRET);
+        }
+        c.output().unwrap()
     }
 
     fn index(&self) -> Output {
@@ -141,14 +159,29 @@ fn damaged_then_repaired(damage: impl Fn(&Db), expect: &str, seen: Seen) {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("vault");
     vault(&root);
-    let (db, clean) = (Db::new(tmp.path(), "db", &root), Db::new(tmp.path(), "clean", &root));
-    for d in [&db, &clean] {
+    let db = Db::new(tmp.path(), "db", &root);
+    found_and_repaired(&db, &root, damage, expect, seen);
+}
+
+/// [`damaged_then_repaired`] with the database on S3 (SeaweedFS), damaged through the store.
+fn on_s3_damaged_then_repaired(damage: impl Fn(&Db, &S3), expect: &str, seen: Seen) {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("vault");
+    vault(&root);
+    let db = Db::on_s3(tmp.path(), "db", &root);
+    let s3 = S3::of(db.s3.as_ref().unwrap().0.endpoint());
+    found_and_repaired(&db, &root, |db| damage(db, &s3), expect, seen);
+}
+
+fn found_and_repaired(db: &Db, root: &Path, damage: impl Fn(&Db), expect: &str, seen: Seen) {
+    let clean = Db::new(db.dir.parent().unwrap(), "clean", root);
+    for d in [db, &clean] {
         assert!(d.index().status.success());
     }
     let (code, healthy) = db.doctor(false);
     assert_eq!(code, 0, "a fresh index is healthy: {}", problems(&healthy));
     assert_eq!(healthy["sources"][0]["pages"], 6, "{healthy}");
-    damage(&db);
+    damage(db);
 
     let (code, found) = db.doctor(false);
     assert_eq!(code, 1, "the damage is found: {found}");
@@ -278,70 +311,85 @@ fn an_owner_answers_a_source_it_cannot_open_as_damaged_and_repairs_wait_for_it_t
     assert_eq!(a["results"][0]["slug"], "lighthouse", "{a}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn on_s3_a_zero_byte_latest_manifest_is_set_aside_and_the_source_answers_again() {
-    use crate::weed::{BUCKET, KEY, SECRET, Weed};
-    use object_store::{ObjectStore, ObjectStoreExt, path::Path as StorePath};
-    let tmp = tempfile::tempdir().unwrap();
-    let weed = Weed::start(&tmp.path().join("weed"));
-    let (root, state) = (tmp.path().join("vault"), tmp.path().join("state"));
-    vault(&root);
-    let db = format!("s3://{BUCKET}/doctor");
-    let cairn = |args: &[&str]| {
-        let mut c = Command::new(cairn_bin());
-        c.args(args).args(["--db", &db]);
-        weed.env(&mut c, &state, SECRET);
-        c.output().unwrap()
-    };
-    let source = format!("vault={}", root.display());
-    assert!(cairn(&["index", "--source", &source]).status.success());
-    assert_eq!(cairn(&["doctor"]).status.code(), Some(0));
+/// An S3 database's objects, read and written past cairn (as a torn upload or a lost object
+/// leaves them).
+struct S3 {
+    store: object_store::aws::AmazonS3,
+    runtime: tokio::runtime::Runtime,
+}
 
-    // The newest manifest of the chunks table, emptied in the store.
-    let store = object_store::aws::AmazonS3Builder::new()
-        .with_endpoint(weed.endpoint())
-        .with_bucket_name(BUCKET)
-        .with_access_key_id(KEY)
-        .with_secret_access_key(SECRET)
-        .with_region("us-east-1")
-        .with_allow_http(true)
-        .build()
-        .unwrap();
-    let versions = StorePath::from("doctor/vault_chunks.lance/_versions");
-    let listed: Vec<_> = futures::TryStreamExt::try_collect(store.list(Some(&versions))).await.unwrap();
-    let newest = listed
-        .iter()
-        .filter_map(|m| Some((m.location.filename()?.strip_suffix(".manifest")?.parse::<u64>().ok()?, m)))
-        .min_by_key(|(n, _)| *n)
-        .unwrap()
-        .1
-        .location
-        .clone();
-    store.put(&newest, Vec::<u8>::new().into()).await.unwrap();
+impl S3 {
+    fn of(endpoint: String) -> Self {
+        let store = object_store::aws::AmazonS3Builder::new()
+            .with_endpoint(endpoint)
+            .with_bucket_name(crate::weed::BUCKET)
+            .with_access_key_id(crate::weed::KEY)
+            .with_secret_access_key(crate::weed::SECRET)
+            .with_region("us-east-1")
+            .with_allow_http(true)
+            .build()
+            .unwrap();
+        Self { store, runtime: tokio::runtime::Runtime::new().unwrap() }
+    }
 
-    let found = cairn(&["doctor", "--json"]);
-    assert_eq!(found.status.code(), Some(1));
-    let report: Value = serde_json::from_slice(&found.stdout).unwrap();
-    assert!(problems(&report).contains("manifest"), "{}", problems(&report));
-    let a: Value = serde_json::from_slice(&cairn(&["search", "--json", "keeper lens"]).stdout).unwrap();
-    assert_eq!(a["degraded"], serde_json::json!(["source_damaged:vault"]), "{a}");
+    /// The objects under `prefix`, with when each was written.
+    fn list(&self, prefix: &str) -> Vec<object_store::ObjectMeta> {
+        let prefix = object_store::path::Path::from(prefix);
+        let listing = object_store::ObjectStore::list(&self.store, Some(&prefix));
+        self.runtime.block_on(futures::TryStreamExt::try_collect(listing)).unwrap()
+    }
 
-    let repaired = cairn(&["doctor", "--repair"]);
-    assert_eq!(repaired.status.code(), Some(0), "{}", String::from_utf8_lossy(&repaired.stdout));
-    assert!(
-        store
-            .head(&StorePath::from(format!(
-                "doctor/_cairn/damaged/vault_chunks.lance/_versions/{}",
-                newest.filename().unwrap()
-            )))
-            .await
-            .is_ok(),
-        "kept aside"
-    );
-    assert!(cairn(&["index", "--source", &source]).status.success());
-    let a: Value = serde_json::from_slice(&cairn(&["search", "--json", "keeper lens"]).stdout).unwrap();
-    assert!(a["degraded"].as_array().unwrap().is_empty(), "{a}");
-    assert_eq!(a["results"][0]["slug"], "lighthouse", "{a}");
+    /// The table's newest manifest (Lance's second naming scheme counts down).
+    fn latest_manifest(&self, table: &str) -> object_store::path::Path {
+        let listed = self.list(&format!("db/vault_{table}.lance/_versions"));
+        let version = |m: &object_store::ObjectMeta| {
+            m.location.filename()?.strip_suffix(".manifest")?.parse::<u64>().ok()
+        };
+        listed.iter().filter(|m| version(m).is_some()).min_by_key(|m| version(m)).unwrap().location.clone()
+    }
+
+    fn newest_data_file(&self, table: &str) -> object_store::path::Path {
+        let listed = self.list(&format!("db/vault_{table}.lance/data"));
+        listed.into_iter().max_by_key(|m| m.last_modified).unwrap().location
+    }
+
+    /// Keep the first `keep(len)` bytes of an object.
+    fn truncate(&self, at: &object_store::path::Path, keep: impl Fn(usize) -> usize) {
+        use object_store::ObjectStoreExt;
+        self.runtime.block_on(async {
+            let bytes = self.store.get(at).await.unwrap().bytes().await.unwrap();
+            self.store.put(at, bytes.slice(..keep(bytes.len())).into()).await.unwrap();
+        });
+    }
+
+    fn delete(&self, at: &object_store::path::Path) {
+        use object_store::ObjectStoreExt;
+        self.runtime.block_on(self.store.delete(at)).unwrap();
+    }
+}
+
+#[test]
+fn on_s3_a_zero_byte_latest_manifest_is_set_aside() {
+    let empty = |_: &Db, s3: &S3| s3.truncate(&s3.latest_manifest("chunks"), |_| 0);
+    on_s3_damaged_then_repaired(empty, "manifest", Seen::OnOpen);
+}
+
+#[test]
+fn on_s3_a_truncated_latest_manifest_is_set_aside() {
+    let cut = |_: &Db, s3: &S3| s3.truncate(&s3.latest_manifest("pages"), |n| n / 2);
+    on_s3_damaged_then_repaired(cut, "manifest", Seen::OnOpen);
+}
+
+#[test]
+fn on_s3_a_lost_data_file_is_answered_by_the_newest_version_that_reads() {
+    let lose = |_: &Db, s3: &S3| s3.delete(&s3.newest_data_file("chunks"));
+    on_s3_damaged_then_repaired(lose, "rows do not all read", Seen::OnLoad);
+}
+
+#[test]
+fn on_s3_a_truncated_data_file_is_answered_by_the_newest_version_that_reads() {
+    let cut = |_: &Db, s3: &S3| s3.truncate(&s3.newest_data_file("chunks"), |n| n / 2);
+    on_s3_damaged_then_repaired(cut, "rows do not all read", Seen::OnLoad);
 }
 
 /// A disk that fills mid-commit: `index` ends saying so, rather than retrying for ever; nothing committed is lost and `doctor` finds the tables whole; with room again, the
