@@ -86,7 +86,8 @@ pub struct DuplicatesArgs {
 pub struct GetArgs {
     /// The source id (as in search results).
     pub source: String,
-    /// The page's slug (as in search results), e.g. `venues/amphitheater`.
+    /// The page's slug (as in search results), e.g. `venues/amphitheater`; or one section of it,
+    /// `SLUG#ANCHOR`, as a result's `chunk.section` names it (after `SOURCE:`).
     pub slug: String,
 }
 
@@ -193,7 +194,8 @@ evidence per part of the draft. Never writes.")]
         sized(&self.cairn.check(&draft).await.map_err(bad)?, "candidates", a.detail.as_deref(), a.max_tokens)
     }
 
-    #[tool(description = "Read one page: title, aliases, tags, path, frontmatter, outgoing links and body.")]
+    #[tool(description = "Read one page (title, aliases, tags, path, frontmatter, links, body), or \
+only the section a result's chunk.section names (slug `SLUG#ANCHOR`): read a section rather than a whole page.")]
     async fn get(&self, Parameters(a): Parameters<GetArgs>) -> Result<String, String> {
         match self.cairn.get(&a.source, &a.slug).await.map_err(bad)? {
             Some(p) => json(&p),

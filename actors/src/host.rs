@@ -367,11 +367,22 @@ impl QueryHost {
         groups
     }
 
-    /// One page with its body; `None` when the source has no such slug.
+    /// One page with its body; `None` when the source has no such slug. `SLUG#ANCHOR` reads one
+    /// section of it (with its subsections), as a result's `chunk.section` names it.
     pub async fn get(&self, source: &str, slug: &str) -> crate::Result<Option<PageWithBody>> {
+        let (slug, anchor) = slug.split_once('#').unwrap_or((slug, ""));
         let src = self.source(source)?;
         let Some(page) = src.resident.read().pages(&[slug]).into_iter().next() else { return Ok(None) };
         let body = page_body(src, &page).await?;
+        let body = match cairn_ingest::section::section_text(&body, &page.title, anchor) {
+            Some(section) => section.to_string(),
+            None => {
+                let known = cairn_ingest::section::anchors(&body, &page.title).join(", ");
+                let page = format!("{source}:{slug}");
+                let anchor = anchor.to_string();
+                return Err(cairn_query::QueryError::NoSection { page, anchor, known }.into());
+            }
+        };
         Ok(Some(PageWithBody { page, source: source.to_string(), body, served_by: None }))
     }
 }

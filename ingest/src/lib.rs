@@ -21,6 +21,7 @@ pub mod markdown;
 pub mod page;
 pub mod placeholder;
 pub mod scan;
+pub mod section;
 pub mod slug;
 
 pub use budget::{Budget, OverBudget};

@@ -19,6 +19,8 @@ pub enum QueryError {
     UnknownSource { id: String, known: String },
     #[error("no sources to search: index a folder first (`cairn index DIR`)")]
     NoSources,
+    #[error("`{page}` has no section `{anchor}`; its sections: {known}")]
+    NoSection { page: String, anchor: String, known: String },
     #[error("every source failed, so there is no answer (not an empty one): {0}")]
     AllSourcesFailed(String),
     #[error("the search stopped unexpectedly: {0}")]
@@ -35,6 +37,7 @@ impl QueryError {
                 | QueryError::BadLimit
                 | QueryError::BadMode(_)
                 | QueryError::BadFilter(_)
+                | QueryError::NoSection { .. }
                 | QueryError::UnknownSource { .. }
                 | QueryError::NoSources
         )

@@ -255,9 +255,10 @@ pub enum Command {
         #[arg(long, default_value_t = 5000)]
         n: usize,
     },
-    /// Print a stored page with its body: `cairn get SOURCE:SLUG`.
+    /// Print a stored page with its body: `cairn get SOURCE:SLUG`, or one section of it:
+    /// `cairn get SOURCE:SLUG#ANCHOR`, as a result's `chunk.section` names it.
     Get {
-        /// SOURCE:SLUG, e.g. notes:projects/amphitheater
+        /// SOURCE:SLUG or SOURCE:SLUG#ANCHOR, e.g. notes:projects/amphitheater#history
         target: String,
         /// The record and body as JSON.
         #[arg(long)]
@@ -308,8 +309,8 @@ pub enum Command {
 #[derive(Args, Debug)]
 pub struct EvalArgs {
     /// JSON Lines query file (or a bootstrap queries.json); not with --exists, --links,
-    /// --subjects or --typos.
-    #[arg(required_unless_present_any = ["exists", "links", "subjects", "typos"])]
+    /// --subjects, --typos or --drafts.
+    #[arg(required_unless_present_any = ["exists", "links", "subjects", "typos", "drafts"])]
     pub queries: Option<PathBuf>,
     #[arg(long = "source")]
     pub sources: Vec<String>,
@@ -357,6 +358,12 @@ pub struct EvalArgs {
     /// --vault, or of the database (which must hold this vault as a source).
     #[arg(long, value_name = "DIR", conflicts_with_all = ["exists", "links", "queries", "subjects"])]
     pub typos: Option<PathBuf>,
+    /// Instead of a query file: drafts of notes (JSON Lines: title, body, target = the file of
+    /// the page each is about; `scripts/bench/gcide-drafts` makes them), each `check`ed against
+    /// --vault or the database: how often the target comes first, each verdict's count (an
+    /// `exists` is always false: no draft's title names a page), and a check's time.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["exists", "links", "queries", "subjects", "typos"])]
+    pub drafts: Option<PathBuf>,
     /// Answer the queries again with this rule off, on the same index, and print what it
     /// changes (repeatable).
     #[arg(long, value_enum)]

@@ -96,3 +96,35 @@ fn a_limit_named_in_an_error_is_a_key_the_config_takes() {
     ]);
     assert_eq!(code(&bad), 2, "a config that cannot be read is bad usage");
 }
+
+#[test]
+fn a_result_names_its_section_and_get_reads_that_section_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (root, db) = (tmp.path().join("notes"), tmp.path().join("db"));
+    let page = "# Tides\n\nThe sea rises and falls twice a day.\n\n## Springs\n\nSpring tides follow the full and \
+                the new moon, with the widest range.\n\n## Neaps\n\nNeap tides come at the quarter moons, when \
+                the sun and the moon pull across each other.\n\n### Slack water\n\nBetween the ebb and the \
+                flood, the water stands still for a while.\n";
+    write(&root, "tides.md", page);
+    let db_s = db.to_str().unwrap();
+    assert_eq!(code(&cairn(&["index", "--db", db_s, root.to_str().unwrap()])), 0);
+    let out = cairn(&["search", "--db", db_s, "--json", "quarter moons pull across"]);
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let section = answer["results"][0]["chunk"]["section"].as_str().unwrap().to_string();
+    assert_eq!(section, "notes:tides#neaps", "{answer}");
+
+    let got = cairn(&["get", "--db", db_s, &section]);
+    let text = String::from_utf8_lossy(&got.stdout);
+    assert_eq!(code(&got), 0, "{}", String::from_utf8_lossy(&got.stderr));
+    assert!(text.contains("## Neaps") && text.contains("Slack water"), "the section and its subsections: {text}");
+    assert!(!text.contains("Spring tides") && !text.contains("twice a day"), "nothing else: {text}");
+    let slack = cairn(&["get", "--db", db_s, "notes:tides#neaps/slack-water"]);
+    assert!(String::from_utf8_lossy(&slack.stdout).contains("stands still"));
+    assert!(!String::from_utf8_lossy(&slack.stdout).contains("quarter moons"));
+
+    // An anchor the page does not have is bad usage, naming the ones it has.
+    let wrong = cairn(&["get", "--db", db_s, "notes:tides#equinox"]);
+    assert_eq!(code(&wrong), 2);
+    let said = String::from_utf8_lossy(&wrong.stderr);
+    assert!(said.contains("springs, neaps, neaps/slack-water"), "{said}");
+}

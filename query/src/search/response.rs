@@ -19,6 +19,10 @@ pub struct ResultChunk {
     pub heading_path: String,
     pub line_start: i32,
     pub line_end: i32,
+    /// The section this chunk is in, as `get` reads it alone: `SOURCE:SLUG#ANCHOR` (the page's
+    /// id when the chunk comes before any heading).
+    #[serde(default)]
+    pub section: String,
 }
 
 /// `--explain`: how the score came about.

@@ -123,6 +123,7 @@ pub(super) fn scored_result(
         heading_path: h.heading_path.clone(),
         line_start: h.line_start,
         line_end: h.line_end,
+        section: section_id(&c.source, &c.slug, &h.heading_path),
     });
     let explain = req.explain.then(|| Explain {
         keyword: c.keyword.as_ref().map(|(a, _)| *a),
@@ -210,4 +211,13 @@ pub(super) fn why(s: &Signals, ev: &[Evidence]) -> String {
         ev.iter().map(|e| format!("{e:?}")).collect::<Vec<_>>().join("+"),
         parts.into_values().collect::<Vec<_>>().join("; ")
     )
+}
+
+/// `SOURCE:SLUG#ANCHOR` of the section a chunk with this heading path is in (see
+/// [`cairn_ingest::section`]); `SOURCE:SLUG` before the first heading.
+pub fn section_id(source: &str, slug: &str, heading_path: &str) -> String {
+    match cairn_ingest::section::anchor_of_stored(heading_path) {
+        a if a.is_empty() => format!("{source}:{slug}"),
+        a => format!("{source}:{slug}#{a}"),
+    }
 }
