@@ -48,6 +48,31 @@ pub async fn links(a: EvalArgs) -> Result<ExitCode> {
     .await
 }
 
+/// `--drafts`: each draft `check`ed against the database (or `--vault` indexed first).
+pub async fn drafts(common: &Common, a: EvalArgs) -> Result<ExitCode> {
+    let file = a.drafts.as_deref().expect("--drafts");
+    let drafts = cairn::eval::load_drafts(file)?;
+    let temp =
+        a.vault.as_ref().map(|_| std::env::temp_dir().join(format!("cairn-drafts-{}", std::process::id())));
+    let c = match (&a.vault, &temp) {
+        (Some(dir), Some(t)) => index_into(config_only(common)?, dir, t).await?,
+        _ => config_only(common)?,
+    };
+    let cairn = Cairn::attach(c, "eval", true).await?;
+    let r = cairn::eval::check_drafts(&cairn, &drafts).await;
+    if let Some(t) = &temp {
+        let _ = std::fs::remove_dir_all(t);
+    }
+    let r = r?;
+    report(&r, a.json)?;
+    if !a.json {
+        for m in r.misses.iter().take(20) {
+            eprintln!("{:?}: {:?} -> {:?} (wanted {})", m.verdict, m.title, m.first, m.target);
+        }
+    }
+    gate(a.gate.as_deref(), |text| cairn::eval::check_draft_gates(&r, text))
+}
+
 /// A measure made on a copy of `--vault` in a temporary folder (removed after): its report, its
 /// first misses, its gate.
 async fn on_a_copy<T>(

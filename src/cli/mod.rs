@@ -87,6 +87,7 @@ pub async fn run(command: Command, common: Common) -> Result<ExitCode> {
         C::SwampStubs { dir, n } => tools::swamp_stubs(&dir, n).map(ok),
         C::Eval(a) if a.exists => eval::exists(a).await,
         C::Eval(a) if a.links => eval::links(a).await,
+        C::Eval(a) if a.drafts.is_some() => eval::drafts(&common, a).await,
         C::Eval(a) => eval::eval(&common, a).await,
         C::Get { target: t, json } => page::get(&common, &t, json).await.map(ok),
         C::Links { target: t, json } => page::links(&common, &t, json).await.map(ok),

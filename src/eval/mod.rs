@@ -10,11 +10,13 @@ use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
+mod drafts;
 mod exists;
 mod links;
 mod subjects;
 mod typos;
 
+pub use drafts::*;
 pub use exists::*;
 pub use links::*;
 pub use subjects::*;
@@ -105,18 +107,25 @@ pub async fn resolve_page_ids(searcher: &Cairn, queries: &[Judged]) -> Result<Ve
 /// The slug of the page whose file is at page id `id` in one of `sources`, else `id` as a slug.
 async fn page_slug(searcher: &Cairn, sources: &[String], id: &str) -> Result<String> {
     let Some(base) = cairn_ingest::slugify_id(id) else { return Ok(id.to_string()) };
+    Ok(find_page(searcher, sources, id).await?.unwrap_or(base))
+}
+
+/// The slug of the page whose path is `id` (`notes/x.md`, or without `.md`), in any of
+/// `sources`; `None` when the index holds no such page.
+pub async fn find_page(searcher: &Cairn, sources: &[String], id: &str) -> Result<Option<String>> {
+    let Some(base) = cairn_ingest::slugify_id(id) else { return Ok(None) };
     let wanted = cairn_ingest::page_id(id);
     for source in sources {
         for k in 1.. {
             let slug = cairn_ingest::slug_variant(&base, k);
             match searcher.get(source, &slug).await? {
-                Some(p) if cairn_ingest::page_id(&p.page.path) == wanted => return Ok(slug),
+                Some(p) if cairn_ingest::page_id(&p.page.path) == wanted => return Ok(Some(slug)),
                 None if k > 1 => break,
                 _ => {}
             }
         }
     }
-    Ok(base)
+    Ok(None)
 }
 
 /// A query that missed (no relevant page at rank 1, or a forbidden page in the top 3).

@@ -116,7 +116,10 @@ fn a_result_names_its_section_and_get_reads_that_section_alone() {
     let got = cairn(&["get", "--db", db_s, &section]);
     let text = String::from_utf8_lossy(&got.stdout);
     assert_eq!(code(&got), 0, "{}", String::from_utf8_lossy(&got.stderr));
-    assert!(text.contains("## Neaps") && text.contains("Slack water"), "the section and its subsections: {text}");
+    assert!(
+        text.contains("## Neaps") && text.contains("Slack water"),
+        "the section and its subsections: {text}"
+    );
     assert!(!text.contains("Spring tides") && !text.contains("twice a day"), "nothing else: {text}");
     let slack = cairn(&["get", "--db", db_s, "notes:tides#neaps/slack-water"]);
     assert!(String::from_utf8_lossy(&slack.stdout).contains("stands still"));

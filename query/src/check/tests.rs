@@ -117,3 +117,34 @@ fn a_long_body_is_chunked_as_a_page_and_clipped_to_a_query() {
     assert!(lines.windows(2).all(|w| w[0] <= w[1]), "lines in order: {lines:?}");
     assert!(body_chunks("Draft", "  \n").is_empty());
 }
+
+#[test]
+fn a_title_that_only_contains_a_pages_name_is_not_probable_when_the_body_never_finds_the_page() {
+    let title = |evidence: Evidence| PartEvidence {
+        part: Part::Title,
+        evidence: vec![evidence],
+        create_safety: CreateSafety::Probable,
+        cosine: Some(0.3),
+        keyword_rank: None,
+        rank: 1,
+        title_phrase: false,
+    };
+    let body = PartEvidence {
+        part: Part::Body { chunk: 0, line: 1 },
+        evidence: vec![Evidence::WeakSemantic],
+        cosine: Some(0.4),
+        ..title(Evidence::WeakSemantic)
+    };
+    // "A machine for measuring time" names `machine`: alone, the title is the evidence there is.
+    let named = title(Evidence::SubjectName);
+    assert_eq!(page_verdict(std::slice::from_ref(&named), false), Verdict::Probable);
+    // With a body that never finds the page, the draft is about something else: a page to link to.
+    assert_eq!(page_verdict(std::slice::from_ref(&named), true), Verdict::Related);
+    // A body that finds it too leaves it probable.
+    assert_eq!(page_verdict(&[named, body], true), Verdict::Probable);
+    // A typo of a name, or a name the vault taught, stands for the whole name: a body does not
+    // undo it.
+    for vouched in [Evidence::FuzzyName, Evidence::LearntName] {
+        assert_eq!(page_verdict(&[title(vouched)], true), Verdict::Probable);
+    }
+}
