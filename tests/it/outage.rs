@@ -13,11 +13,11 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 /// `cairn.toml` for `db` over the vault at `root`, with request timeouts short enough that a
-/// hung store is an error in seconds.
+/// hung store is an error in seconds, and long enough for a loaded machine's healthy store.
 fn toml(tmp: &Path, db: &str, root: &Path) -> std::path::PathBuf {
     let path = tmp.join(format!("{}.toml", db.replace(['/', ':'], "_")));
     let text = format!(
-        "db = {db:?}\nexact_vectors_up_to = 3\n\n[storage]\ntimeout = \"2s\"\nconnect_timeout = \"2s\"\n\n\
+        "db = {db:?}\nexact_vectors_up_to = 3\n\n[storage]\ntimeout = \"5s\"\nconnect_timeout = \"5s\"\n\n\
          [[sources]]\nid = \"vault\"\nroot = {:?}\n",
         root.display().to_string()
     );

@@ -20,9 +20,9 @@
 //! The holder stops writing once it has not renewed for [`TTL`] minus [`MARGIN`] of its own
 //! clock ([`Lease::valid`]), before any standby may take over. It goes on renewing: a renewal
 //! that lands (conditional on its last ETag, so only when no standby took over meanwhile) lets
-//! it write again, which is what a store that stopped answering for a while needs. A renewal counts from when its
-//! request was *sent* (a slow answer must not lengthen the lease), and the clock is the boot
-//! clock, which keeps counting while a laptop sleeps ([`machine::boot_clock`]).
+//! it write again, which is what a store that stopped answering for a while needs. A renewal
+//! counts from when its request was *sent* (a slow answer must not lengthen the lease), and the
+//! clock is the boot clock, which keeps counting while a laptop sleeps ([`machine::boot_clock`]).
 
 use crate::ownership::machine::{self, boot_clock};
 use object_store::path::Path as StorePath;
@@ -373,6 +373,65 @@ mod tests {
             lock: "/state/cairn.lock".into(),
             machine: machine.into(),
         }
+    }
+
+    fn on_another_machine(pid: u32, name: &str) -> Holder {
+        holder(pid, &format!("{name}/boot/pid:[1]"))
+    }
+
+    async fn take(store: &LeaseStore, who: &Holder, watching: &mut Watching) -> Option<Lease> {
+        match store.try_take(who, watching).await.unwrap() {
+            Taken::Mine(lease) => Some(lease),
+            Taken::Theirs(_) => None,
+        }
+    }
+
+    /// Not renewed for the whole TTL (a store that did not answer, a process that was stopped).
+    fn lapse(lease: &Lease) {
+        lease.lock().renewed = boot_clock().saturating_sub(TTL);
+    }
+
+    #[tokio::test]
+    async fn a_lease_changes_hands_only_through_its_etag_or_its_release() {
+        let store = LeaseStore::of(&crate::ownership::remote::Remote::in_memory());
+        let (a, b) = (on_another_machine(1, "a"), on_another_machine(2, "b"));
+        let lease = take(&store, &a, &mut Watching::default()).await.expect("free: taken");
+        assert!(lease.valid() && !lease.lost());
+        // Held and renewed: a standby that has just seen it may not take it.
+        let mut watching = Watching::default();
+        assert!(take(&store, &b, &mut watching).await.is_none());
+        assert!(lease.renew().await.unwrap());
+        assert_eq!(store.holder().await.map(|h| h.pid), Some(1));
+        // One that saw its current ETag stand still for the TTL takes it over, conditionally.
+        let (etag, held) = store.look().await.unwrap();
+        assert!(held);
+        let taken = take(&store, &b, &mut Watching::stood_still(&etag)).await.expect("taken over");
+        // The first holder's next renewal finds its ETag gone: lost for good.
+        assert!(!lease.renew().await.unwrap());
+        assert!(lease.lost() && !lease.valid());
+        assert_eq!(store.holder().await.map(|h| h.pid), Some(2));
+        // A released lease is taken at the next look, with no TTL waited out.
+        taken.release().await;
+        assert!(taken.lost());
+        assert_eq!(store.holder().await, None);
+        assert!(take(&store, &a, &mut Watching::default()).await.is_some());
+    }
+
+    #[tokio::test]
+    async fn a_lapsed_lease_writes_again_after_a_renewal_unless_it_was_taken_over_meanwhile() {
+        let store = LeaseStore::of(&crate::ownership::remote::Remote::in_memory());
+        let (a, b) = (on_another_machine(1, "a"), on_another_machine(2, "b"));
+        let lease = take(&store, &a, &mut Watching::default()).await.unwrap();
+        lapse(&lease);
+        assert!(!lease.valid() && !lease.lost(), "lapsed, not lost: writing pauses");
+        assert!(lease.renew().await.unwrap(), "nobody took it: the renewal lands");
+        assert!(lease.valid(), "writing resumes");
+        // Lapsed again, and a standby took it over meanwhile.
+        lapse(&lease);
+        let (etag, _) = store.look().await.unwrap();
+        assert!(take(&store, &b, &mut Watching::stood_still(&etag)).await.is_some());
+        assert!(!lease.renew().await.unwrap(), "its ETag moved: the lease is lost");
+        assert!(lease.lost() && !lease.valid());
     }
 
     #[test]

@@ -43,6 +43,8 @@ pub(super) struct Backlog {
     pub(super) waiters: Vec<oneshot::Sender<Result<(), crate::pipeline::error::PipelineError>>>,
     /// Recent vector commits: (when, chunks).
     pub(super) recent: VecDeque<(Instant, usize)>,
+    /// A commit of `ready` is due again (the writer lease lapsed: it waits for a renewal).
+    pub(super) retry_due: bool,
 }
 
 impl Backlog {

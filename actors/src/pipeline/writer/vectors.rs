@@ -6,11 +6,15 @@ use super::commit::Sink;
 use crate::event::EventKind;
 use crate::ownership::journal::Change;
 use crate::pipeline::embedding::{EmbedReply, EmbedScheduler, Priority, Stopped};
-use crate::pipeline::error::PipelineError;
+use crate::pipeline::error::{PipelineError, Refusal};
 use actix::prelude::*;
 use cairn_index::Resident;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
+
+/// How often vectors held by a lapsed writer lease try to commit again (a renewal is tried every
+/// 2.5 s).
+const LAPSED_RETRY: Duration = Duration::from_secs(1);
 
 impl SourceWriter {
     /// Send chunks waiting for vectors to the model: edits first, at most [`backlog::MAX_EMBEDS_OUT`]
@@ -139,6 +143,17 @@ impl SourceWriter {
         }
         let sink = match self.sink() {
             Ok(sink) => sink,
+            // A lapsed lease (the store not answering): the vectors stay ready and are committed
+            // once it is renewed, rather than reloading the source to embed them again.
+            Err(PipelineError::Refused { why: Refusal::LeaseLapsed, .. }) => {
+                if !std::mem::replace(&mut self.vectors.retry_due, true) {
+                    ctx.run_later(LAPSED_RETRY, |act, ctx| {
+                        act.vectors.retry_due = false;
+                        act.commit_vectors(ctx);
+                    });
+                }
+                return;
+            }
             Err(refused) => return self.fail(ctx, "writer", refused),
         };
         let ready = std::mem::take(&mut self.vectors.ready);
