@@ -1,10 +1,9 @@
 //! A store that fails on cue: an HTTP/1.1 proxy on loopback in front of SeaweedFS's S3 port,
 //! which passes requests through until it is told to answer every request `500` or to hang
 //! (accept, read, never answer). It reads each request's framing (its head, then a
-//! `Content-Length` or chunked body), so it can switch between one request and the next on a
-//! kept-alive connection, and it can be armed to fail "mid-commit": once a given number of
-//! table writes (PUTs under a `.lance/` folder) have gone through. Responses are copied through
-//! as they come.
+//! `Content-Length` or chunked body), so it can switch between one request and the next, and it
+//! can be armed to fail "mid-commit": once a given number of table writes (PUTs under a
+//! `.lance/` folder) have gone through. Responses are copied through as they come.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -78,30 +77,19 @@ impl Flaky {
 }
 
 /// One client connection: request by request, passed on or refused by the mode at its start.
+/// A request passed on goes to the store over a connection of its own, marked `Connection:
+/// close`, and its response is copied back until the store closes it: no response is parsed,
+/// and no request is ever written to a connection the store is closing (a kept-alive one it
+/// timed out). The client, told `close`, opens a new connection for its next request.
 fn serve(client: TcpStream, upstream: u16, shared: &Shared) {
     let mut from_client = BufReader::new(client.try_clone().unwrap());
-    let mut to_upstream: Option<TcpStream> = None;
     while let Some(head) = read_head(&mut from_client) {
-        let mode = decide(&head, shared);
-        match mode {
+        match decide(&head, shared) {
             Mode::Pass => {
-                let up = match &mut to_upstream {
-                    Some(u) => u,
-                    None => {
-                        let Ok(u) = TcpStream::connect(("127.0.0.1", upstream)) else { break };
-                        let (mut back, mut to_client) = (u.try_clone().unwrap(), client.try_clone().unwrap());
-                        // Responses, copied through; when the store closes, so does the client's
-                        // connection.
-                        std::thread::spawn(move || {
-                            let _ = std::io::copy(&mut back, &mut to_client);
-                            let _ = to_client.shutdown(Shutdown::Both);
-                        });
-                        to_upstream.insert(u)
-                    }
-                };
-                if up.write_all(head.as_bytes()).is_err()
-                    || copy_body(&head, &mut from_client, Some(up)).is_err()
-                {
+                let Ok(mut up) = TcpStream::connect(("127.0.0.1", upstream)) else { break };
+                let sent = up.write_all(closing(&head).as_bytes()).is_ok()
+                    && copy_body(&head, &mut from_client, Some(&mut up)).is_ok();
+                if !sent || std::io::copy(&mut up, &mut &client).is_err() {
                     break;
                 }
             }
@@ -120,9 +108,20 @@ fn serve(client: TcpStream, upstream: u16, shared: &Shared) {
         }
     }
     let _ = client.shutdown(Shutdown::Both);
-    if let Some(u) = to_upstream {
-        let _ = u.shutdown(Shutdown::Both);
-    }
+}
+
+/// A request head with `Connection: close` in place of whatever it said of its connection.
+fn closing(head: &str) -> String {
+    let mut out: String = head
+        .split_inclusive("\r\n")
+        .filter(|l| {
+            let name = l.split_once(':').map(|(k, _)| k.trim().to_ascii_lowercase());
+            !matches!(name.as_deref(), Some("connection" | "keep-alive"))
+        })
+        .collect();
+    out.truncate(out.len() - 2);
+    out.push_str("Connection: close\r\n\r\n");
+    out
 }
 
 /// The mode this request meets (counting it against an armed switch), and a refusal counted.

@@ -218,6 +218,14 @@ impl LineReader {
         Self { rx, seen: Vec::new() }
     }
 
+    /// Everything said so far, and whatever else comes within a second (for a failure's message).
+    pub fn said(&mut self) -> String {
+        while let Ok(line) = self.rx.recv_timeout(std::time::Duration::from_secs(1)) {
+            self.seen.push(line);
+        }
+        self.seen.join("\n")
+    }
+
     /// Lines until one contains `text` (the deadline only turns a hang into a failure).
     pub fn wait_for(&mut self, text: &str) -> String {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(600);
