@@ -52,12 +52,7 @@ pub async fn links(a: EvalArgs) -> Result<ExitCode> {
 pub async fn drafts(common: &Common, a: EvalArgs) -> Result<ExitCode> {
     let file = a.drafts.as_deref().expect("--drafts");
     let drafts = cairn::eval::load_drafts(file)?;
-    let temp =
-        a.vault.as_ref().map(|_| std::env::temp_dir().join(format!("cairn-drafts-{}", std::process::id())));
-    let c = match (&a.vault, &temp) {
-        (Some(dir), Some(t)) => index_into(config_only(common)?, dir, t).await?,
-        _ => config_only(common)?,
-    };
+    let (c, temp) = database(common, a.vault.as_deref(), "drafts").await?;
     let cairn = Cairn::attach(c, "eval", true).await?;
     let r = cairn::eval::check_drafts(&cairn, &drafts).await;
     if let Some(t) = &temp {
@@ -107,12 +102,7 @@ pub async fn eval(common: &Common, a: EvalArgs) -> Result<ExitCode> {
         (Some(queries), _, _) => cairn::eval::load_queries(queries, &a.skip_flags)?,
         _ => return Err(Usage("name a query file".into()).into()),
     };
-    let temp =
-        a.vault.as_ref().map(|_| std::env::temp_dir().join(format!("cairn-eval-{}", std::process::id())));
-    let c = match (&a.vault, &temp) {
-        (Some(dir), Some(t)) => index_into(config_only(common)?, dir, t).await?,
-        _ => config_only(common)?,
-    };
+    let (c, temp) = database(common, a.vault.as_deref(), "eval").await?;
     let with_model = mode != cairn_query::Mode::Fast;
     let template = SearchRequest {
         sources: a.sources.clone(),
@@ -194,6 +184,18 @@ fn show_ablations(exact: &EvalReport, ablated: &[(Rule, EvalReport)], json: bool
 }
 
 /// Index `vault` into a new database at `db`; the configuration to read it with.
+/// The configured database, or `vault` indexed into a temporary one (its folder returned, for
+/// the caller to remove when done).
+async fn database(
+    common: &Common,
+    vault: Option<&Path>,
+    what: &str,
+) -> Result<(cairn::Config, Option<std::path::PathBuf>)> {
+    let Some(dir) = vault else { return Ok((config_only(common)?, None)) };
+    let temp = std::env::temp_dir().join(format!("cairn-{what}-{}", std::process::id()));
+    Ok((index_into(config_only(common)?, dir, &temp).await?, Some(temp)))
+}
+
 async fn index_into(mut c: cairn::Config, vault: &Path, db: &Path) -> Result<cairn::Config> {
     c.db = db.display().to_string();
     c.sources = vec![cairn::SourceSpec::from_dir(vault)?.config()];
