@@ -142,24 +142,27 @@ pub fn search_json(db: &std::path::Path, query: &str, extra: &[&str]) -> serde_j
 /// The JSON events a child `cairn watch --json` prints, read on a thread of their own.
 #[derive(Debug)]
 pub struct EventReader {
-    rx: std::sync::mpsc::Receiver<serde_json::Value>,
+    rx: std::sync::mpsc::Receiver<String>,
+}
+
+/// The lines `from` gives, sent on as they come by a thread of their own.
+fn lines_of(from: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(from).lines() {
+            let Ok(line) = line else { return };
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    rx
 }
 
 impl EventReader {
     pub fn new(stdout: impl std::io::Read + Send + 'static) -> Self {
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            use std::io::BufRead;
-            for line in std::io::BufReader::new(stdout).lines() {
-                let Ok(line) = line else { return };
-                if let Ok(v) = serde_json::from_str(&line)
-                    && tx.send(v).is_err()
-                {
-                    return;
-                }
-            }
-        });
-        Self { rx }
+        Self { rx: lines_of(stdout) }
     }
 
     /// Events until one makes `done` true (it sees every event, in order). Waits for the
@@ -172,8 +175,8 @@ impl EventReader {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(600);
         loop {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
-            match self.rx.recv_timeout(left) {
-                Ok(e) if done(&e) => return e,
+            match self.rx.recv_timeout(left).map(|l| serde_json::from_str::<serde_json::Value>(&l)) {
+                Ok(Ok(e)) if done(&e) => return e,
                 Ok(_) => {}
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) => panic!("{what}: not seen within 600 s"),
                 Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
@@ -205,17 +208,7 @@ pub struct LineReader {
 
 impl LineReader {
     pub fn new(from: impl std::io::Read + Send + 'static) -> Self {
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            use std::io::BufRead;
-            for line in std::io::BufReader::new(from).lines() {
-                let Ok(line) = line else { return };
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
-        Self { rx, seen: Vec::new() }
+        Self { rx: lines_of(from), seen: Vec::new() }
     }
 
     /// Everything said so far, and whatever else comes within a second (for a failure's message).
