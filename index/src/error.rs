@@ -28,6 +28,14 @@ pub enum Error {
     #[error("{}", storage_message(source_id, uri, message))]
     Storage { source_id: String, uri: String, message: String },
 
+    /// Another writer fenced the source's tables since this one read them: it took the lease
+    /// over. This process must not commit to the source again.
+    #[error(
+        "{}: another writer has taken this source over (it fenced the tables); this process commits nothing more to it",
+        storage_message(source_id, uri, message)
+    )]
+    Fenced { source_id: String, uri: String, message: String },
+
     #[error(
         "source `{source_id}` was built with {found}, this build needs {want}; its tables are \
          rebuilt rather than mixed (`cairn reindex --source {source_id}`)"

@@ -126,6 +126,47 @@ async fn sources_are_separate_and_a_manifest_mismatch_is_refused() {
     assert_eq!(db.open_source("beta", &manifest()).await.unwrap().counts().await.unwrap(), (1, 1));
 }
 
+/// The fence: once a second writer has fenced a source, the first one's commits (read at the
+/// version it last wrote, as a writer's pinned reads are) are refused, a late fence of its own
+/// too, and the tables hold exactly what the second writer wrote on top of what was there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_fenced_by_another_commits_nothing_more() {
+    let dir = tempfile::tempdir().unwrap();
+    let uri = dir.path().to_str().unwrap();
+    let options = cairn_index::StorageOptions::default();
+    let one = |path: &str, text: &str| WriteBatch {
+        upserts: vec![page_write("notes", path, text)],
+        removals: vec![],
+    };
+
+    let first =
+        Database::open_pinned(uri, &options).await.unwrap().open_source("notes", &manifest()).await.unwrap();
+    first.fence("first").await.unwrap();
+    first.write(&one("amphi.md", AMPHI)).await.unwrap();
+
+    let second =
+        Database::open_pinned(uri, &options).await.unwrap().open_source("notes", &manifest()).await.unwrap();
+    second.fence("second").await.unwrap();
+    assert_eq!(second.counts().await.unwrap().0, 1, "the fence keeps the rows it found");
+
+    for refused in [
+        first.write(&one("stale.md", SOURDOUGH)).await.map(drop),
+        first.write(&WriteBatch { upserts: vec![], removals: vec!["amphi".into()] }).await.map(drop),
+        first.fence("first, late").await,
+    ] {
+        let err = refused.expect_err("a fenced writer's commit must be refused");
+        assert!(matches!(err, cairn_index::Error::Fenced { .. }), "{err}");
+        assert!(err.to_string().contains("taken this source over"), "{err}");
+    }
+    second.write(&one("sourdough.md", SOURDOUGH)).await.unwrap();
+
+    let fresh = Database::open(uri).await.unwrap().open_source("notes", &manifest()).await.unwrap();
+    assert_eq!(fresh.fenced_by().await.unwrap().as_deref(), Some("second"));
+    let mut slugs: Vec<String> = fresh.load().await.unwrap().states.into_keys().collect();
+    slugs.sort();
+    assert_eq!(slugs, ["amphi", "sourdough"], "nothing of the fenced writer's later commits landed");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_damaged_source_names_itself_and_leaves_the_others_working() {
     let dir = tempfile::tempdir().unwrap();

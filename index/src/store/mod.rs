@@ -9,11 +9,13 @@
 //! between the two is found by the next [`SourceStore::load`] and the page is redone.
 
 mod arrow;
+mod fence;
 mod health;
 mod read;
 mod records;
 mod write;
 
+pub use fence::{FENCE_KEY, fenced};
 pub use health::{TABLE_SUFFIXES, TableHealth, TableProblem};
 pub use read::{LoadedPage, VectorKey};
 pub use records::{
@@ -186,6 +188,13 @@ impl Database {
     /// the benchmarks use it to measure what strong consistency costs a read).
     pub async fn open_with_consistency(uri: &str, interval: Option<Duration>) -> Result<Self> {
         Self::open_with(uri, &StorageOptions::default(), interval).await
+    }
+
+    /// Open for a writer under a lease (on an object store): reads never look for versions
+    /// another process made, so every commit is read at this process's own last version, and
+    /// another writer's fence refuses it ([`SourceStore::fence`]).
+    pub async fn open_pinned(uri: &str, options: &StorageOptions) -> Result<Self> {
+        Self::open_with(uri, options, None).await
     }
 
     /// Open with object-store `options` (ignored for a local folder). The store is reached once
@@ -447,8 +456,14 @@ impl SourceStore {
         self.caches.file_metadata_cache().clear().await;
     }
 
+    /// An error of this source's tables: [`Error::Fenced`] when a commit was refused because
+    /// another writer fenced them ([`SourceStore::fence`]), else a storage error.
     fn err(&self, e: impl std::fmt::Display) -> Error {
-        Error::Storage { source_id: self.id.clone(), uri: self.uri.clone(), message: e.to_string() }
+        let (source_id, uri, message) = (self.id.clone(), self.uri.clone(), e.to_string());
+        if fenced(&message) {
+            return Error::Fenced { source_id, uri, message };
+        }
+        Error::Storage { source_id, uri, message }
     }
 
     async fn collect(
