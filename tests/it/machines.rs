@@ -508,3 +508,101 @@ async fn a_writer_renews_its_lease_while_its_pipeline_opens_so_a_standby_waits()
     drop((a, b));
     let _ = std::fs::remove_dir_all(cairn_actors::ownership::paths::DbPaths::of(&db).dir());
 }
+
+/// Issue 50's fence: a writer stopped in the middle of a commit (after it checked its lease)
+/// for longer than the lease, then woken, cannot land that commit. A holds an edit of note-1
+/// when it stops; B takes the lease over and commits the folder's newer text of note-1; A wakes
+/// and its commit (older text) is refused as fenced, so the tables keep B's text and equal a
+/// clean index of the folder. (Without the fence, LanceDB re-applied A's commit on top of B's:
+/// the tables said the old text while B answered the new one.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_stopped_mid_commit_past_its_lease_cannot_land_the_commit_when_it_wakes() {
+    let (tmp, weed, vault, db) = team("fence", 3);
+    let on = |m: &str, args: &[&str]| on_machine(&weed, tmp.path(), m, &db, args);
+    let source = format!("nt={}", vault.display());
+    let armed = tmp.path().join("armed");
+    let mut a = on("a", &["watch", "--json", "--source", &source]);
+    a.env("CAIRN_TEST_FAULTS", "writer.commit")
+        .env("CAIRN_TEST_FAULTS_WHILE", &armed)
+        .env("CAIRN_TEST_FAULTS_DELAY_MS", "1000");
+    let mut a = Reaped(a.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap());
+    let mut a_events = EventReader::new(a.stdout.take().unwrap());
+    let a_log = Log::of(a.stderr.take().unwrap());
+    a_events.wait_for("A's first index", |e| e["event"] == "committed" && e["chunks_pending"] == 0);
+
+    // A starts the commit of an edit, and stops there (its lease checked) until after B's takeover.
+    std::fs::write(&armed, "").unwrap();
+    write(&vault, "note-1.md", &note(1, " The old text says quill1old."));
+    a_log.wait_for("injected delay of 1000 ms at writer.commit");
+    let pid = a.id().to_string();
+    assert!(Command::new("kill").args(["-STOP", &pid]).status().unwrap().success());
+    std::fs::remove_file(&armed).unwrap();
+    write(&vault, "note-1.md", &note(1, " The new text says quill1new."));
+
+    let mut b = on("b", &["watch", "--json", "--source", &source]);
+    b.env("RUST_LOG", "info");
+    let mut b = Reaped(b.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap());
+    let mut b_events = EventReader::new(b.stdout.take().unwrap());
+    b_events
+        .wait_for("B's commit of the new text", |e| e["event"] == "page_indexed" && e["slug"] == "note-1");
+    b_events.wait_for("B's vectors", |e| e["event"] == "committed" && e["chunks_pending"] == 0);
+
+    assert!(Command::new("kill").args(["-CONT", &pid]).status().unwrap().success());
+    let woke = a_events.wait_for("A's commit, landed or refused", |e| {
+        (e["event"] == "page_indexed" && e["slug"] == "note-1") || e["event"] == "stage_failed"
+    });
+    assert_eq!(woke["event"], "stage_failed", "A's stale commit landed: {woke}");
+    assert!(woke["reason"].as_str().unwrap().contains("taken this source over"), "{woke}");
+    drop((a, b));
+
+    let clean = tmp.path().join("clean");
+    let out = Command::new(cairn_bin())
+        .args(["index", "--db", clean.to_str().unwrap(), "--source", &source])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let want = snapshot_of(&Database::open(clean.to_str().unwrap()).await.unwrap(), "nt").await;
+    let shared = Database::open_with(&db, &weed.options(), Some(Duration::ZERO)).await.unwrap();
+    assert_eq!(snapshot_of(&shared, "nt").await.differs(&want), None, "the bucket's tables after A woke");
+    let _ = std::fs::remove_dir_all(cairn_actors::ownership::paths::DbPaths::of(&db).dir());
+}
+
+/// A clean stop gives the lease back: a standby takes it at its next look (every 2 s), not after
+/// the 10 s TTL a killed holder costs, and fences the tables before it commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_given_back_by_a_clean_stop_is_taken_at_the_standbys_next_look() {
+    let (tmp, weed, vault, db) = team("given", 3);
+    let on = |m: &str, args: &[&str]| on_machine(&weed, tmp.path(), m, &db, args);
+    let source = format!("nt={}", vault.display());
+    let mut a =
+        Reaped(on("a", &["watch", "--json", "--source", &source]).stdout(Stdio::piped()).spawn().unwrap());
+    let mut a_events = EventReader::new(a.stdout.take().unwrap());
+    a_events.wait_for("A's first index", |e| e["event"] == "committed" && e["chunks_pending"] == 0);
+
+    let mut b = on("b", &["watch", "--json", "--source", &source]);
+    b.env("RUST_LOG", "info");
+    let mut b = Reaped(b.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap());
+    let mut b_events = EventReader::new(b.stdout.take().unwrap());
+    let b_log = Log::of(b.stderr.take().unwrap());
+    b_log.wait_for("stands by to take over as the writer");
+    let pid = a.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let stopped = Instant::now();
+    assert!(a.wait().unwrap().success(), "A stops cleanly");
+    let took = b_log.wait_for("this process writes now").duration_since(stopped);
+    eprintln!("B took the given-back lease {took:?} after A's stop began");
+    assert!(
+        took < cairn_actors::ownership::lease::TTL,
+        "B waited out the TTL for a lease given back: {took:?}"
+    );
+
+    write(&vault, "note-1.md", &note(1, " Edited after the handover: quill1x."));
+    b_events.wait_for("B's commit", |e| e["event"] == "page_indexed" && e["slug"] == "note-1");
+    let status = json_of(&on("b", &["status", "--json"]).output().unwrap());
+    assert_eq!(status["writer"]["pid"], b.id(), "{status}");
+    let shared = Database::open_with(&db, &weed.options(), Some(Duration::ZERO)).await.unwrap();
+    let fenced_by = shared.open_existing("nt").await.unwrap().fenced_by().await.unwrap();
+    assert!(fenced_by.is_some_and(|f| f.contains(&format!("pid {}", b.id()))), "B fenced the tables");
+    drop(b);
+    let _ = std::fs::remove_dir_all(cairn_actors::ownership::paths::DbPaths::of(&db).dir());
+}

@@ -53,7 +53,12 @@ impl Pipeline {
         let shipping = log.outbox.as_ref().map(Outbox::keep_shipping);
         let emit = log.emit.clone();
         let unix_ms = crate::event::unix_ms();
-        let db = config.database().await?;
+        // Under a lease, the writer's reads are pinned to its own commits, so another writer's
+        // fence refuses them (`SourceStore::fence`).
+        let db = match &publishing {
+            Some(_) => cairn_index::Database::open_pinned(&config.db, &config.storage).await?,
+            None => config.database().await?,
+        };
         let stored = db.sources().await?;
         fault::point("pipeline.tables");
         let folders = Arc::new(FolderBook::open(&config.paths().state()).unwrap_or_else(|e| {

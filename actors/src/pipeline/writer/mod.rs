@@ -71,6 +71,10 @@ pub const KEEP_VERSIONS_SHARED: Duration = Duration::from_secs(600);
 /// pages take twice as long.
 const BULK_COMMIT_AFTER: Duration = Duration::from_secs(1);
 
+/// How often work held by a lapsed writer lease (vectors to commit, an open to fence) looks
+/// again whether the lease was renewed (a renewal is tried every 2.5 s).
+const LAPSED_RETRY: Duration = Duration::from_secs(1);
+
 /// Writer knobs.
 #[derive(Debug, Clone)]
 pub struct WriterOptions {

@@ -3,11 +3,11 @@
 
 use super::backlog::Backlog;
 use super::upkeep::Upkeep;
-use super::{Origin, SourceWriter};
+use super::{LAPSED_RETRY, Origin, SourceWriter};
 use crate::event::EventKind;
 use crate::ownership::journal::Change;
 use crate::pipeline::embedding::Priority;
-use crate::pipeline::error::{Part, PipelineError};
+use crate::pipeline::error::{Part, PipelineError, Refusal};
 use crate::pipeline::query::AddSource;
 use actix::prelude::*;
 use cairn_index::{Loaded, Resident, SourceStore};
@@ -28,6 +28,7 @@ impl SourceWriter {
         let snapshot = self.snapshot();
         let (query, root, emit) = (self.query.clone(), self.root.clone(), self.emit.clone());
         let journal = self.opts.publishing.as_ref().map(|p| p.journal.clone());
+        let lease = self.opts.publishing.as_ref().map(|p| p.lease.clone());
         async move {
             tokio::time::sleep(delay).await;
             let id = info.id.clone();
@@ -44,6 +45,18 @@ impl SourceWriter {
                 }
                 other => other,
             }?;
+            if let Some(lease) = &lease {
+                // Only a valid lease fences: a lapsed one (the store does not answer) waits for
+                // its renewal, and a lost one ends the open.
+                while !lease.valid() {
+                    if lease.lost() {
+                        return Err(PipelineError::Refused { id, why: Refusal::LeaseLost });
+                    }
+                    tokio::time::sleep(LAPSED_RETRY).await;
+                }
+                let h = lease.holder();
+                store.fence(&format!("{} pid {} since {}", h.host, h.pid, h.since_unix_ms)).await?;
+            }
             if let Some(journal) = journal.as_ref().filter(|_| !fresh) {
                 journal.opened(&id, store.version().await?).await;
             }

@@ -12,10 +12,6 @@ use cairn_index::Resident;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-/// How often vectors held by a lapsed writer lease try to commit again (a renewal is tried every
-/// 2.5 s).
-const LAPSED_RETRY: Duration = Duration::from_secs(1);
-
 impl SourceWriter {
     /// Send chunks waiting for vectors to the model: edits first, at most [`backlog::MAX_EMBEDS_OUT`]
     /// requests out. Texts with a known vector skip the model.
@@ -147,7 +143,7 @@ impl SourceWriter {
             // once it is renewed, rather than reloading the source to embed them again.
             Err(PipelineError::Refused { why: Refusal::LeaseLapsed, .. }) => {
                 if !std::mem::replace(&mut self.vectors.retry_due, true) {
-                    ctx.run_later(LAPSED_RETRY, |act, ctx| {
+                    ctx.run_later(super::LAPSED_RETRY, |act, ctx| {
                         act.vectors.retry_due = false;
                         act.commit_vectors(ctx);
                     });
