@@ -39,7 +39,7 @@ pub async fn watch(config: cairn::Config, json: bool, once: bool) -> Result<Exit
         "cairn: watching {} (db: {db})",
         if watched.is_empty() { "the sources the database holds".into() } else { watched }
     );
-    let printer = tokio::spawn(print_events(events, json));
+    let printer = tokio::spawn(print_while_writing(cairn.clone(), events, json));
     // `None`: stopped by a signal before the catch-up ended (what is pending is committed at
     // the shutdown below; the chunks still waiting for vectors are embedded at the next start).
     let caught_up = tokio::select! {
@@ -147,6 +147,30 @@ async fn catch_up(cairn: &Cairn) -> Result<bool> {
 
 /// Every event as a JSON line on stdout, or the ones a person wants on stderr (vector progress
 /// as a rate and an ETA).
+/// Print the pipeline's events, and each later pipeline's: a watch that lost the lease (a pause
+/// past it, a store cut off) and took it again runs a new pipeline, whose events must be
+/// printed too (a `--json` consumer would otherwise see the watch fall silent).
+async fn print_while_writing(
+    cairn: Cairn,
+    mut events: futures::stream::BoxStream<'static, std::sync::Arc<Event>>,
+    json: bool,
+) {
+    let mut roles = cairn.roles();
+    loop {
+        print_events(events, json).await;
+        // This pipeline ended: once this process writes again, its next one. (A look every 100 ms
+        // at most, while the ended pipeline may still be the one a subscription reaches.)
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        if roles.wait_for(|r| *r == Role::Owner).await.is_err() {
+            return;
+        }
+        events = match cairn.subscribe().await {
+            Ok(next) => next,
+            Err(_) => futures::stream::empty().boxed(),
+        };
+    }
+}
+
 async fn print_events(mut events: futures::stream::BoxStream<'static, std::sync::Arc<Event>>, json: bool) {
     // Per source: chunks embedded since this process started, and when the first were.
     let mut embedding: HashMap<String, (usize, Instant)> = HashMap::new();
