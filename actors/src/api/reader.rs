@@ -84,7 +84,7 @@ impl Handle<Search> for ReaderApi {
     fn handle(&self, v: Search) -> BoxFuture<'_, Result<cairn_query::SearchResponse>> {
         Box::pin(async move {
             let f = &self.follower;
-            f.asked();
+            f.asked().await;
             let mut resp = f.host().search(&v.request, &f.unavailable_ids()).await?;
             resp.served_by = Some(self.served_by());
             crate::pipeline::query::apply_freshness(&mut resp, |id| f.freshness(id));

@@ -1,9 +1,11 @@
 //! A reader that follows the writer: the sources of a database in memory, kept current with
 //! what the writer commits (on any machine) through the journal ([`crate::ownership::journal`]).
 //!
-//! It looks at the journal's head at most once a second while it is asked ([`ACTIVE_EVERY`])
-//! and rarely when idle ([`IDLE_EVERY`]); a head that did not change costs one conditional GET
-//! with no body. A change is applied to the resident index as a delta (pages read by key,
+//! It looks at the journal's head twice a second while it is asked ([`ACTIVE_EVERY`]) and
+//! rarely when idle ([`IDLE_EVERY`]); a head that did not change costs one conditional GET with
+//! no body. A question finding the last look older than [`ACTIVE_EVERY`] looks first, and a
+//! reader that has not read the head for longer than [`UNSURE_AFTER`] gives no pending count:
+//! no answer claims "nothing pending" on an old look. A change is applied to the resident index as a delta (pages read by key,
 //! removals, vectors by chunk id), never by reloading the source. Every answer says the commit
 //! each source reflects (`as_of`), and a reader that cannot reach the store, or is behind the
 //! head it saw for longer than its bound (`max_lag_s`), says so in `degraded` and gives no
@@ -26,8 +28,11 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 /// How often the head is looked at while the reader is asked (a query in the last
-/// [`ACTIVE_FOR`]).
-pub const ACTIVE_EVERY: Duration = Duration::from_secs(1);
+/// [`ACTIVE_FOR`]); a question finding the last look older than this looks first.
+pub const ACTIVE_EVERY: Duration = Duration::from_millis(500);
+/// A reader whose last successful look at the head is older than this does not know what its
+/// writer committed since, and says so (no pending count) until it looks again.
+pub const UNSURE_AFTER: Duration = Duration::from_secs(2);
 /// How often when nobody asks.
 pub const IDLE_EVERY: Duration = Duration::from_secs(5);
 /// How long after a query the reader stays active.
@@ -142,9 +147,27 @@ impl Follower {
         t.writer.clone().filter(|_| t.writer_alive)
     }
 
-    /// Someone asks: look often for a while.
-    pub fn asked(&self) {
-        self.track().asked = Some(Instant::now());
+    /// Someone asks: look often for a while, and now if the last look is older than
+    /// [`ACTIVE_EVERY`] (unless it failed: the background looks go on, and a store that does not
+    /// answer must not hold every question for its timeouts).
+    pub async fn asked(&self) {
+        let stale = |t: &Track| t.error.is_none() && t.looked.is_none_or(|l| l.elapsed() >= ACTIVE_EVERY);
+        if !stale(&self.track_asked()) || self.feed.is_none() {
+            return;
+        }
+        let _one = self.stepping.lock().await;
+        // A look that ended while this one waited for it is as good.
+        if stale(&self.track())
+            && let Err(e) = self.step_locked().await
+        {
+            tracing::warn!("following {}: {e}", self.config.db);
+        }
+    }
+
+    fn track_asked(&self) -> std::sync::MutexGuard<'_, Track> {
+        let mut t = self.track();
+        t.asked = Some(Instant::now());
+        t
     }
 
     /// The database's store, when it is on one.
@@ -176,6 +199,21 @@ impl Follower {
                         note: format!(
                             "{}: the store has not answered for over {} s ({why}); `{id}` is answered as of the last commit seen",
                             self.config.db, self.config.max_lag_s
+                        ),
+                    },
+                    as_of,
+                );
+            }
+            if t.looked.is_none_or(|l| l.elapsed() >= UNSURE_AFTER) {
+                // Not read lately (a look failed, or is slow): what was committed since is unknown.
+                let ago = t
+                    .looked
+                    .map_or_else(|| "never".to_string(), |l| format!("{} ms ago", l.elapsed().as_millis()));
+                return (
+                    Freshness::Behind {
+                        degraded: format!("catching_up:{id}"),
+                        note: format!(
+                            "its writer's head was last read {ago}: `{id}` may have commits not applied here; wait before creating a page it may hold"
                         ),
                     },
                     as_of,
@@ -292,8 +330,13 @@ impl Follower {
 
     /// One look at the head, and whatever it says to apply.
     pub async fn step(&self) -> Result<(), String> {
-        let Some(feed) = &self.feed else { return Ok(()) };
         let _one = self.stepping.lock().await;
+        self.step_locked().await
+    }
+
+    /// [`Follower::step`] with its lock held.
+    async fn step_locked(&self) -> Result<(), String> {
+        let Some(feed) = &self.feed else { return Ok(()) };
         self.look_at_lease().await;
         let head = feed.lock().await.head().await;
         let head = match head {
