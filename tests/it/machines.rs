@@ -27,7 +27,7 @@ const TAKEOVER_WITHIN: Duration = Duration::from_secs(15);
 
 /// A child process killed and reaped when it goes out of scope, so a failed assertion does not
 /// leave a `cairn watch` or `cairn mcp` running after the test.
-struct Reaped(Child);
+pub(crate) struct Reaped(pub(crate) Child);
 
 impl Drop for Reaped {
     fn drop(&mut self) {
@@ -92,13 +92,13 @@ impl Log {
     }
 }
 
-fn note(i: usize, extra: &str) -> String {
+pub(crate) fn note(i: usize, extra: &str) -> String {
     format!("# Note {i}\n\nNote {i} keeps the word marker{i}.{extra}\n")
 }
 
 /// A SeaweedFS in a temporary folder, a vault there of `n` notes, and a database on it under a
 /// prefix of its own (this process's embedded handles keep their state under the real home).
-fn team(name: &str, n: usize) -> (tempfile::TempDir, Weed, std::path::PathBuf, String) {
+pub(crate) fn team(name: &str, n: usize) -> (tempfile::TempDir, Weed, std::path::PathBuf, String) {
     let tmp = tempfile::tempdir().unwrap();
     let weed = Weed::start(&tmp.path().join("weed"));
     let vault = tmp.path().join("vault");
@@ -110,7 +110,7 @@ fn team(name: &str, n: usize) -> (tempfile::TempDir, Weed, std::path::PathBuf, S
 }
 
 /// `cairn ARGS --db DB` as a process of machine `m` (its own home under `tmp`), reaching `weed`.
-fn on_machine(weed: &Weed, tmp: &Path, m: &str, db: &str, args: &[&str]) -> Command {
+pub(crate) fn on_machine(weed: &Weed, tmp: &Path, m: &str, db: &str, args: &[&str]) -> Command {
     let mut c = Command::new(cairn_bin());
     c.args(args).args(["--db", db]);
     weed.machine(&tmp.join(m), &mut c);

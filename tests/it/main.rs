@@ -9,6 +9,7 @@ mod doctor;
 mod faults;
 mod flaky;
 mod handover;
+mod history;
 mod hostile;
 mod index;
 mod machines;
