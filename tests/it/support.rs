@@ -125,7 +125,8 @@ pub async fn next_matching(
 
 /// The `cairn` binary under test.
 pub fn cairn_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_cairn"))
+    // `CAIRN_BIN`: a copy of the binary, so a long run goes on while the tree is rebuilt.
+    std::env::var_os("CAIRN_BIN").map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_cairn")), PathBuf::from)
 }
 
 /// `cairn search --json` in a child process (extra arguments after the query), its answer.
