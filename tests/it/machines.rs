@@ -585,6 +585,11 @@ async fn a_lease_given_back_by_a_clean_stop_is_taken_at_the_standbys_next_look()
     let mut b_events = EventReader::new(b.stdout.take().unwrap());
     let b_log = Log::of(b.stderr.take().unwrap());
     b_log.wait_for("stands by to take over as the writer");
+    // A verb only the writer answers, asked on a machine that reads: a failure (1), not bad usage (2).
+    let asked = on("c", &["reconcile", "nt"]).output().unwrap();
+    let said = String::from_utf8_lossy(&asked.stderr);
+    assert_eq!(asked.status.code(), Some(1), "{said}");
+    assert!(said.contains("only reads it") && said.contains("cannot `reconcile`"), "{said}");
     let pid = a.id().to_string();
     assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
     let stopped = Instant::now();

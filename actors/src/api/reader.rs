@@ -62,12 +62,12 @@ impl ReaderApi {
     /// What a verb that needs the writer says here.
     pub fn needs_owner(&self, verb: &str) -> Error {
         match self.follower.writer() {
-            Some(w) => Error::Config(format!(
+            Some(w) => Error::NotWriter(format!(
                 "{} is written by {w} since {}; this process only reads it, so it cannot `{verb}`: run that where the writer is (or stop it, and this machine's `cairn watch` takes over)",
                 self.config.db,
                 crate::event::utc(w.since_unix_ms)
             )),
-            None => Error::Config(format!(
+            None => Error::NotWriter(format!(
                 "no cairn process writes {} now, so nothing can answer `{verb}`: start `cairn watch` (or `cairn index`) on it",
                 self.config.db
             )),

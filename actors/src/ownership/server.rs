@@ -350,7 +350,7 @@ async fn subscribe(ctx: &Ctx, stream: &mut UnixStream) {
     let mut events = match ctx.answerer() {
         Answerer::Owner(o) => o.pipeline().subscribe(),
         Answerer::Reader(r) => {
-            let _ = send(stream, &error(ErrorCode::Usage, r.needs_owner("subscribe").to_string())).await;
+            let _ = send(stream, &error(ErrorCode::Failed, r.needs_owner("subscribe").to_string())).await;
             return;
         }
     };

@@ -53,6 +53,10 @@ pub enum Error {
     Io(#[from] std::io::Error),
     #[error("cairn has stopped")]
     Stopped,
+    /// A verb only the writer answers, asked of a process that only reads the database (exit
+    /// code 1: nothing is wrong with the request; it must go where the writer is).
+    #[error("{0}")]
+    NotWriter(String),
     #[error("{0}")]
     Pipeline(String),
     /// Sources' pipelines could not do what was asked.
