@@ -110,7 +110,12 @@ fn outage_mid_commit(mode: Mode) {
 
     // The store is back: what waited is committed, with its vectors.
     flaky.set(Mode::Pass);
-    embedded(&mut events, &["quarry", "nets"]);
+    let back =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| embedded(&mut events, &["quarry", "nets"])));
+    if let Err(e) = back {
+        eprintln!("the watch said:\n{}", log.said());
+        std::panic::resume_unwind(e);
+    }
     let a = json(&["search", "--json", "slate wedges"]);
     assert_eq!(a["results"][0]["slug"], "quarry", "{a}");
     let a = json(&["search", "--json", "hemp cord"]);

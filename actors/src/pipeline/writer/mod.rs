@@ -72,7 +72,7 @@ pub const KEEP_VERSIONS_SHARED: Duration = Duration::from_secs(600);
 const BULK_COMMIT_AFTER: Duration = Duration::from_secs(1);
 
 /// How often work held by a lapsed writer lease (vectors to commit, an open to fence) looks
-/// again whether the lease was renewed (a renewal is tried every 2.5 s).
+/// again whether the lease was renewed (a renewal is tried every 2 s).
 const LAPSED_RETRY: Duration = Duration::from_secs(1);
 
 /// Writer knobs.
@@ -315,13 +315,6 @@ impl SourceWriter {
         self.timer_due = None;
         if let Some(t) = self.timer.take() {
             ctx.cancel_future(t);
-        }
-    }
-
-    fn commit_now(&mut self, ctx: &mut Context<Self>) {
-        self.cancel_timer(ctx);
-        if let Some(f) = self.commit_future() {
-            ctx.wait(f.map(|_, _, _| ()));
         }
     }
 
