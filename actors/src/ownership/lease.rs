@@ -32,14 +32,20 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// A holder that has not renewed for this long (as a standby's clock sees the ETag stand still)
-/// has lost the lease.
-pub const TTL: Duration = Duration::from_secs(10);
+/// has lost the lease. Three renewals: one slow or lost renewal does not cost the lease. (It
+/// was 10 s before the tables were fenced; a takeover that comes too early now costs the old
+/// writer a restart, never a commit on top of the new one's, so it can be short.)
+pub const TTL: Duration = Duration::from_secs(6);
 /// How often the holder renews.
-pub const RENEW_EVERY: Duration = Duration::from_millis(2500);
+pub const RENEW_EVERY: Duration = Duration::from_secs(2);
 /// The holder stops writing this long before its lease could be taken over.
-pub const MARGIN: Duration = Duration::from_secs(3);
-/// How often a standby looks at the lease.
+pub const MARGIN: Duration = Duration::from_secs(2);
+/// How often a standby looks at the lease while its holder renews it.
 pub const LOOK_EVERY: Duration = Duration::from_secs(2);
+/// How often once a renewal is late (the ETag stood still past [`RENEW_EVERY`] and a half): the
+/// takeover follows the TTL by this much at most, not by [`LOOK_EVERY`], at no cost while the
+/// holder is alive.
+pub const LATE_LOOK_EVERY: Duration = Duration::from_millis(250);
 
 /// Who holds a lease: the writer of the database.
 pub use cairn_query::Writer as Holder;
@@ -130,6 +136,16 @@ pub struct Watching {
 }
 
 impl Watching {
+    /// When to look again: soon once the holder's renewal is late.
+    pub fn next_look(&self) -> Duration {
+        match &self.seen {
+            Some((_, since)) if boot_clock().saturating_sub(*since) > RENEW_EVERY + RENEW_EVERY / 2 => {
+                LATE_LOOK_EVERY
+            }
+            _ => LOOK_EVERY,
+        }
+    }
+
     /// A standby that has seen the lease at `etag` stand still for the whole TTL (several such
     /// standbys race for one lease in the tests).
     pub fn stood_still(etag: &str) -> Self {

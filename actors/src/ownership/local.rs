@@ -340,7 +340,7 @@ impl Local {
             let store = LeaseStore::of(&remote);
             let mut watching = Watching::default();
             loop {
-                tokio::time::sleep(crate::ownership::lease::LOOK_EVERY).await;
+                tokio::time::sleep(watching.next_look()).await;
                 let Some(local) = me.upgrade() else { return };
                 if local.closed.load(Ordering::SeqCst) {
                     return;
