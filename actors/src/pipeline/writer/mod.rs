@@ -363,6 +363,11 @@ impl Actor for SourceWriter {
 impl Supervised for SourceWriter {
     fn restarting(&mut self, _: &mut Context<Self>) {
         tracing::info!("source `{}`: restarting the writer", self.id);
+        // The handles of the old context's timers mean nothing in the new one, whose handles
+        // count from the start again: cancelling a stale one cancelled whatever the new context
+        // had spawned under that number (the embedding of a retried commit, whose pages then
+        // never got their vectors).
+        (self.timer, self.timer_due, self.upkeep, self.idle_upkeep) = (None, None, None, None);
     }
 }
 

@@ -118,9 +118,7 @@ impl SourceWriter {
         self.resident = Some(resident);
         self.status.set_pages(&self.id, self.plan.known().len());
         if self.failures > 0 {
-            // Retry what failed before anything newer: through the mailbox, as a message of its
-            // own (committed from inside the open's completion, the chunks it queued for the
-            // model were never sent: the embedding spawned there was not polled).
+            // Retry what failed before anything newer (first in the mailbox).
             ctx.notify(super::CommitDue);
         } else {
             self.commit_later(Origin::Edit, ctx);
