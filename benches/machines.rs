@@ -185,9 +185,18 @@ struct Proc {
 
 impl Proc {
     fn wait_said(&self, text: &str) -> Instant {
+        self.wait_said_from(text, None)
+    }
+
+    /// [`Proc::wait_said`], each line on the way said on stderr with its time after `from` (where
+    /// a takeover's seconds go).
+    fn wait_said_from(&self, text: &str, from: Option<Instant>) -> Instant {
         loop {
             let (at, line) =
                 self.said.recv_timeout(Duration::from_secs(1800)).unwrap_or_else(|e| panic!("`{text}`: {e}"));
+            if let Some(from) = from {
+                eprintln!("{:>7.3} s  {line}", at.saturating_duration_since(from).as_secs_f64());
+            }
             if line.contains(text) {
                 return at;
             }
@@ -376,7 +385,7 @@ fn main() {
             p.child.wait().unwrap();
         }
         let alive = 1 - dead;
-        let took = procs[alive][0].wait_said("this process writes now").duration_since(at);
+        let took = procs[alive][0].wait_said_from("this process writes now", Some(at)).duration_since(at);
         times.push(took.as_secs_f64());
         let back = machines[dead].spawn(&weed, &db, &["watch", "--source", &source], false);
         back.wait_said("stands by to take over");
