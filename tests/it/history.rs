@@ -16,12 +16,9 @@
 //! `CAIRN_FAULT_ROUNDS` sets the rounds (6 by default, for CI; the long run: `scripts/bench/faults`),
 //! `CAIRN_FAULT_SEED` the seed (printed, so a failing run can be replayed).
 
-use crate::crash::snapshot_of;
-use crate::machines::{Reaped, note, on_machine, team};
-use crate::support::cairn_bin;
+use crate::machines::{Reaped, note, on_machine, tables_equal_a_clean_index, team};
 use cairn_actors::ownership::lease::TTL;
 use cairn_actors::{Cairn, Config};
-use cairn_index::Database;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
@@ -262,14 +259,7 @@ async fn edits_under_kills_and_pauses_are_all_answered_and_never_hidden_behind_n
     let mut next = on_machine(&weed, tmp.path(), "z", &db, &["index", "--source", &source]);
     let out = next.output().unwrap();
     assert!(out.status.success(), "the next writer: {}", String::from_utf8_lossy(&out.stderr));
-    let clean = tmp.path().join("clean");
-    let out = Command::new(cairn_bin())
-        .args(["index", "--db", clean.to_str().unwrap(), "--source", &source])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let want = snapshot_of(&Database::open(clean.to_str().unwrap()).await.unwrap(), "nt").await;
-    let shared = Database::open_with(&db, &weed.options(), Some(Duration::ZERO)).await.unwrap();
-    assert_eq!(snapshot_of(&shared, "nt").await.differs(&want), None, "seed {seed}: the bucket's tables");
+    tables_equal_a_clean_index(tmp.path(), &weed, &db, &source, &format!("seed {seed}: the bucket's tables"))
+        .await;
     let _ = std::fs::remove_dir_all(cairn_actors::ownership::paths::DbPaths::of(&db).dir());
 }

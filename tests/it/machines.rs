@@ -281,19 +281,8 @@ async fn a_writer_on_one_machine_and_readers_on_two_others_follow_every_commit_a
     assert!(stats["queries"]["answered"].as_u64().unwrap() >= 50, "{stats}");
 
     // The tables equal a clean index of the folder.
-    let clean = tmp.path().join("clean");
-    let out = Command::new(cairn_bin())
-        .args(["index", "--db", clean.to_str().unwrap(), "--source", &source])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let want = snapshot_of(&Database::open(clean.to_str().unwrap()).await.unwrap(), "nt").await;
-    let shared = Database::open_with(&db, &weed.options(), Some(Duration::ZERO)).await.unwrap();
-    assert_eq!(
-        snapshot_of(&shared, "nt").await.differs(&want),
-        None,
-        "the bucket's tables after the takeover"
-    );
+    tables_equal_a_clean_index(tmp.path(), &weed, &db, &source, "the bucket's tables after the takeover")
+        .await;
 
     // C cut off from the store: degraded, and no pending count (never "safe to create").
     let mut weed = weed;
@@ -555,15 +544,7 @@ async fn a_writer_stopped_mid_commit_past_its_lease_cannot_land_the_commit_when_
     assert!(woke["reason"].as_str().unwrap().contains("taken this source over"), "{woke}");
     drop((a, b));
 
-    let clean = tmp.path().join("clean");
-    let out = Command::new(cairn_bin())
-        .args(["index", "--db", clean.to_str().unwrap(), "--source", &source])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let want = snapshot_of(&Database::open(clean.to_str().unwrap()).await.unwrap(), "nt").await;
-    let shared = Database::open_with(&db, &weed.options(), Some(Duration::ZERO)).await.unwrap();
-    assert_eq!(snapshot_of(&shared, "nt").await.differs(&want), None, "the bucket's tables after A woke");
+    tables_equal_a_clean_index(tmp.path(), &weed, &db, &source, "the bucket's tables after A woke").await;
     let _ = std::fs::remove_dir_all(cairn_actors::ownership::paths::DbPaths::of(&db).dir());
 }
 
@@ -610,4 +591,17 @@ async fn a_lease_given_back_by_a_clean_stop_is_taken_at_the_standbys_next_look()
     assert!(fenced_by.is_some_and(|f| f.contains(&format!("pid {}", b.id()))), "B fenced the tables");
     drop(b);
     let _ = std::fs::remove_dir_all(cairn_actors::ownership::paths::DbPaths::of(&db).dir());
+}
+
+/// `source`'s tables in the bucket equal a clean local index of its folder (`what` says when).
+pub(crate) async fn tables_equal_a_clean_index(tmp: &Path, weed: &Weed, db: &str, source: &str, what: &str) {
+    let clean = tmp.join("clean");
+    let out = Command::new(cairn_bin())
+        .args(["index", "--db", clean.to_str().unwrap(), "--source", source])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let want = snapshot_of(&Database::open(clean.to_str().unwrap()).await.unwrap(), "nt").await;
+    let shared = Database::open_with(db, &weed.options(), Some(Duration::ZERO)).await.unwrap();
+    assert_eq!(snapshot_of(&shared, "nt").await.differs(&want), None, "{what}");
 }
