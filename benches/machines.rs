@@ -12,6 +12,9 @@
 //! - **Takeover** after kill -9 of the writer, `CAIRN_BENCH_TAKEOVERS` times (default 3, the
 //!   roles swapping each time): from the kill to the standby's "writes now" (goal ≤ 5 s, issue 50).
 //!
+//! `CAIRN_BENCH_SOURCES` (default 1) deals Cranfield's pages out over that many sources (the
+//! idle requests at 3 and at 30 sources, issue 50).
+//!
 //! Works in `CAIRN_BENCH_DIR` (default `/tmp/cairn-bench-machines`). Run by
 //! `scripts/bench/machines`; prints markdown tables.
 
@@ -74,6 +77,9 @@ impl Counter {
         std::thread::spawn(move || {
             for client in listener.incoming().map_while(Result::ok) {
                 let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else { continue };
+                // Without it, a response's body written behind its head waits for the client's
+                // delayed ACK (Nagle): ~40 ms a request, 11 s of a takeover's table reads.
+                let _ = (client.set_nodelay(true), server.set_nodelay(true));
                 let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
                 let (count, by_kind) = (count.clone(), by_kind.clone());
                 std::thread::spawn(move || forward_requests(client, server, &count, &by_kind));
@@ -280,20 +286,44 @@ fn main() {
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work).unwrap();
     let vault = work.join("vault");
+    let sources = env_num("CAIRN_BENCH_SOURCES", 1).max(1) as usize;
+    let folder_of =
+        |n: usize| if sources == 1 { vault.clone() } else { vault.join(format!("s{}", (n - 1) % sources)) };
     copy_dir(&shared("cranfield/vault"), &vault);
+    if sources > 1 {
+        // Cranfield's pages dealt out over the sources, n.md to s{(n-1) mod sources}.
+        for n in 1..=1400 {
+            std::fs::create_dir_all(folder_of(n)).unwrap();
+            std::fs::rename(vault.join(format!("{n}.md")), folder_of(n).join(format!("{n}.md"))).unwrap();
+        }
+    }
+    let given: Vec<String> = if sources == 1 {
+        vec!["--source".into(), format!("cran={}", vault.display())]
+    } else {
+        (0..sources)
+            .flat_map(|j| ["--source".into(), format!("s{j}={}", vault.join(format!("s{j}")).display())])
+            .collect()
+    };
+    let watch = |json: bool| -> Vec<&str> {
+        let mut args = vec!["watch"];
+        if json {
+            args.push("--json");
+        }
+        args.extend(given.iter().map(String::as_str));
+        args
+    };
     let weed = Weed::start(&work.join("weed"));
     let s3 = weed.ports[6];
     let db = format!("s3://{BUCKET}/bench");
     let machine = |name: &str| Machine { home: work.join(name), proxy: Counter::start(s3) };
     let (a, b) = (machine("a"), machine("b"));
-    let source = format!("cran={}", vault.display());
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
 
     // A indexes and watches; B serves as a reader.
     let t = Instant::now();
-    let writer = a.spawn(&weed, &db, &["watch", "--json", "--source", &source], true);
+    let writer = a.spawn(&weed, &db, &watch(true), true);
     writer.wait_said("cairn: up to date");
-    println!("A indexed {} in {:.1} s\n", vault.display(), t.elapsed().as_secs_f64());
+    println!("A indexed {} ({sources} source(s)) in {:.1} s\n", vault.display(), t.elapsed().as_secs_f64());
     let reader = b.spawn(&weed, &db, &["mcp"], false);
     reader.wait_said("cairn mcp: Reader");
     let client = Client::new(&b.socket(&db), "bench");
@@ -310,7 +340,8 @@ fn main() {
     let edits = env_num("CAIRN_BENCH_EDITS", 200) as usize;
     let mut lags = Vec::new();
     for i in 0..edits {
-        let page = vault.join(format!("{}.md", 1 + (i * 37) % 1400));
+        let n = 1 + (i * 37) % 1400;
+        let page = folder_of(n).join(format!("{n}.md"));
         let token = format!("fresh{i}q");
         let written = Instant::now();
         let mut f = std::fs::OpenOptions::new().append(true).open(&page).unwrap();
@@ -372,7 +403,7 @@ fn main() {
     // Takeovers: B is given the vault (a watch of its own, which hands its folder to B's mcp)
     // and stands by; then the writer's machine dies whole (kill -9 of its processes), the other
     // takes over, and the dead one comes back as a standby `watch`.
-    let given = b.spawn(&weed, &db, &["watch", "--source", &source], false);
+    let given = b.spawn(&weed, &db, &watch(false), false);
     given.wait_said("standing by");
     let mut procs: [Vec<Proc>; 2] = [vec![writer], vec![reader, given]];
     let machines = [&a, &b];
@@ -387,7 +418,7 @@ fn main() {
         let alive = 1 - dead;
         let took = procs[alive][0].wait_said_from("this process writes now", Some(at)).duration_since(at);
         times.push(took.as_secs_f64());
-        let back = machines[dead].spawn(&weed, &db, &["watch", "--source", &source], false);
+        let back = machines[dead].spawn(&weed, &db, &watch(false), false);
         back.wait_said("stands by to take over");
         procs[dead] = vec![back];
         dead = alive;

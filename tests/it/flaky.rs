@@ -82,11 +82,14 @@ impl Flaky {
 /// and no request is ever written to a connection the store is closing (a kept-alive one it
 /// timed out). The client, told `close`, opens a new connection for its next request.
 fn serve(client: TcpStream, upstream: u16, shared: &Shared) {
+    // A response's body written behind its head must not wait for the client's delayed ACK.
+    let _ = client.set_nodelay(true);
     let mut from_client = BufReader::new(client.try_clone().unwrap());
     while let Some(head) = read_head(&mut from_client) {
         match decide(&head, shared) {
             Mode::Pass => {
                 let Ok(mut up) = TcpStream::connect(("127.0.0.1", upstream)) else { break };
+                let _ = up.set_nodelay(true);
                 let sent = up.write_all(closing(&head).as_bytes()).is_ok()
                     && copy_body(&head, &mut from_client, Some(&mut up)).is_ok();
                 if !sent || std::io::copy(&mut up, &mut &client).is_err() {

@@ -355,6 +355,7 @@ impl Local {
                     }
                 };
                 tracing::info!("{}: the writer lease is free; this process takes it", local.config.db);
+                let began = std::time::Instant::now();
                 let journal = Journal::start(remote.clone(), lease.holder().clone()).await;
                 let writing = Writing::renewing(Publishing { lease, journal });
                 match Pipeline::open_publishing(local.config.clone(), Some(writing.publishing.clone())).await
@@ -374,7 +375,11 @@ impl Local {
                         if let Answerer::Reader(r) = was {
                             r.ship().await;
                         }
-                        tracing::info!("{}: this process writes now", local.config.db);
+                        tracing::info!(
+                            "{}: this process writes now (its pipeline opened in {} ms)",
+                            local.config.db,
+                            began.elapsed().as_millis()
+                        );
                     }
                     Err(e) => {
                         tracing::error!("{}: taking over as the writer failed: {e}", local.config.db);

@@ -275,9 +275,11 @@ pub(super) async fn start_source(
         exclude: s.exclude.clone(),
     };
     let (root, p) = (s.root.clone(), shared.parts.clone());
+    let began = std::time::Instant::now();
     let writer = Supervisor::start(move |_| SourceWriter::new(info, root, p));
     // Answered once the writer's start-up (opening the tables) has run.
     let _ = writer.send(Ready).await;
+    let ready = began.elapsed();
     fault::point("source.loaded");
     let scan = ScanOptions { include: s.include.clone(), exclude: s.exclude.clone() };
     let w = Watcher::new(
@@ -293,7 +295,14 @@ pub(super) async fn start_source(
         shared.folders.clone(),
     )
     .map_err(|e| Error::Config(format!("source `{}`: {e}", s.id)))?;
-    Ok((s.id.clone(), Running { config: s, watcher: w.start(), writer }))
+    let watcher = w.start();
+    tracing::info!(
+        "source `{}`: started in {} ms (its writer ready in {} ms)",
+        s.id,
+        began.elapsed().as_millis(),
+        ready.as_millis()
+    );
+    Ok((s.id.clone(), Running { config: s, watcher, writer }))
 }
 
 /// The sources this process scans: the configuration's (given now), and those the database holds

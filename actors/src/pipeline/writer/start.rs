@@ -31,6 +31,7 @@ impl SourceWriter {
         let lease = self.opts.publishing.as_ref().map(|p| p.lease.clone());
         async move {
             tokio::time::sleep(delay).await;
+            let began = Instant::now();
             let id = info.id.clone();
             // Tables made here (new, or rebuilt) start an incarnation readers load whole.
             let mut fresh = !db.source_ids().await?.contains(&id);
@@ -77,6 +78,10 @@ impl SourceWriter {
                 None => Resident::load(&store, exact_vectors_up_to).await.map(|(r, l)| (r, l, false)),
             }?;
             let open_ms = started.elapsed().as_millis() as u64;
+            tracing::info!(
+                "source `{id}`: opened in {} ms (its resident index loaded in {open_ms} ms)",
+                began.elapsed().as_millis()
+            );
             query
                 .send(AddSource { store: store.clone(), resident: resident.clone(), root: Some(root) })
                 .await
