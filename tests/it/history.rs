@@ -5,7 +5,9 @@
 //! Two machines run `cairn watch` on the same vault: one writes, the other stands by. A reader in
 //! this process asks for every edit, again and again. Each round writes a new note and then,
 //! after a random pause, strikes the writer or the standby: `kill -9` (the machine restarts its
-//! watch a round later, so the other one must take over), `SIGSTOP` past the lease's TTL and then `SIGCONT` (a laptop lid, a long pause), or
+//! watch a round later, so the other one must take over), `SIGSTOP` past the lease's TTL and then
+//! `SIGCONT` (a laptop lid, a long pause), the store cut off from it past the TTL (each machine
+//! reaches SeaweedFS through a proxy of its own, which then holds every request unanswered), or
 //! nothing. The checker asserts, over the recorded history:
 //!
 //! - every committed edit is answered on the reader, within the bound a takeover allows;
@@ -16,6 +18,7 @@
 //! `CAIRN_FAULT_ROUNDS` sets the rounds (6 by default, for CI; the long run: `scripts/bench/faults`),
 //! `CAIRN_FAULT_SEED` the seed (printed, so a failing run can be replayed).
 
+use crate::flaky::{Flaky, Mode};
 use crate::machines::{Reaped, note, on_machine, tables_equal_a_clean_index, team};
 use cairn_actors::ownership::lease::TTL;
 use cairn_actors::{Cairn, Config};
@@ -120,7 +123,12 @@ async fn edits_under_kills_and_pauses_are_all_answered_and_never_hidden_behind_n
     let mut rng = Rng(seed);
     let (tmp, weed, vault, db) = team("history", 3);
     let source = format!("nt={}", vault.display());
-    let on = |m: &str| on_machine(&weed, tmp.path(), m, &db, &["watch", "--json", "--source", &source]);
+    let proxies: BTreeMap<&str, Flaky> = ["a", "b"].map(|m| (m, Flaky::start(weed.ports[6]))).into();
+    let on = |m: &str| {
+        let mut c = on_machine(&weed, tmp.path(), m, &db, &["watch", "--json", "--source", &source]);
+        c.env("AWS_ENDPOINT", proxies[m].endpoint());
+        c
+    };
     let history: History = Arc::default();
 
     let mut machines: BTreeMap<&'static str, Reaped> = BTreeMap::new();
@@ -151,6 +159,16 @@ async fn edits_under_kills_and_pauses_are_all_answered_and_never_hidden_behind_n
         answers.push(Answer { at: Instant::now(), edit, found, pending: a.pending_changes });
         found
     };
+    // Every edit so far, asked over and over for `d` (while a fault lasts).
+    let ask_every_edit = async |answers: &mut Vec<Answer>, last: usize, d: Duration| {
+        let until = Instant::now() + d;
+        while Instant::now() < until {
+            for e in 0..=last {
+                ask(answers, e).await;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
 
     let mut faults = BTreeMap::<&str, usize>::new();
     let mut dead: Option<&'static str> = None;
@@ -172,7 +190,7 @@ async fn edits_under_kills_and_pauses_are_all_answered_and_never_hidden_behind_n
             None => ("a", "b"),
         };
         let target = if rng.below(4) == 0 { other } else { struck };
-        match rng.below(3) {
+        match rng.below(4) {
             0 => {
                 *faults.entry("kill -9").or_default() += 1;
                 let mut gone = machines.remove(target).unwrap();
@@ -183,14 +201,14 @@ async fn edits_under_kills_and_pauses_are_all_answered_and_never_hidden_behind_n
             1 => {
                 *faults.entry("SIGSTOP past the TTL").or_default() += 1;
                 signal(&machines[target], "-STOP");
-                let until = Instant::now() + TTL + Duration::from_secs(2);
-                while Instant::now() < until {
-                    for e in 0..=i {
-                        ask(&mut answers, e).await;
-                    }
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
+                ask_every_edit(&mut answers, i, TTL + Duration::from_secs(2)).await;
                 signal(&machines[target], "-CONT");
+            }
+            2 => {
+                *faults.entry("store cut off past the TTL").or_default() += 1;
+                proxies[target].set(Mode::Hang);
+                ask_every_edit(&mut answers, i, TTL + Duration::from_secs(2)).await;
+                proxies[target].set(Mode::Pass);
             }
             _ => *faults.entry("none").or_default() += 1,
         }

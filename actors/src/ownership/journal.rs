@@ -265,10 +265,13 @@ impl Journal {
                 tokio::time::sleep(PRUNE_EVERY).await;
                 let Some(tx) = pruner.upgrade() else { return };
                 let Ok(Some(head)) = read_head(&prune_remote).await else { continue };
-                delete_below(&prune_remote, &head, &shown).await;
+                // One listing of every source's changes a pass (a listing per source made an idle
+                // writer of 30 sources ask 60 times a minute).
+                let Some(listed) = list_changes(&prune_remote).await else { continue };
+                delete_below(&prune_remote, &head, &shown, &listed).await;
                 // Hourly: what only grows otherwise (one listing each, not one a minute).
                 if pass % HOURLY == 0 {
-                    delete_forgotten(&prune_remote, &head).await;
+                    delete_forgotten(&prune_remote, &head, &listed).await;
                     match crate::ownership::shipping::prune_shipped(&prune_remote, EVENTS_KEEP).await {
                         Ok(n) if n > 0 => tracing::info!(
                             "{}: {n} event shipment(s) past {} days removed",
@@ -280,7 +283,7 @@ impl Journal {
                     }
                 }
                 shown = head.sources.iter().map(|(s, t)| ((s.clone(), t.epoch), t.floor)).collect();
-                for (source, epoch, floor) in floors_to_publish(&prune_remote, &head).await {
+                for (source, epoch, floor) in floors_to_publish(&head, &listed) {
                     let (done, written) = tokio::sync::oneshot::channel();
                     let sent = tx.send(Entry::Floor(source.clone(), epoch, floor, done)).await.is_ok();
                     if sent && written.await.is_ok() {
@@ -364,51 +367,63 @@ async fn continued_head(remote: &Remote) -> Head {
 }
 
 /// The change objects of sources the head no longer names (forgotten): nobody follows them.
-async fn delete_forgotten(remote: &Remote, head: &Head) {
-    let Ok(listed) = remote.store.list_with_delimiter(Some(&remote.path("changes"))).await else { return };
-    for dir in listed.common_prefixes {
-        let Some(source) = dir.filename().map(str::to_string) else { continue };
-        if head.sources.contains_key(&source) {
+async fn delete_forgotten(remote: &Remote, head: &Head, listed: &Listed) {
+    for (source, objects) in listed {
+        if head.sources.contains_key(source) {
             continue;
         }
-        use futures::TryStreamExt;
-        let Ok(objects) = remote.store.list(Some(&dir)).try_collect::<Vec<_>>().await else { continue };
         for o in objects {
             let _ = remote.store.delete(&o.location).await;
         }
     }
 }
 
-/// A source's change objects, each with whether it is of the source's current epoch (those of
-/// older epochs can all go).
-async fn listed_changes(
-    remote: &Remote,
+/// Change objects by source.
+type Listed = BTreeMap<String, Vec<object_store::ObjectMeta>>;
+
+/// Every source's change objects, from one listing of `_cairn/changes/`; `None` when the store
+/// did not answer (the pass is skipped).
+async fn list_changes(remote: &Remote) -> Option<Listed> {
+    use futures::TryStreamExt;
+    let prefix = remote.path("changes");
+    let objects = match remote.store.list(Some(&prefix)).try_collect::<Vec<_>>().await {
+        Ok(objects) => objects,
+        Err(e) => {
+            tracing::warn!("{prefix}: {e}; old changes are removed at the next pass");
+            return None;
+        }
+    };
+    let depth = prefix.parts().count();
+    let mut listed = Listed::new();
+    for o in objects {
+        let Some(source) = o.location.parts().nth(depth).map(|p| p.as_ref().to_string()) else { continue };
+        listed.entry(source).or_default().push(o);
+    }
+    Some(listed)
+}
+
+/// A source's change objects in `listed`, each with whether it is of the source's current epoch
+/// (those of older epochs can all go).
+fn of_source<'a>(
+    listed: &'a Listed,
     source: &str,
     tip: &Tip,
-) -> Option<Vec<(bool, object_store::ObjectMeta)>> {
-    use futures::TryStreamExt;
-    let prefix = remote.path(&format!("changes/{source}"));
-    match remote.store.list(Some(&prefix)).try_collect::<Vec<_>>().await {
-        Ok(listed) => {
-            let current = format!("{:020}", tip.epoch);
-            Some(listed.into_iter().map(|m| (m.location.parts().any(|p| p.as_ref() == current), m)).collect())
-        }
-        Err(e) => {
-            tracing::warn!("{prefix}: {e}; its old changes are removed at the next pass");
-            None
-        }
-    }
+) -> impl Iterator<Item = (bool, &'a object_store::ObjectMeta)> {
+    let current = format!("{:020}", tip.epoch);
+    listed
+        .get(source)
+        .into_iter()
+        .flatten()
+        .map(move |m| (m.location.parts().any(|p| p.as_ref() == current), m))
 }
 
 /// For each source's current epoch, the newest version among its changes past [`RETAIN`]: the
 /// floor to publish before they go.
-async fn floors_to_publish(remote: &Remote, head: &Head) -> Vec<(String, u64, u64)> {
+fn floors_to_publish(head: &Head, listed: &Listed) -> Vec<(String, u64, u64)> {
     let horizon = horizon_unix_ms();
     let mut floors = Vec::new();
     for (source, tip) in &head.sources {
-        let Some(listed) = listed_changes(remote, source, tip).await else { continue };
-        let floor = listed
-            .iter()
+        let floor = of_source(listed, source, tip)
             .filter(|(current, m)| *current && m.last_modified.timestamp_millis() < horizon)
             .filter_map(|(_, m)| version_of(&m.location))
             .max()
@@ -425,11 +440,10 @@ type Floors = BTreeMap<(String, u64), u64>;
 
 /// Remove the changes at or below the floors `shown` (in a head a pass ago), and every change of
 /// an older epoch of a source (its readers load it again whatever they hold).
-async fn delete_below(remote: &Remote, head: &Head, shown: &Floors) {
+async fn delete_below(remote: &Remote, head: &Head, shown: &Floors, listed: &Listed) {
     for (source, tip) in &head.sources {
         let floor = shown.get(&(source.clone(), tip.epoch)).copied().unwrap_or(0);
-        let Some(listed) = listed_changes(remote, source, tip).await else { continue };
-        for (current, meta) in listed {
+        for (current, meta) in of_source(listed, source, tip) {
             let below = version_of(&meta.location).is_some_and(|v| v <= floor);
             if current && !below {
                 continue;
@@ -572,8 +586,38 @@ mod tests {
             remote.store.put(&path, PutPayload::from(b"{}".to_vec())).await.unwrap();
         }
         let head = Head { sources: [("kept".to_string(), Tip::default())].into(), ..Head::default() };
-        delete_forgotten(&remote, &head).await;
+        delete_forgotten(&remote, &head, &list_changes(&remote).await.unwrap()).await;
         assert!(remote.store.head(&change_path(&remote, "kept", 0, 3)).await.is_ok());
         assert!(remote.store.head(&change_path(&remote, "gone", 0, 3)).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn one_listing_prunes_each_source_below_its_own_floor_and_its_old_epochs() {
+        let remote = Remote::in_memory();
+        // `a` and `ab`: a prefix of one id is not the other's folder.
+        let made = [("a", 1, 4), ("a", 1, 5), ("a", 1, 6), ("a", 0, 9), ("ab", 1, 2), ("ab", 1, 7)];
+        for (source, epoch, version) in made {
+            let path = change_path(&remote, source, epoch, version);
+            remote.store.put(&path, PutPayload::from(b"{}".to_vec())).await.unwrap();
+        }
+        let tip = Tip { epoch: 1, ..Tip::default() };
+        let head = Head { sources: [("a".into(), tip), ("ab".into(), tip)].into(), ..Head::default() };
+        let listed = list_changes(&remote).await.unwrap();
+        assert_eq!(listed.keys().collect::<Vec<_>>(), ["a", "ab"]);
+        assert_eq!((listed["a"].len(), listed["ab"].len()), (4, 2));
+        // Written just now: none is past the horizon, so no floor is due.
+        assert!(floors_to_publish(&head, &listed).is_empty());
+        let shown: Floors = [(("a".to_string(), 1), 5), (("ab".to_string(), 1), 1)].into();
+        delete_below(&remote, &head, &shown, &listed).await;
+        let left: Vec<(&str, u64, u64)> = {
+            let mut left = Vec::new();
+            for (source, epoch, version) in made {
+                if remote.store.head(&change_path(&remote, source, epoch, version)).await.is_ok() {
+                    left.push((source, epoch, version));
+                }
+            }
+            left
+        };
+        assert_eq!(left, [("a", 1, 6), ("ab", 1, 2), ("ab", 1, 7)]);
     }
 }

@@ -20,11 +20,15 @@ use crate::status::StatusBoard;
 use actix::prelude::*;
 use cairn_index::{Database, Manifest, OrtOptions, SourceInfo, fault};
 use cairn_ingest::ScanOptions;
+use futures::StreamExt;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::broadcast;
+
+/// How many sources a pipeline opens at once.
+const OPEN_AT_ONCE: usize = 4;
 
 /// The event log's writer, and on an object store the outbox its events are shipped through.
 struct Log {
@@ -124,11 +128,17 @@ impl Pipeline {
             }),
             guard: None,
         };
-        for s in sources {
-            let running =
-                start_source(&cairn.inner.shared, &cairn.inner.status, &cairn.inner.emit, s).await?;
-            cairn.inner.sources.lock().unwrap_or_else(|p| p.into_inner()).insert(running.0, running.1);
+        // A few sources open at once: on an object store an open is mostly waiting on the store
+        // (a writer taking over 30 sources took 3.1 s one after the other).
+        let inner = &cairn.inner;
+        let mut opening = futures::stream::iter(sources)
+            .map(|s| start_source(&inner.shared, &inner.status, &inner.emit, s))
+            .buffered(OPEN_AT_ONCE);
+        while let Some(running) = opening.next().await {
+            let (id, running) = running?;
+            inner.sources.lock().unwrap_or_else(|p| p.into_inner()).insert(id, running);
         }
+        drop(opening);
         cairn.serve_stored(&db, stored, &config).await?;
         Ok(cairn)
     }
