@@ -76,19 +76,36 @@ impl Log {
     }
 
     fn wait_for(&self, text: &str) -> Instant {
-        loop {
-            match self.rx.recv_timeout(Duration::from_secs(600)) {
-                Ok(l) if l.contains(text) => return Instant::now(),
-                Ok(_) => {}
-                Err(e) => {
-                    panic!("`{text}` never came in the log ({e}):\n{}", self.all.lock().unwrap().join("\n"))
-                }
-            }
-        }
+        self.first_of(&[text]);
+        Instant::now()
     }
 
     fn text(&self) -> String {
         self.all.lock().unwrap().join("\n")
+    }
+
+    /// The first line that holds one of `texts`.
+    fn first_of(&self, texts: &[&str]) -> String {
+        loop {
+            match self.rx.recv_timeout(Duration::from_secs(600)) {
+                Ok(l) if texts.iter().any(|t| l.contains(t)) => return l,
+                Ok(_) => {}
+                Err(e) => panic!("none of {texts:?} came in the log ({e}):\n{}", self.text()),
+            }
+        }
+    }
+
+    /// Whether `text` comes in the log within `d` (a test that something does not happen).
+    fn said_within(&self, text: &str, d: Duration) -> bool {
+        let until = Instant::now() + d;
+        while let Some(left) = until.checked_duration_since(Instant::now()) {
+            match self.rx.recv_timeout(left) {
+                Ok(l) if l.contains(text) => return true,
+                Ok(_) => {}
+                Err(_) => return false,
+            }
+        }
+        false
     }
 }
 
@@ -114,6 +131,18 @@ pub(crate) fn on_machine(weed: &Weed, tmp: &Path, m: &str, db: &str, args: &[&st
     let mut c = Command::new(cairn_bin());
     c.args(args).args(["--db", db]);
     weed.machine(&tmp.join(m), &mut c);
+    c
+}
+
+/// `inner` run in a mount namespace of its own, after `mount` (a shell command) ran there.
+fn in_mount_namespace(mount: &str, inner: &Command) -> Command {
+    let mut c = Command::new("unshare");
+    c.args(["-m", "sh", "-c", &format!("{mount} && exec \"$0\" \"$@\"")])
+        .arg(inner.get_program())
+        .args(inner.get_args());
+    for (k, v) in inner.get_envs() {
+        c.env(k, v.unwrap());
+    }
     c
 }
 
@@ -147,16 +176,9 @@ async fn a_writer_on_one_machine_and_readers_on_two_others_follow_every_commit_a
     assert!(on("a", &["flush"]).status().unwrap().success());
 
     // B: an mcp where the vault is hidden.
-    let mut b_mcp = Command::new("unshare");
     let mut inner = on("b", &["mcp"]);
     inner.env("RUST_LOG", "info");
-    b_mcp
-        .args(["-m", "sh", "-c", &format!("mount -t tmpfs none {} && exec \"$0\" \"$@\"", vault.display())])
-        .arg(inner.get_program())
-        .args(inner.get_args());
-    for (k, v) in inner.get_envs() {
-        b_mcp.env(k, v.unwrap());
-    }
+    let mut b_mcp = in_mount_namespace(&format!("mount -t tmpfs none {}", vault.display()), &inner);
     let mut b_mcp =
         Reaped(b_mcp.stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap());
     let b_log = Log::of(b_mcp.stderr.take().unwrap());
@@ -604,4 +626,46 @@ pub(crate) async fn tables_equal_a_clean_index(tmp: &Path, weed: &Weed, db: &str
     let want = snapshot_of(&Database::open(clean.to_str().unwrap()).await.unwrap(), "nt").await;
     let shared = Database::open_with(db, &weed.options(), Some(Duration::ZERO)).await.unwrap();
     assert_eq!(snapshot_of(&shared, "nt").await.differs(&want), None, "{what}");
+}
+
+/// Two machines cloned from one image: one host name, one state path (each sees its own folder
+/// there, through a mount namespace of its own), one source. One writes; the other stands by and
+/// does not take a live writer's lease (it took it at once, as its own dead predecessor's, and
+/// then every ~4 s, before the lease checked the holder's pid: issue 50, item 3). Once the writer
+/// is killed, the other takes over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_clones_with_one_host_name_and_state_path_do_not_take_the_lease_from_each_other() {
+    let (tmp, weed, vault, db) = team("clones", 3);
+    let source = format!("nt={}", vault.display());
+    let same = tmp.path().join("same");
+    let clone = |m: &str| {
+        let own = tmp.path().join(m);
+        for d in ["home", "state", "run"] {
+            std::fs::create_dir_all(own.join(d)).unwrap();
+        }
+        let mut inner = on_machine(&weed, tmp.path(), "same", &db, &["watch", "--json", "--source", &source]);
+        inner.env("RUST_LOG", "info");
+        in_mount_namespace(&format!("mount --bind {} {}", own.display(), same.display()), &inner)
+    };
+    let mut x = Reaped(clone("x").stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap());
+    let mut x_events = EventReader::new(x.stdout.take().unwrap());
+    x_events.wait_for("X's first index", |e| e["event"] == "committed" && e["chunks_pending"] == 0);
+    let mut y = Reaped(clone("y").stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap());
+    let y_log = Log::of(y.stderr.take().unwrap());
+    let first = y_log.first_of(&["stands by to take over as the writer", "cairn: watching "]);
+    assert!(first.contains("stands by"), "the clone took a live writer's lease at its start: {first}");
+    let ttl = cairn_actors::ownership::lease::TTL;
+    assert!(
+        !y_log.said_within("this process takes it", ttl * 3),
+        "the clone took a live writer's lease:\n{}",
+        y_log.text()
+    );
+    write(&vault, "note-new.md", &note(99, ""));
+    x_events.wait_for("X still writes", |e| e["event"] == "page_indexed" && e["slug"] == "note-new");
+
+    // Dead now, on what is the clone's machine, boot and pid namespace too: taken at once or
+    // after the TTL, either is right.
+    x.kill().unwrap();
+    x.wait().unwrap();
+    y_log.wait_for("this process writes now");
 }
