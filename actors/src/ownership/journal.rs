@@ -157,6 +157,60 @@ enum Entry {
     Floor(String, u64, u64, tokio::sync::oneshot::Sender<()>),
 }
 
+/// The journal's writes of its head, each conditional on the ETag of the one before: a writer
+/// that another has taken over from (it was stopped, or cut off from the store, past its lease)
+/// can no longer put its old view of the database over the new writer's head (readers would
+/// take it for the newest and answer without the new writer's commits, saying nothing is
+/// pending). The tables are fenced the same way (`SourceStore::fence`).
+struct HeadWrites {
+    etag: Option<String>,
+    /// Another writer wrote the head since this one did: this one writes it no more.
+    superseded: bool,
+}
+
+impl HeadWrites {
+    async fn write(&mut self, remote: &Remote, head: &Head, me: &Holder) -> Result<(), String> {
+        use object_store::{PutMode, PutOptions, UpdateVersion};
+        if self.superseded {
+            return Ok(());
+        }
+        let mode = match &self.etag {
+            Some(e) => PutMode::Update(UpdateVersion { e_tag: Some(e.clone()), version: None }),
+            None => PutMode::Create,
+        };
+        let body = PutPayload::from(serde_json::to_vec(head).unwrap_or_default());
+        let opts = PutOptions { mode, ..PutOptions::default() };
+        match remote.store.put_opts(&remote.path("head.json"), body, opts).await {
+            Ok(r) => {
+                self.etag = r.e_tag;
+                Ok(())
+            }
+            Err(object_store::Error::Precondition { .. } | object_store::Error::AlreadyExists { .. }) => {
+                // Either this writer's own last write landed though its answer was lost (the
+                // head names it: continue from there), or another writer's did.
+                let (stored, etag) = read_tagged_head(remote).await?.unwrap_or_default();
+                if stored.writer.as_ref() == Some(me) {
+                    self.etag = etag;
+                    return Err("the head changed under this writer's last write; it is written again".into());
+                }
+                self.superseded = true;
+                tracing::error!(
+                    "{}: another writer ({}) has written the journal's head since this one did; this one announces nothing more",
+                    remote.uri,
+                    stored.writer.map_or_else(|| "a clean stop".to_string(), |w| w.to_string())
+                );
+                Ok(())
+            }
+            Err(object_store::Error::NotFound { .. }) => {
+                // Removed (a repair): made anew at the next write.
+                self.etag = None;
+                Err("the head is gone; it is written anew".into())
+            }
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}
+
 impl Journal {
     /// Start the journal of `remote`, written by `writer` (the lease holder). The head it
     /// continues is read first, so sources this process does not watch keep their tips.
@@ -166,11 +220,27 @@ impl Journal {
         tokio::spawn(async move {
             // The head this writer continues. Until it is read, nothing is written: a head
             // written from nothing would drop every source this process does not watch.
-            let mut head = continued_head(&remote).await;
-            head.writer = Some(writer);
-            while let Some(first) = rx.recv().await {
+            let (mut head, etag) = continued_head(&remote).await;
+            head.writer = Some(writer.clone());
+            let mut heads = HeadWrites { etag, superseded: false };
+            // Head writes failed in a row: the head is written again after a backoff, with or
+            // without anything new (a commit's change may be stored while the head that names
+            // it is not; an idle writer would leave its readers without it until its next commit).
+            let mut failed: u32 = 0;
+            loop {
+                let first = match failed {
+                    0 => match rx.recv().await {
+                        Some(e) => Some(e),
+                        None => return,
+                    },
+                    n => match tokio::time::timeout(crate::pipeline::retry::after(n), rx.recv()).await {
+                        Ok(Some(e)) => Some(e),
+                        Ok(None) => return,
+                        Err(_) => None,
+                    },
+                };
                 // Everything queued goes out before one new head.
-                let mut batch = vec![first];
+                let mut batch: Vec<Entry> = first.into_iter().collect();
                 while let Ok(e) = rx.try_recv() {
                     batch.push(e);
                 }
@@ -233,16 +303,20 @@ impl Journal {
                         }
                     }
                 }
-                let body = serde_json::to_vec(&head).unwrap_or_default();
-                match remote.store.put(&remote.path("head.json"), PutPayload::from(body)).await {
+                match heads.write(&remote, &head, &writer).await {
                     // Only a floor readers can see lets its changes go.
-                    Ok(_) => floors.into_iter().for_each(|done| {
-                        let _ = done.send(());
-                    }),
+                    Ok(()) => {
+                        failed = 0;
+                        floors.into_iter().for_each(|done| {
+                            let _ = done.send(());
+                        })
+                    }
                     Err(e) => {
+                        failed += 1;
                         tracing::warn!(
-                            "{}: {e}; readers see these commits at the next head written",
-                            remote.uri
+                            "{}: {e}; readers see these commits once the head is written (again in {} ms)",
+                            remote.uri,
+                            crate::pipeline::retry::after(failed).as_millis()
                         )
                     }
                 }
@@ -350,11 +424,12 @@ fn unfollowable(change: &Change, epoch: u64) -> Tip {
     }
 }
 
-/// The head to continue: read until the store answers (a missing head is an empty one).
-async fn continued_head(remote: &Remote) -> Head {
+/// The head to continue, with its ETag: read until the store answers (a missing head is an
+/// empty one, with none).
+async fn continued_head(remote: &Remote) -> (Head, Option<String>) {
     let mut failures = 0;
     loop {
-        match read_head(remote).await {
+        match read_tagged_head(remote).await {
             Ok(head) => return head.unwrap_or_default(),
             Err(e) => {
                 failures += 1;
@@ -463,14 +538,21 @@ fn horizon_unix_ms() -> i64 {
 /// The head as stored (`Ok(None)`: there is none yet); an error when the store did not answer
 /// or the head cannot be parsed, never taken for an empty head.
 async fn read_head(remote: &Remote) -> Result<Option<Head>, String> {
+    Ok(read_tagged_head(remote).await?.map(|(head, _)| head))
+}
+
+/// [`read_head`], with the head's ETag (what the next write of it is conditional on).
+async fn read_tagged_head(remote: &Remote) -> Result<Option<(Head, Option<String>)>, String> {
     let path = remote.path("head.json");
     let got = match remote.store.get(&path).await {
         Ok(got) => got,
         Err(object_store::Error::NotFound { .. }) => return Ok(None),
         Err(e) => return Err(e.to_string()),
     };
+    let etag = got.meta.e_tag.clone();
     let bytes = got.bytes().await.map_err(|e| e.to_string())?;
-    serde_json::from_slice(&bytes).map(Some).map_err(|e| format!("{path}: {e}"))
+    let head = serde_json::from_slice(&bytes).map_err(|e| format!("{path}: {e}"))?;
+    Ok(Some((head, etag)))
 }
 
 /// A reader's side: the head when it changed, and the changes after a version.
@@ -619,5 +701,121 @@ mod tests {
             left
         };
         assert_eq!(left, [("a", 1, 6), ("ab", 1, 2), ("ab", 1, 7)]);
+    }
+
+    /// A store in memory whose writes of the journal's head fail while `failing` is set.
+    #[derive(Debug)]
+    struct HeadsFail {
+        inner: object_store::memory::InMemory,
+        failing: std::sync::atomic::AtomicBool,
+    }
+
+    impl std::fmt::Display for HeadsFail {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "HeadsFail")
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl object_store::ObjectStore for HeadsFail {
+        async fn put_opts(
+            &self,
+            location: &StorePath,
+            payload: PutPayload,
+            opts: object_store::PutOptions,
+        ) -> object_store::Result<object_store::PutResult> {
+            let failing = self.failing.load(std::sync::atomic::Ordering::SeqCst);
+            if failing && location.filename() == Some("head.json") {
+                let source = "the store is cut off".into();
+                return Err(object_store::Error::Generic { store: "HeadsFail", source });
+            }
+            self.inner.put_opts(location, payload, opts).await
+        }
+        async fn put_multipart_opts(
+            &self,
+            location: &StorePath,
+            opts: object_store::PutMultipartOptions,
+        ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+            self.inner.put_multipart_opts(location, opts).await
+        }
+        async fn get_opts(
+            &self,
+            location: &StorePath,
+            options: GetOptions,
+        ) -> object_store::Result<object_store::GetResult> {
+            self.inner.get_opts(location, options).await
+        }
+        fn delete_stream(
+            &self,
+            locations: futures::stream::BoxStream<'static, object_store::Result<StorePath>>,
+        ) -> futures::stream::BoxStream<'static, object_store::Result<StorePath>> {
+            self.inner.delete_stream(locations)
+        }
+        fn list(
+            &self,
+            prefix: Option<&StorePath>,
+        ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
+            self.inner.list(prefix)
+        }
+        async fn list_with_delimiter(
+            &self,
+            prefix: Option<&StorePath>,
+        ) -> object_store::Result<object_store::ListResult> {
+            self.inner.list_with_delimiter(prefix).await
+        }
+        async fn copy_opts(
+            &self,
+            from: &StorePath,
+            to: &StorePath,
+            options: object_store::CopyOptions,
+        ) -> object_store::Result<()> {
+            self.inner.copy_opts(from, to, options).await
+        }
+    }
+
+    #[tokio::test]
+    async fn a_writer_taken_over_from_cannot_put_its_old_head_over_the_new_writers() {
+        let remote = Remote::in_memory();
+        let holder = |lock: &str| crate::ownership::lease::me("test", std::path::Path::new(lock));
+        let (old, new) = (holder("lock-1"), holder("lock-2"));
+        let first = Journal::start(remote.clone(), old).await;
+        first.record("s", change(3, &["a"], &[], &[])).await;
+        // The next writer (the first one stopped past its lease) continues the head.
+        let next = Journal::start(remote.clone(), new.clone()).await;
+        next.record("s", change(5, &["a"], &[], &[])).await;
+        // The first wakes and finishes a commit its fenced tables refused too late to stop it
+        // from telling the journal, then stops cleanly.
+        first.record("s", change(4, &["b"], &[], &[])).await;
+        first.close().await;
+        let head = read_head(&remote).await.unwrap().unwrap();
+        assert_eq!(head.sources["s"].version, 5, "the new writer's head stands");
+        assert_eq!(head.writer, Some(new), "and names it");
+        next.record("s", change(6, &["a"], &[], &[])).await;
+        assert_eq!(read_head(&remote).await.unwrap().unwrap().sources["s"].version, 6);
+    }
+
+    #[tokio::test]
+    async fn a_head_that_could_not_be_written_is_written_again_without_another_commit() {
+        let store = std::sync::Arc::new(HeadsFail { inner: Default::default(), failing: Default::default() });
+        let remote = Remote::with_store(store.clone());
+        let journal =
+            Journal::start(remote.clone(), crate::ownership::lease::me("test", std::path::Path::new("lock")))
+                .await;
+        journal.record("s", change(3, &["a"], &[], &[])).await;
+        let version =
+            async || read_head(&remote).await.unwrap().and_then(|h| h.sources.get("s").map(|t| t.version));
+        assert_eq!(version().await, Some(3));
+        // The store refuses the head: the change of version 4 is recorded, the head is not.
+        store.failing.store(true, std::sync::atomic::Ordering::SeqCst);
+        journal.record("s", change(4, &["a"], &[], &[])).await;
+        assert_eq!(version().await, Some(3));
+        // Back: the head is written again with nothing more committed (before, only a next
+        // commit wrote it, and an idle writer's readers never saw version 4).
+        store.failing.store(false, std::sync::atomic::Ordering::SeqCst);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while version().await != Some(4) {
+            assert!(std::time::Instant::now() < deadline, "the head never named version 4");
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
     }
 }

@@ -77,7 +77,12 @@ impl Remote {
     /// A store in memory, for tests of what goes through it.
     #[cfg(test)]
     pub fn in_memory() -> Self {
-        let store = Arc::new(object_store::memory::InMemory::new());
+        Self::with_store(Arc::new(object_store::memory::InMemory::new()))
+    }
+
+    /// `store` as a database's, for tests (a store that fails on cue).
+    #[cfg(test)]
+    pub fn with_store(store: Arc<dyn ObjectStore>) -> Self {
         Self { store, uri: "memory://db".into(), prefix: "db".into() }
     }
 
