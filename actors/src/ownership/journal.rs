@@ -11,7 +11,7 @@
 //!
 //! Only the lease holder writes the journal, so its order is the commits' order.
 
-use crate::ownership::lease::Holder;
+use crate::ownership::lease::{Holder, Lease};
 use crate::ownership::remote::Remote;
 use crate::ownership::shipping::EVENTS_KEEP;
 use object_store::path::Path as StorePath;
@@ -166,55 +166,65 @@ struct HeadWrites {
     etag: Option<String>,
     /// Another writer wrote the head since this one did: this one writes it no more.
     superseded: bool,
+    /// Which of two writers the head is for: the one whose lease is valid.
+    lease: Lease,
 }
 
 impl HeadWrites {
-    async fn write(&mut self, remote: &Remote, head: &Head, me: &Holder) -> Result<(), String> {
+    async fn write(&mut self, remote: &Remote, head: &Head) -> Result<(), String> {
         use object_store::{PutMode, PutOptions, UpdateVersion};
-        if self.superseded {
-            return Ok(());
-        }
-        let mode = match &self.etag {
-            Some(e) => PutMode::Update(UpdateVersion { e_tag: Some(e.clone()), version: None }),
-            None => PutMode::Create,
-        };
-        let body = PutPayload::from(serde_json::to_vec(head).unwrap_or_default());
-        let opts = PutOptions { mode, ..PutOptions::default() };
-        match remote.store.put_opts(&remote.path("head.json"), body, opts).await {
-            Ok(r) => {
-                self.etag = r.e_tag;
-                Ok(())
+        // A write that finds the head changed is tried again at once (a few times): the change
+        // was this writer's own lost answer, or the writer it took over from.
+        for _ in 0..3 {
+            if self.superseded {
+                return Ok(());
             }
-            Err(object_store::Error::Precondition { .. } | object_store::Error::AlreadyExists { .. }) => {
-                // Either this writer's own last write landed though its answer was lost (the
-                // head names it: continue from there), or another writer's did.
-                let (stored, etag) = read_tagged_head(remote).await?.unwrap_or_default();
-                if stored.writer.as_ref() == Some(me) {
-                    self.etag = etag;
-                    return Err("the head changed under this writer's last write; it is written again".into());
+            let mode = match &self.etag {
+                Some(e) => PutMode::Update(UpdateVersion { e_tag: Some(e.clone()), version: None }),
+                None => PutMode::Create,
+            };
+            let body = PutPayload::from(serde_json::to_vec(head).unwrap_or_default());
+            let opts = PutOptions { mode, ..PutOptions::default() };
+            match remote.store.put_opts(&remote.path("head.json"), body, opts).await {
+                Ok(r) => {
+                    self.etag = r.e_tag;
+                    return Ok(());
                 }
-                self.superseded = true;
-                tracing::error!(
-                    "{}: another writer ({}) has written the journal's head since this one did; this one announces nothing more",
-                    remote.uri,
-                    stored.writer.map_or_else(|| "a clean stop".to_string(), |w| w.to_string())
-                );
-                Ok(())
+                Err(object_store::Error::Precondition { .. } | object_store::Error::AlreadyExists { .. }) => {
+                    // This writer's own last write landed though its answer was lost (the head
+                    // names it), or another writer wrote: the one taken over from, woken after
+                    // this one took the lease (this one's lease is valid: its head goes over it),
+                    // or the one that took over from this one (this one's lease is not valid: it
+                    // writes the head no more).
+                    let (stored, etag) = read_tagged_head(remote).await?.unwrap_or_default();
+                    if stored.writer.as_ref() == Some(self.lease.holder()) || self.lease.valid() {
+                        self.etag = etag;
+                        continue;
+                    }
+                    self.superseded = true;
+                    tracing::error!(
+                        "{}: another writer ({}) has written the journal's head since this one did; this one announces nothing more",
+                        remote.uri,
+                        stored.writer.map_or_else(|| "a clean stop".to_string(), |w| w.to_string())
+                    );
+                    return Ok(());
+                }
+                Err(object_store::Error::NotFound { .. }) => {
+                    // Removed (a repair): made anew.
+                    self.etag = None;
+                }
+                Err(e) => return Err(e.to_string()),
             }
-            Err(object_store::Error::NotFound { .. }) => {
-                // Removed (a repair): made anew at the next write.
-                self.etag = None;
-                Err("the head is gone; it is written anew".into())
-            }
-            Err(e) => Err(e.to_string()),
         }
+        Err("the head kept changing under this writer's writes".into())
     }
 }
 
 impl Journal {
     /// Start the journal of `remote`, written by `writer` (the lease holder). The head it
     /// continues is read first, so sources this process does not watch keep their tips.
-    pub async fn start(remote: Remote, writer: Holder) -> Self {
+    pub async fn start(remote: Remote, lease: Lease) -> Self {
+        let writer = lease.holder().clone();
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Entry>(QUEUE);
         let prune_remote = remote.clone();
         tokio::spawn(async move {
@@ -222,7 +232,7 @@ impl Journal {
             // written from nothing would drop every source this process does not watch.
             let (mut head, etag) = continued_head(&remote).await;
             head.writer = Some(writer.clone());
-            let mut heads = HeadWrites { etag, superseded: false };
+            let mut heads = HeadWrites { etag, superseded: false, lease };
             // Head writes failed in a row: the head is written again after a backoff, with or
             // without anything new (a commit's change may be stored while the head that names
             // it is not; an idle writer would leave its readers without it until its next commit).
@@ -303,7 +313,7 @@ impl Journal {
                         }
                     }
                 }
-                match heads.write(&remote, &head, &writer).await {
+                match heads.write(&remote, &head).await {
                     // Only a floor readers can see lets its changes go.
                     Ok(()) => {
                         failed = 0;
@@ -773,34 +783,51 @@ mod tests {
         }
     }
 
+    /// A lease of `remote`'s for a holder whose lock is `lock`, taken over from whoever holds it.
+    async fn lease(remote: &Remote, lock: &str) -> Lease {
+        use crate::ownership::lease::{LeaseStore, Taken, Watching};
+        let store = LeaseStore::of(remote);
+        let me = crate::ownership::lease::me("test", std::path::Path::new(lock));
+        let etag = store.look().await.map(|(etag, _)| etag);
+        let mut watching = etag.map_or_else(Watching::default, |e| Watching::stood_still(&e));
+        match store.try_take(&me, &mut watching).await.unwrap() {
+            Taken::Mine(lease) => lease,
+            Taken::Theirs(h) => panic!("held by {h}"),
+        }
+    }
+
     #[tokio::test]
     async fn a_writer_taken_over_from_cannot_put_its_old_head_over_the_new_writers() {
         let remote = Remote::in_memory();
-        let holder = |lock: &str| crate::ownership::lease::me("test", std::path::Path::new(lock));
-        let (old, new) = (holder("lock-1"), holder("lock-2"));
-        let first = Journal::start(remote.clone(), old).await;
+        let old = lease(&remote, "lock-1").await;
+        let first = Journal::start(remote.clone(), old.clone()).await;
         first.record("s", change(3, &["a"], &[], &[])).await;
-        // The next writer (the first one stopped past its lease) continues the head.
+        // The next writer takes the lease over (the first stopped past it) and continues the head.
+        let new = lease(&remote, "lock-2").await;
         let next = Journal::start(remote.clone(), new.clone()).await;
-        next.record("s", change(5, &["a"], &[], &[])).await;
-        // The first wakes and finishes a commit its fenced tables refused too late to stop it
-        // from telling the journal, then stops cleanly.
+        // The first wakes before the next one has written: its commit in flight is told to the
+        // journal, and its head lands (conditional on the head it wrote last, still there).
         first.record("s", change(4, &["b"], &[], &[])).await;
+        assert_eq!(read_head(&remote).await.unwrap().unwrap().sources["s"].version, 4);
+        // The next one's write finds it and, holding the lease, writes its own over it.
+        next.record("s", change(5, &["a"], &[], &[])).await;
+        let head = read_head(&remote).await.unwrap().unwrap();
+        assert_eq!((head.sources["s"].version, head.writer.as_ref()), (5, Some(new.holder())));
+        // The first learns it lost the lease; what it writes after is refused, its clean stop too.
+        assert!(!old.renew().await.unwrap(), "taken over");
+        first.record("s", change(6, &["b"], &[], &[])).await;
         first.close().await;
         let head = read_head(&remote).await.unwrap().unwrap();
-        assert_eq!(head.sources["s"].version, 5, "the new writer's head stands");
-        assert_eq!(head.writer, Some(new), "and names it");
-        next.record("s", change(6, &["a"], &[], &[])).await;
-        assert_eq!(read_head(&remote).await.unwrap().unwrap().sources["s"].version, 6);
+        assert_eq!((head.sources["s"].version, head.writer.as_ref()), (5, Some(new.holder())));
+        next.record("s", change(7, &["a"], &[], &[])).await;
+        assert_eq!(read_head(&remote).await.unwrap().unwrap().sources["s"].version, 7);
     }
 
     #[tokio::test]
     async fn a_head_that_could_not_be_written_is_written_again_without_another_commit() {
         let store = std::sync::Arc::new(HeadsFail { inner: Default::default(), failing: Default::default() });
         let remote = Remote::with_store(store.clone());
-        let journal =
-            Journal::start(remote.clone(), crate::ownership::lease::me("test", std::path::Path::new("lock")))
-                .await;
+        let journal = Journal::start(remote.clone(), lease(&remote, "lock").await).await;
         journal.record("s", change(3, &["a"], &[], &[])).await;
         let version =
             async || read_head(&remote).await.unwrap().and_then(|h| h.sources.get("s").map(|t| t.version));

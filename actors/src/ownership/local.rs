@@ -132,7 +132,7 @@ async fn first_answerer(
     }
     let writing = match (remote, lease) {
         (Some(r), Some(Ok(lease))) => {
-            let journal = Journal::start(r.clone(), lease.holder().clone()).await;
+            let journal = Journal::start(r.clone(), lease.clone()).await;
             Some(Writing::renewing(Publishing { lease, journal }))
         }
         _ => None,
@@ -356,7 +356,7 @@ impl Local {
                 };
                 tracing::info!("{}: the writer lease is free; this process takes it", local.config.db);
                 let began = std::time::Instant::now();
-                let journal = Journal::start(remote.clone(), lease.holder().clone()).await;
+                let journal = Journal::start(remote.clone(), lease.clone()).await;
                 let writing = Writing::renewing(Publishing { lease, journal });
                 match Pipeline::open_publishing(local.config.clone(), Some(writing.publishing.clone())).await
                 {
