@@ -18,6 +18,8 @@ use object_store::path::Path as StorePath;
 use object_store::{GetOptions, ObjectStoreExt, PutPayload};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Changes are kept this long (as the tables' versions are on a shared store): a reader behind
 /// by more loads its sources again.
@@ -164,20 +166,22 @@ enum Entry {
 /// pending). The tables are fenced the same way (`SourceStore::fence`).
 struct HeadWrites {
     etag: Option<String>,
-    /// Another writer wrote the head since this one did: this one writes it no more.
-    superseded: bool,
+    /// Another writer wrote the head since this one did: this one writes it no more, and
+    /// prunes nothing more (its floors are not the head's).
+    superseded: Arc<AtomicBool>,
     /// Which of two writers the head is for: the one whose lease is valid.
     lease: Lease,
 }
 
 impl HeadWrites {
-    async fn write(&mut self, remote: &Remote, head: &Head) -> Result<(), String> {
+    /// Write `head`: `Ok(false)` when this writer has been taken over from (nothing written).
+    async fn write(&mut self, remote: &Remote, head: &Head) -> Result<bool, String> {
         use object_store::{PutMode, PutOptions, UpdateVersion};
         // A write that finds the head changed is tried again at once (a few times): the change
         // was this writer's own lost answer, or the writer it took over from.
         for _ in 0..3 {
-            if self.superseded {
-                return Ok(());
+            if self.superseded.load(Ordering::SeqCst) {
+                return Ok(false);
             }
             let mode = match &self.etag {
                 Some(e) => PutMode::Update(UpdateVersion { e_tag: Some(e.clone()), version: None }),
@@ -188,7 +192,7 @@ impl HeadWrites {
             match remote.store.put_opts(&remote.path("head.json"), body, opts).await {
                 Ok(r) => {
                     self.etag = r.e_tag;
-                    return Ok(());
+                    return Ok(true);
                 }
                 Err(object_store::Error::Precondition { .. } | object_store::Error::AlreadyExists { .. }) => {
                     // This writer's own last write landed though its answer was lost (the head
@@ -201,13 +205,13 @@ impl HeadWrites {
                         self.etag = etag;
                         continue;
                     }
-                    self.superseded = true;
+                    self.superseded.store(true, Ordering::SeqCst);
                     tracing::error!(
                         "{}: another writer ({}) has written the journal's head since this one did; this one announces nothing more",
                         remote.uri,
                         stored.writer.map_or_else(|| "a clean stop".to_string(), |w| w.to_string())
                     );
-                    return Ok(());
+                    return Ok(false);
                 }
                 Err(object_store::Error::NotFound { .. }) => {
                     // Removed (a repair): made anew.
@@ -221,18 +225,19 @@ impl HeadWrites {
 }
 
 impl Journal {
-    /// Start the journal of `remote`, written by `writer` (the lease holder). The head it
-    /// continues is read first, so sources this process does not watch keep their tips.
+    /// Start the journal of `remote`, written by `lease`'s holder. The head it continues is read
+    /// first, so sources this process does not watch keep their tips.
     pub async fn start(remote: Remote, lease: Lease) -> Self {
-        let writer = lease.holder().clone();
+        let superseded = Arc::new(AtomicBool::new(false));
+        let taken_over = superseded.clone();
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Entry>(QUEUE);
         let prune_remote = remote.clone();
         tokio::spawn(async move {
             // The head this writer continues. Until it is read, nothing is written: a head
             // written from nothing would drop every source this process does not watch.
             let (mut head, etag) = continued_head(&remote).await;
-            head.writer = Some(writer.clone());
-            let mut heads = HeadWrites { etag, superseded: false, lease };
+            head.writer = Some(lease.holder().clone());
+            let mut heads = HeadWrites { etag, superseded, lease };
             // Head writes failed in a row: the head is written again after a backoff, with or
             // without anything new (a commit's change may be stored while the head that names
             // it is not; an idle writer would leave its readers without it until its next commit).
@@ -315,11 +320,13 @@ impl Journal {
                 }
                 match heads.write(&remote, &head).await {
                     // Only a floor readers can see lets its changes go.
-                    Ok(()) => {
+                    Ok(written) => {
                         failed = 0;
-                        floors.into_iter().for_each(|done| {
-                            let _ = done.send(());
-                        })
+                        if written {
+                            floors.into_iter().for_each(|done| {
+                                let _ = done.send(());
+                            })
+                        }
                     }
                     Err(e) => {
                         failed += 1;
@@ -348,6 +355,9 @@ impl Journal {
             for pass in 1u64.. {
                 tokio::time::sleep(PRUNE_EVERY).await;
                 let Some(tx) = pruner.upgrade() else { return };
+                if taken_over.load(Ordering::SeqCst) {
+                    return;
+                }
                 let Ok(Some(head)) = read_head(&prune_remote).await else { continue };
                 // One listing of every source's changes a pass (a listing per source made an idle
                 // writer of 30 sources ask 60 times a minute).
