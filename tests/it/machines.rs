@@ -12,7 +12,7 @@
 //! pending count. Two processes racing for the lease: one wins, every time.
 
 use crate::crash::snapshot_of;
-use crate::support::{EventReader, cairn_bin, write};
+use crate::support::{EventReader, cairn_bin, hidden, write};
 use crate::weed::{BUCKET, Weed};
 use cairn_actors::{Cairn, Config};
 use cairn_index::Database;
@@ -134,18 +134,6 @@ pub(crate) fn on_machine(weed: &Weed, tmp: &Path, m: &str, db: &str, args: &[&st
     c
 }
 
-/// `inner` run in a mount namespace of its own, after `mount` (a shell command) ran there.
-fn in_mount_namespace(mount: &str, inner: &Command) -> Command {
-    let mut c = Command::new("unshare");
-    c.args(["-m", "sh", "-c", &format!("{mount} && exec \"$0\" \"$@\"")])
-        .arg(inner.get_program())
-        .args(inner.get_args());
-    for (k, v) in inner.get_envs() {
-        c.env(k, v.unwrap());
-    }
-    c
-}
-
 /// The top slugs of an answer, and whether `slug` is among them.
 fn has(answer: &Value, slug: &str) -> bool {
     answer["results"].as_array().unwrap().iter().any(|r| r["slug"] == slug)
@@ -178,7 +166,7 @@ async fn a_writer_on_one_machine_and_readers_on_two_others_follow_every_commit_a
     // B: an mcp where the vault is hidden.
     let mut inner = on("b", &["mcp"]);
     inner.env("RUST_LOG", "info");
-    let mut b_mcp = in_mount_namespace(&format!("mount -t tmpfs none {}", vault.display()), &inner);
+    let mut b_mcp = hidden(&format!("mount -t tmpfs none {}", vault.display()), &inner);
     let mut b_mcp =
         Reaped(b_mcp.stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap());
     let b_log = Log::of(b_mcp.stderr.take().unwrap());
@@ -645,7 +633,7 @@ async fn two_clones_with_one_host_name_and_state_path_do_not_take_the_lease_from
         }
         let mut inner = on_machine(&weed, tmp.path(), "same", &db, &["watch", "--json", "--source", &source]);
         inner.env("RUST_LOG", "info");
-        in_mount_namespace(&format!("mount --bind {} {}", own.display(), same.display()), &inner)
+        hidden(&format!("mount --bind {} {}", own.display(), same.display()), &inner)
     };
     let mut x = Reaped(clone("x").stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap());
     let mut x_events = EventReader::new(x.stdout.take().unwrap());

@@ -4,6 +4,7 @@ use cairn_actors::event::{Event, EventKind};
 use cairn_index::{PageRecord, SourceStore};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
+use std::process::Command;
 
 /// Write a file, creating its folders.
 pub fn write(root: &std::path::Path, rel: &str, text: &str) {
@@ -236,4 +237,19 @@ impl LineReader {
             }
         }
     }
+}
+
+/// `cmd` in a private mount namespace where `setup` (a shell line, run as root) ran first.
+pub(crate) fn hidden(setup: &str, cmd: &Command) -> Command {
+    let mut c = Command::new("unshare");
+    c.args(["-m", "sh", "-c", &format!("{setup} && exec \"$0\" \"$@\"")])
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => c.env(k, v),
+            None => c.env_remove(k),
+        };
+    }
+    c
 }

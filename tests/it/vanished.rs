@@ -5,7 +5,7 @@
 //! for `cairn reconcile ID --allow-removals`; ordinary removals, and `rm -r` of a subfolder while
 //! watching, apply at once.
 
-use crate::support::{EventReader, cairn_bin, copy_dir, write};
+use crate::support::{EventReader, cairn_bin, copy_dir, hidden, write};
 use crate::weed::{BUCKET, Weed};
 use cairn_index::Database;
 use serde_json::Value;
@@ -28,21 +28,6 @@ fn write_vault(root: &Path, n: usize, sub: usize) {
 fn cairn(db: &Path, args: &[&str]) -> Command {
     let mut c = Command::new(cairn_bin());
     c.args(args).args(["--db", db.to_str().unwrap()]);
-    c
-}
-
-/// `cmd` in a private mount namespace where `setup` (a shell line, run as root) ran first.
-fn hidden(setup: &str, cmd: &Command) -> Command {
-    let mut c = Command::new("unshare");
-    c.args(["-m", "sh", "-c", &format!("{setup} && exec \"$0\" \"$@\"")])
-        .arg(cmd.get_program())
-        .args(cmd.get_args());
-    for (k, v) in cmd.get_envs() {
-        match v {
-            Some(v) => c.env(k, v),
-            None => c.env_remove(k),
-        };
-    }
     c
 }
 
