@@ -285,11 +285,9 @@ pub(super) async fn start_source(
         exclude: s.exclude.clone(),
     };
     let (root, p) = (s.root.clone(), shared.parts.clone());
-    let began = std::time::Instant::now();
     let writer = Supervisor::start(move |_| SourceWriter::new(info, root, p));
     // Answered once the writer's start-up (opening the tables) has run.
     let _ = writer.send(Ready).await;
-    let ready = began.elapsed();
     fault::point("source.loaded");
     let scan = ScanOptions { include: s.include.clone(), exclude: s.exclude.clone() };
     let w = Watcher::new(
@@ -305,14 +303,7 @@ pub(super) async fn start_source(
         shared.folders.clone(),
     )
     .map_err(|e| Error::Config(format!("source `{}`: {e}", s.id)))?;
-    let watcher = w.start();
-    tracing::info!(
-        "source `{}`: started in {} ms (its writer ready in {} ms)",
-        s.id,
-        began.elapsed().as_millis(),
-        ready.as_millis()
-    );
-    Ok((s.id.clone(), Running { config: s, watcher, writer }))
+    Ok((s.id.clone(), Running { config: s, watcher: w.start(), writer }))
 }
 
 /// The sources this process scans: the configuration's (given now), and those the database holds
