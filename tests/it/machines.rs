@@ -399,18 +399,7 @@ async fn a_commit_whose_change_a_kill_lost_reaches_readers_through_the_next_writ
 async fn a_reader_says_what_its_writer_has_seen_and_not_committed_and_what_it_cannot_read() {
     let (tmp, weed, vault, db) = team("sides", 3);
     // A: the writer, with edits held for 5 s before they commit.
-    let config = tmp.path().join("a.toml");
-    let body = format!(
-        "db = {db:?}\ndebounce_ms = 5000\n\n[[sources]]\nid = \"nt\"\nroot = {:?}\n",
-        vault.display().to_string()
-    );
-    std::fs::write(&config, body).unwrap();
-    let mut cmd = Command::new(cairn_bin());
-    cmd.arg("--config").arg(&config).args(["watch", "--json"]);
-    weed.machine(&tmp.path().join("a"), &mut cmd);
-    let mut a = Reaped(cmd.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap());
-    let mut a_events = EventReader::new(a.stdout.take().unwrap());
-    a_events.wait_for("A's first index", |e| e["event"] == "committed" && e["chunks_pending"] == 0);
+    let (a, mut a_events) = slow_writer(tmp.path(), &weed, &vault, &db, 5000);
 
     let mut b_config = Config::new(db.clone(), vec![]);
     b_config.storage = weed.options();
@@ -443,6 +432,85 @@ async fn a_reader_says_what_its_writer_has_seen_and_not_committed_and_what_it_ca
     b.shutdown().await.unwrap();
     drop(a);
     let _ = std::fs::remove_dir_all(cairn_actors::ownership::paths::DbPaths::of(&db).dir());
+}
+
+/// Machine A's `cairn watch` of `vault` as source `nt`, its edits held `debounce_ms` before they
+/// commit (so a reader sees them pending first), once its first index is done; and its events.
+fn slow_writer(tmp: &Path, weed: &Weed, vault: &Path, db: &str, debounce_ms: u64) -> (Reaped, EventReader) {
+    let config = tmp.join("a.toml");
+    let body = format!(
+        "db = {db:?}\ndebounce_ms = {debounce_ms}\n\n[[sources]]\nid = \"nt\"\nroot = {:?}\n",
+        vault.display().to_string()
+    );
+    std::fs::write(&config, body).unwrap();
+    let mut cmd = Command::new(cairn_bin());
+    cmd.arg("--config").arg(&config).args(["watch", "--json"]);
+    weed.machine(&tmp.join("a"), &mut cmd);
+    let mut a = Reaped(cmd.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap());
+    let mut a_events = EventReader::new(a.stdout.take().unwrap());
+    a_events.wait_for("A's first index", |e| e["event"] == "committed" && e["chunks_pending"] == 0);
+    (a, a_events)
+}
+
+/// Issue 50's fifth item, the race the fault suite found: a reader's answer is searched over its
+/// sources as they were when it began, and says how current they are as they were then too. B's
+/// first search once armed is held 6 s once it has searched, before it is answered; A's commit
+/// of the edit it holds lands and B applies it meanwhile (another search finds it). The held
+/// answer lacks the page, so it must not say nothing is pending (it did when the pending count
+/// was read after the search).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_searched_while_its_reader_applies_a_commit_does_not_say_nothing_is_pending() {
+    let (tmp, weed, vault, db) = team("racing", 3);
+    let (_a, mut a_events) = slow_writer(tmp.path(), &weed, &vault, &db, 2000);
+    let on = |m: &str, args: &[&str]| on_machine(&weed, tmp.path(), m, &db, args);
+    let armed = tmp.path().join("armed");
+    let mut b = on("b", &["mcp"]);
+    b.env("CAIRN_TEST_FAULTS", "reader.searched@1")
+        .env("CAIRN_TEST_FAULTS_DELAY_MS", "6000")
+        .env("CAIRN_TEST_FAULTS_WHILE", &armed)
+        .env("RUST_LOG", "info");
+    let mut b = Reaped(b.stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap());
+    let b_log = Log::of(b.stderr.take().unwrap());
+    b_log.wait_for("cairn mcp: Reader");
+    let search = |q: &str| on("b", &["search", "--json", "--mode", "fast", q]);
+    let pending_on_b = |q: &str, n: u64| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let answer = json_of(&search(q).output().unwrap());
+            if answer["pending_changes"] == n || Instant::now() > deadline {
+                return answer;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let settled = pending_on_b("marker1", 0);
+    assert_eq!(settled["pending_changes"], 0, "{settled}");
+
+    write(&vault, "note-9.md", &note(9, " It says quill9x."));
+    let seen = pending_on_b("quill9x", 1);
+    assert_eq!(seen["pending_changes"], 1, "B knows A holds the edit: {seen}");
+    std::fs::write(&armed, "").unwrap();
+    let mut held = Reaped(search("quill9x").stdout(Stdio::piped()).spawn().unwrap());
+    b_log.wait_for("injected delay of 6000 ms at reader.searched");
+    a_events.wait_for("A's commit of the edit", |e| e["event"] == "page_indexed" && e["slug"] == "note-9");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !has(&json_of(&search("quill9x").output().unwrap()), "note-9") {
+        assert!(Instant::now() < deadline, "B applies A's commit");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        held.try_wait().unwrap().is_none(),
+        "the held search is still running once B has applied the commit"
+    );
+    let mut out = String::new();
+    std::io::Read::read_to_string(held.stdout.as_mut().unwrap(), &mut out).unwrap();
+    assert!(held.wait().unwrap().success());
+    let answer: Value = serde_json::from_str(&out).unwrap();
+    assert!(!has(&answer, "note-9"), "the held search read B's sources before the commit: {answer}");
+    assert_ne!(
+        answer["pending_changes"], 0,
+        "it lacks the commit, so it cannot say nothing is pending: {answer}"
+    );
 }
 
 /// A reader's answer to `q` (fast mode) once its last look at the head makes `done` true (a

@@ -85,9 +85,11 @@ impl Handle<Search> for ReaderApi {
         Box::pin(async move {
             let f = &self.follower;
             f.asked().await;
+            let freshness = f.freshness_before();
             let mut resp = f.host().search(&v.request, &f.unavailable_ids()).await?;
+            cairn_index::fault::point_async("reader.searched").await;
             resp.served_by = Some(self.served_by());
-            crate::pipeline::query::apply_freshness(&mut resp, |id| f.freshness(id));
+            crate::pipeline::query::apply_freshness(&mut resp, freshness);
             if f.writer().is_none() && self.local.is_none() {
                 resp.notes.push(format!(
                     "no cairn process owns {}: answered read-only by this process (pid {}) from the tables",

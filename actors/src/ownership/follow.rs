@@ -264,6 +264,21 @@ impl Follower {
         }
     }
 
+    /// Each source's freshness as it is now, for an answer about to be searched: taken before
+    /// the answer reads the sources, so a commit applied while it runs only makes it newer than
+    /// it says (read after, a pending count of 0 could speak for a commit the search did not see).
+    pub fn freshness_before(&self) -> impl Fn(&str) -> (Freshness, Option<AsOf>) + '_ {
+        let mut ids: BTreeSet<String> = self.host().source_ids().into_iter().collect();
+        {
+            let t = self.track();
+            ids.extend(t.applied.keys().chain(t.seen.keys()).cloned());
+        }
+        let taken: BTreeMap<String, (Freshness, Option<AsOf>)> =
+            ids.into_iter().map(|id| (id.clone(), self.freshness(&id))).collect();
+        // A source loaded since (new here) is served at least as new as its tip says.
+        move |id| taken.get(id).cloned().unwrap_or_else(|| self.freshness(id))
+    }
+
     /// Every source held, as a status: `following` a live writer (with the commit it reflects),
     /// `behind` it, `unavailable`, or `not_watched`.
     pub fn status(&self) -> Vec<crate::status::SourceStatus> {
@@ -388,6 +403,12 @@ impl Follower {
                     *tip
                 }
             };
+            // Answers read the sources before they say how current they are: a source's new
+            // tables are served before its tip counts as applied, never after.
+            if changed_host {
+                self.set_host(host.clone());
+                changed_host = false;
+            }
             let mut t = self.track();
             t.applied.insert(id.clone(), reached);
             if reached.version >= t.seen.get(id).map_or(0, |s| s.version) {

@@ -118,11 +118,15 @@ impl Handler<Search> for QueryActor {
         Box::pin(async move {
             // On the runtime's worker threads: the query is embedded and scored in memory, and
             // concurrent searches do not queue behind each other.
+            // The pending counts are read before the search: a commit that lands while it runs
+            // only makes the answer newer than its counts say (read after, a count of 0 could
+            // speak for a commit the search did not see).
             let unavailable = status.unavailable();
+            let before = status.all();
             let away: std::collections::BTreeSet<String> = unavailable.keys().cloned().collect();
             let task = tokio::spawn(async move { host.search(&req, &away).await });
             let mut resp = task.await.map_err(|e| cairn_query::QueryError::Internal(e.to_string()))??;
-            add_freshness(&mut resp, &status, &unavailable);
+            add_freshness(&mut resp, &before, &unavailable);
             resp.served_by = Some(ServedBy::here(Role::Owner));
             emit.emit(QUERY_STREAM, vec![EventKind::QueryAnswered(Box::new(telemetry(&resp)))]).await;
             Ok(resp)
@@ -130,14 +134,15 @@ impl Handler<Search> for QueryActor {
     }
 }
 
-/// Each source's pending changes and lag, and the warning an agent must not miss.
+/// Each source's pending changes and lag (from `status`, as read before the search), and the
+/// warning an agent must not miss.
 pub fn add_freshness(
     resp: &mut SearchResponse,
-    status: &StatusBoard,
+    status: &[crate::status::SourceStatus],
     unavailable: &std::collections::BTreeMap<String, String>,
 ) {
     apply_freshness(resp, |s| {
-        let st = status.get(s);
+        let st = status.iter().find(|st| st.source == s);
         let as_of = st
             .as_ref()
             .filter(|st| st.committed_unix_ms > 0)
