@@ -36,7 +36,7 @@ fn copy_dir(from: &Path, to: &Path) {
 }
 
 fn source(id: &str, root: &Path) -> SourceConfig {
-    SourceConfig { id: id.into(), root: root.to_path_buf(), include: vec![], exclude: vec![] }
+    SourceConfig { id: id.into(), root: root.to_path_buf(), include: vec![], exclude: vec![], language: None }
 }
 
 /// `n` queries spread evenly over a query file.

@@ -225,7 +225,7 @@ async fn measure(db: &str) {
         let t = Instant::now();
         store.write(&batch).await.unwrap();
         tables_ms.push(t.elapsed().as_secs_f64() * 1000.0);
-        resident.apply(cairn_index::Prepared::batch(&batch)).await.unwrap();
+        resident.apply(cairn_index::Prepared::batch(&batch, resident.lang())).await.unwrap();
         commit_ms.push(t.elapsed().as_secs_f64() * 1000.0);
     }
     // As the writer's idle upkeep does: a snapshot of the index as the edits left it.

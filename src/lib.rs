@@ -66,7 +66,13 @@ impl SourceSpec {
     }
 
     pub fn config(&self) -> SourceConfig {
-        SourceConfig { id: self.id.clone(), root: self.root.clone(), include: vec![], exclude: vec![] }
+        SourceConfig {
+            id: self.id.clone(),
+            root: self.root.clone(),
+            include: vec![],
+            exclude: vec![],
+            language: None,
+        }
     }
 }
 

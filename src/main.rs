@@ -1,5 +1,9 @@
 //! The `cairn` executable: logging, the allocator and the async runtime around [`cli::run`].
 
+// The CLI's verbs await the whole pipeline's start-up: their futures nest deeper than rustc's
+// default layout depth (128).
+#![recursion_limit = "256"]
+
 mod cli;
 
 use clap::Parser;

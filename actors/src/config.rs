@@ -32,6 +32,18 @@ pub struct SourceConfig {
     pub include: Vec<String>,
     #[serde(default)]
     pub exclude: Vec<String>,
+    /// The language its words are read in (an ISO 639-1 code: `de`, `fr`, `zh`…; see
+    /// `cairn_index::resident::LANGUAGE_CODES`). Unset: the one recorded with its tables, else
+    /// told from its folder's text when it is first indexed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub language: Option<String>,
+}
+
+impl SourceConfig {
+    /// The language configured for it (checked by [`Config::validate`]).
+    pub fn lang(&self) -> Option<cairn_index::resident::Lang> {
+        self.language.as_deref().and_then(cairn_index::resident::Lang::parse)
+    }
 }
 
 /// Where the embedding model comes from, and how it reads text. Any setting that changes the
@@ -266,6 +278,16 @@ impl Config {
         let mut seen = std::collections::HashSet::new();
         for s in &self.sources {
             validate_source_id(&s.id)?;
+            if let Some(code) =
+                s.language.as_deref().filter(|c| cairn_index::resident::Lang::parse(c).is_none())
+            {
+                return Err(format!(
+                    "source `{}`: language `{code}` is not one cairn reads; use one of {} (or leave it out: \
+                     cairn tells the language from the folder's text)",
+                    s.id,
+                    cairn_index::resident::LANGUAGE_CODES
+                ));
+            }
             if !seen.insert(&s.id) {
                 return Err(format!("source id `{}` is given twice", s.id));
             }

@@ -209,6 +209,7 @@ impl QueryHost {
                     pages: index.page_count(),
                     chunks: index.chunk_count(),
                     vectors_pending: index.unembedded_count(),
+                    language: Some(index.lang().code().to_string()),
                     error: away.map(|(_, m)| m.clone()),
                     unavailable: away.map(|(u, _)| u.clone()),
                     ..Default::default()

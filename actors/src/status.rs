@@ -3,7 +3,7 @@
 //! an await), read by the query actor.
 
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use tokio::time::Instant;
 
@@ -106,6 +106,9 @@ pub struct SourceStatus {
     /// not read, and kept as last indexed.
     #[serde(default, skip_serializing_if = "crate::event::is_zero")]
     pub placeholders: usize,
+    /// The language its words are read in (an ISO 639-1 code, `cjk` or `other`), once known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub language: Option<String>,
 }
 
 /// One line of counts, then why it is unavailable, what removals it holds, and what fails.
@@ -114,10 +117,11 @@ impl std::fmt::Display for SourceStatus {
         let eta = self.eta_secs.map_or(String::new(), |e| format!(", ETA {e:.0} s"));
         writeln!(
             f,
-            "{}: {} ({}), {} pages, {} chunks, {} waiting for vectors ({:.1}/s{eta}), {} pending changes",
+            "{}: {} ({}{}), {} pages, {} chunks, {} waiting for vectors ({:.1}/s{eta}), {} pending changes",
             self.source,
             self.state,
             self.root,
+            self.language.as_ref().map_or(String::new(), |l| format!(", language {l}")),
             self.pages,
             self.chunks,
             self.vectors_pending,
@@ -164,6 +168,9 @@ struct Entry {
     failures: BTreeMap<String, FileFailure>,
     /// Set while the folder cannot be read; it outranks whatever state the stages report.
     unavailable: Option<cairn_ingest::Unavailable>,
+    /// The folder has been compared with the index since the source was opened (before, what
+    /// changed while nothing watched it is not known, so no pending count can be given).
+    compared: bool,
 }
 
 impl Entry {
@@ -196,7 +203,26 @@ impl StatusBoard {
         self.with(source, |e| {
             e.status.root = root.into();
             e.status.state = SourceState::Starting;
+            e.compared = false;
         });
+    }
+
+    /// The language `source`'s words are read in.
+    pub fn set_language(&self, source: &str, lang: cairn_index::resident::Lang) {
+        self.with(source, |e| e.status.language = Some(lang.code().to_string()));
+    }
+
+    /// A scan compared `source`'s folder with its index: its pending count now covers every
+    /// change (the watcher's since).
+    pub fn compared(&self, source: &str) {
+        self.with(source, |e| e.compared = true);
+    }
+
+    /// Sources whose folder has not been compared with the index yet since they opened (and
+    /// that are not unavailable, which says more).
+    pub fn uncompared(&self) -> BTreeSet<String> {
+        let map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        map.iter().filter(|(_, e)| !e.compared && e.unavailable.is_none()).map(|(id, _)| id.clone()).collect()
     }
 
     /// Forget a source (it is no longer watched).

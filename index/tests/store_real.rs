@@ -216,7 +216,7 @@ async fn a_resident_index_kept_by_commits_matches_the_tables() {
     ];
     for b in &batches {
         store.write(b).await.unwrap();
-        kept.apply(Prepared::batch(b)).await.unwrap();
+        kept.apply(Prepared::batch(b, kept.lang())).await.unwrap();
     }
     store.optimize().await.unwrap();
     store.build_text_indexes().await.unwrap();

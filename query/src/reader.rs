@@ -11,6 +11,10 @@ use std::future::Future;
 /// The per-source read primitives the gather step fans out to.
 pub trait SourceReader: Sync {
     fn id(&self) -> &str;
+    /// The language the source's words are read in (the query is read in it too).
+    fn lang(&self) -> cairn_index::resident::Lang {
+        cairn_index::resident::Lang::English
+    }
     /// Keyword arm: chunks by BM25 (a chunk's heading path and text scored as `fields` says),
     /// best first (of the pages `allow`ed, when given).
     fn keyword(
@@ -64,6 +68,9 @@ pub trait SourceReader: Sync {
 impl SourceReader for Resident {
     fn id(&self) -> &str {
         Resident::id(self)
+    }
+    fn lang(&self) -> cairn_index::resident::Lang {
+        Resident::lang(self)
     }
     async fn keyword(
         &self,

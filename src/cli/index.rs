@@ -81,5 +81,11 @@ async fn recorded(c: &cairn::Config, id: &str) -> Result<cairn::SourceConfig> {
     let root = info.root.ok_or_else(|| {
         Usage(format!("the database records no folder for `{id}`; give it: cairn reindex --source {id}=DIR"))
     })?;
-    Ok(cairn::SourceConfig { id: info.id, root: root.into(), include: info.include, exclude: info.exclude })
+    Ok(cairn::SourceConfig {
+        id: info.id,
+        root: root.into(),
+        include: info.include,
+        exclude: info.exclude,
+        language: None,
+    })
 }

@@ -90,6 +90,7 @@ pub async fn doctor(common: &Common, repair: bool, json: bool) -> Result<ExitCod
             root: i.root.clone().unwrap_or_default().into(),
             include: i.include.clone(),
             exclude: i.exclude.clone(),
+            language: None,
         });
         let c = cairn::Config { sources: sources.collect(), ..config.clone() };
         let done = cairn::index(c, true, false).await;

@@ -38,7 +38,13 @@ fn vault(root: &Path) {
 fn config(db: &Path, root: &Path) -> Config {
     Config::new(
         db.to_str().unwrap(),
-        vec![SourceConfig { id: "coast".into(), root: root.into(), include: vec![], exclude: vec![] }],
+        vec![SourceConfig {
+            id: "coast".into(),
+            root: root.into(),
+            include: vec![],
+            exclude: vec![],
+            language: None,
+        }],
     )
 }
 

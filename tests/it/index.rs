@@ -387,3 +387,65 @@ async fn chunk_vectors_are_exact_whether_memory_holds_the_vectors_or_their_codes
     }
     assert!(coded.chunk_vectors(&["no-such-chunk"]).await.unwrap().is_empty());
 }
+
+/// Notes in German, written for cairn: a page that names cats only in the singular, one about
+/// the weather, one about houses.
+const GERMAN: [(&str, &str); 3] = [
+    (
+        "haustiere.md",
+        "# Haustiere\n\nDie Katze schläft am liebsten auf dem warmen Sofa, während der Hund im Garten \
+         nach einem Knochen sucht. Am Abend bekommt jedes Tier sein eigenes Futter.\n",
+    ),
+    (
+        "wetter.md",
+        "# Wetter\n\nMorgen wird es im Norden regnen, und die Temperaturen fallen in der Nacht unter null. \
+         Im Süden bleibt es trocken und sonnig.\n",
+    ),
+    (
+        "wohnen.md",
+        "# Wohnen\n\nDas alte Haus am Marktplatz hat dicke Mauern und kleine Fenster, die im Winter die \
+         Wärme halten.\n",
+    ),
+];
+
+/// Issue 53's languages: a source whose language is not configured is told from its folder's
+/// text, recorded with its tables and shown in its status; its words, and the query's, are then
+/// stemmed as German (a plural finds the page that has only the singular). Configured, the
+/// language wins: the same vault read as English does not match the two forms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_german_vault_is_read_in_german_told_from_its_text_and_a_configured_language_wins() {
+    use cairn_actors::{Cairn, Mode, SearchRequest};
+    let (vault, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    for (name, body) in GERMAN {
+        write(vault.path(), name, body);
+    }
+    let ask = async |language: Option<&str>, q: &str| {
+        let mut source = spec("notizen", vault.path()).config();
+        source.language = language.map(str::to_string);
+        let cairn = Cairn::open(Config::new(db.path().to_str().unwrap(), vec![source])).await.unwrap();
+        cairn.flush().await.unwrap();
+        let status = cairn.status().await.unwrap();
+        let req = SearchRequest { mode: Mode::Fast, ..SearchRequest::new(q) };
+        let slugs: Vec<String> =
+            cairn.search(req).await.unwrap().results.into_iter().map(|r| r.slug).collect();
+        cairn.shutdown().await.unwrap();
+        (status.sources[0].language.clone(), slugs)
+    };
+    let (told, found) = ask(None, "Katzen").await;
+    assert_eq!(told.as_deref(), Some("de"), "told from the notes' text");
+    assert_eq!(
+        found.first().map(String::as_str),
+        Some("haustiere"),
+        "the plural finds the singular: {found:?}"
+    );
+    let (_, found) = ask(None, "Häuser").await;
+    assert_eq!(found.first().map(String::as_str), Some("wohnen"), "{found:?}");
+    // Recorded with the tables: a restart reads the same language without telling it again.
+    let db_handle = Database::open(db.path().to_str().unwrap()).await.unwrap();
+    let store = db_handle.open_existing("notizen").await.unwrap();
+    assert_eq!(store.recorded_language().await.unwrap(), cairn_index::resident::Lang::parse("de"));
+
+    let (configured, found) = ask(Some("en"), "Katzen").await;
+    assert_eq!(configured.as_deref(), Some("en"));
+    assert!(!found.contains(&"haustiere".to_string()), "English does not stem German plurals: {found:?}");
+}

@@ -260,7 +260,13 @@ async fn a_second_watch_adds_its_sources_to_the_owner_and_says_who_owns() {
     write(&hills, "cairns.md", "# Cairns\n\nPiles of stones mark the path over the pass.\n");
     let config = cairn::Config::new(
         db.to_str().unwrap(),
-        vec![cairn::SourceConfig { id: "sea".into(), root: sea.clone(), include: vec![], exclude: vec![] }],
+        vec![cairn::SourceConfig {
+            id: "sea".into(),
+            root: sea.clone(),
+            include: vec![],
+            exclude: vec![],
+            language: None,
+        }],
     );
     let owner = cairn::Cairn::open(config).await.unwrap();
     let second = Command::new(cairn_bin())
@@ -365,6 +371,7 @@ mod socket {
                 root: root.clone(),
                 include: vec![],
                 exclude: vec![],
+                language: None,
             }],
         );
         let owner = cairn::Cairn::open(config.clone()).await.unwrap();

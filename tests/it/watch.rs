@@ -27,7 +27,13 @@ fn other_process_search(db: &Path, query: &str) -> Vec<String> {
 
 /// A database at `db` with one source, `id`, of `vault`.
 fn one_source(db: &Path, id: &str, vault: &Path) -> Config {
-    let source = SourceConfig { id: id.into(), root: vault.to_path_buf(), include: vec![], exclude: vec![] };
+    let source = SourceConfig {
+        id: id.into(),
+        root: vault.to_path_buf(),
+        include: vec![],
+        exclude: vec![],
+        language: None,
+    };
     Config::new(db.to_str().unwrap(), vec![source])
 }
 
@@ -290,8 +296,20 @@ async fn a_source_whose_folder_is_missing_is_unavailable_while_the_others_go_on(
     let config = Config::new(
         db.to_str().unwrap(),
         vec![
-            SourceConfig { id: "good".into(), root: good.clone(), include: vec![], exclude: vec![] },
-            SourceConfig { id: "later".into(), root: missing.clone(), include: vec![], exclude: vec![] },
+            SourceConfig {
+                id: "good".into(),
+                root: good.clone(),
+                include: vec![],
+                exclude: vec![],
+                language: None,
+            },
+            SourceConfig {
+                id: "later".into(),
+                root: missing.clone(),
+                include: vec![],
+                exclude: vec![],
+                language: None,
+            },
         ],
     );
     let cairn = Cairn::open(config).await.unwrap();

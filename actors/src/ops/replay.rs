@@ -120,7 +120,13 @@ fn expand(pattern: &str, i: usize) -> String {
 pub fn config(db: &str, dir: &Path) -> Config {
     let mut c = Config::new(
         db,
-        vec![SourceConfig { id: SOURCE.into(), root: dir.to_path_buf(), include: vec![], exclude: vec![] }],
+        vec![SourceConfig {
+            id: SOURCE.into(),
+            root: dir.to_path_buf(),
+            include: vec![],
+            exclude: vec![],
+            language: None,
+        }],
     );
     c.watch = false;
     c.reconcile_secs = 0;

@@ -250,7 +250,10 @@ impl Follower {
                     Some(Side::Unavailable { why }) => {
                         Freshness::Unavailable(format!("on the writer's machine: {why}"))
                     }
-                    Some(Side::Watched { pending }) if *pending > 0 => {
+                    Some(Side::Watched { scanning: true, .. }) => {
+                        crate::pipeline::query::scanning(id, "its writer on another machine")
+                    }
+                    Some(Side::Watched { pending, .. }) if *pending > 0 => {
                         Freshness::Watched { pending: *pending, lag_ms: 0 }
                     }
                     _ => Freshness::Followed,
@@ -511,9 +514,13 @@ async fn apply(live: &crate::host::LiveSource, change: &Change) -> cairn_index::
         let slugs: Vec<&str> = change.upserted.iter().map(String::as_str).collect();
         let pages = live.store.load_pages(&slugs).await?;
         let removed = change.removed.clone();
+        let lang = live.resident.lang();
         let prepared = tokio::task::spawn_blocking(move || {
             Prepared::delta(
-                pages.into_iter().map(|(r, c)| cairn_index::resident::PreparedPage::stored(r, c)).collect(),
+                pages
+                    .into_iter()
+                    .map(|(r, c)| cairn_index::resident::PreparedPage::stored(r, c, lang))
+                    .collect(),
                 removed,
             )
         })

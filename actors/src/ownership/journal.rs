@@ -112,8 +112,16 @@ pub struct Head {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
 pub enum Side {
-    Watched { pending: u64 },
-    Unavailable { why: String },
+    /// `scanning`: its folder not compared with the index yet since the writer opened it (it
+    /// started, or took over): what changed meanwhile is not known, whatever `pending` says.
+    Watched {
+        pending: u64,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        scanning: bool,
+    },
+    Unavailable {
+        why: String,
+    },
 }
 
 /// The version a change object's name says (`…/<version>.json`).
@@ -145,13 +153,14 @@ pub struct Journal {
 
 #[derive(Debug)]
 enum Entry {
-    /// Answered once the change and the head naming it are written.
-    Change(String, Change, tokio::sync::oneshot::Sender<()>),
+    /// Answered once the change and the head naming it are written (`false`: another writer
+    /// has taken over, and this one's head was not written).
+    Change(String, Change, tokio::sync::oneshot::Sender<bool>),
     Forget(String),
     /// Every source as the writer sees it now (written with the next head).
     Sides(BTreeMap<String, Side>),
     /// A writer opened `source` at this chunks-table version: answered once the head says so.
-    Opened(String, u64, tokio::sync::oneshot::Sender<()>),
+    Opened(String, u64, tokio::sync::oneshot::Sender<bool>),
     /// The writer stops: the head says nobody writes.
     Close(tokio::sync::oneshot::Sender<()>),
     /// Changes of `source` in `epoch` up to this version are about to be removed: answered once
@@ -318,9 +327,11 @@ impl Journal {
                         }
                     }
                 }
+                let mut stands = true;
                 match heads.write(&remote, &head).await {
                     // Only a floor readers can see lets its changes go.
                     Ok(written) => {
+                        stands = written;
                         failed = 0;
                         if written {
                             floors.into_iter().for_each(|done| {
@@ -337,8 +348,9 @@ impl Journal {
                         )
                     }
                 }
+                // A failed write is tried again (the commit stands); a superseded one never is.
                 for done in written {
-                    let _ = done.send(());
+                    let _ = done.send(stands);
                 }
                 if let Some(done) = closed {
                     let _ = done.send(());
@@ -398,12 +410,16 @@ impl Journal {
     }
 
     /// A commit of `source`, in commit order; returns once readers can see it (the change and
-    /// the head naming it written, or given up on).
-    pub async fn record(&self, source: &str, change: Change) {
+    /// the head naming it written, or its head's write failed and is tried again). `false` when
+    /// another writer has taken over since: the commit may not stand (the new writer's fence
+    /// restores the tables it opened), and must not be reported as made.
+    #[must_use]
+    pub async fn record(&self, source: &str, change: Change) -> bool {
         let (done, written) = tokio::sync::oneshot::channel();
         if self.tx.send(Entry::Change(source.into(), change, done)).await.is_ok() {
-            let _ = written.await;
+            return written.await.unwrap_or(false);
         }
+        false
     }
 
     /// This writer opened `source`, whose chunks table is at `version`: a version the journal
@@ -811,25 +827,27 @@ mod tests {
         let remote = Remote::in_memory();
         let old = lease(&remote, "lock-1").await;
         let first = Journal::start(remote.clone(), old.clone()).await;
-        first.record("s", change(3, &["a"], &[], &[])).await;
+        assert!(first.record("s", change(3, &["a"], &[], &[])).await);
         // The next writer takes the lease over (the first stopped past it) and continues the head.
         let new = lease(&remote, "lock-2").await;
         let next = Journal::start(remote.clone(), new.clone()).await;
         // The first wakes before the next one has written: its commit in flight is told to the
         // journal, and its head lands (conditional on the head it wrote last, still there).
-        first.record("s", change(4, &["b"], &[], &[])).await;
+        assert!(first.record("s", change(4, &["b"], &[], &[])).await);
         assert_eq!(read_head(&remote).await.unwrap().unwrap().sources["s"].version, 4);
         // The next one's write finds it and, holding the lease, writes its own over it.
-        next.record("s", change(5, &["a"], &[], &[])).await;
+        assert!(next.record("s", change(5, &["a"], &[], &[])).await);
         let head = read_head(&remote).await.unwrap().unwrap();
         assert_eq!((head.sources["s"].version, head.writer.as_ref()), (5, Some(new.holder())));
         // The first learns it lost the lease; what it writes after is refused, its clean stop too.
         assert!(!old.renew().await.unwrap(), "taken over");
-        first.record("s", change(6, &["b"], &[], &[])).await;
+        // Its commit is refused as made: the writer does not report it (the new one's fence
+        // may have undone it).
+        assert!(!first.record("s", change(6, &["b"], &[], &[])).await, "taken over: not made");
         first.close().await;
         let head = read_head(&remote).await.unwrap().unwrap();
         assert_eq!((head.sources["s"].version, head.writer.as_ref()), (5, Some(new.holder())));
-        next.record("s", change(7, &["a"], &[], &[])).await;
+        assert!(next.record("s", change(7, &["a"], &[], &[])).await);
         assert_eq!(read_head(&remote).await.unwrap().unwrap().sources["s"].version, 7);
     }
 
@@ -838,13 +856,16 @@ mod tests {
         let store = std::sync::Arc::new(HeadsFail { inner: Default::default(), failing: Default::default() });
         let remote = Remote::with_store(store.clone());
         let journal = Journal::start(remote.clone(), lease(&remote, "lock").await).await;
-        journal.record("s", change(3, &["a"], &[], &[])).await;
+        assert!(journal.record("s", change(3, &["a"], &[], &[])).await);
         let version =
             async || read_head(&remote).await.unwrap().and_then(|h| h.sources.get("s").map(|t| t.version));
         assert_eq!(version().await, Some(3));
         // The store refuses the head: the change of version 4 is recorded, the head is not.
         store.failing.store(true, std::sync::atomic::Ordering::SeqCst);
-        journal.record("s", change(4, &["a"], &[], &[])).await;
+        assert!(
+            journal.record("s", change(4, &["a"], &[], &[])).await,
+            "the head is written again: it stands"
+        );
         assert_eq!(version().await, Some(3));
         // Back: the head is written again with nothing more committed (before, only a next
         // commit wrote it, and an idle writer's readers never saw version 4).

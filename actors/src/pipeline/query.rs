@@ -122,7 +122,7 @@ impl Handler<Search> for QueryActor {
             // only makes the answer newer than its counts say (read after, a count of 0 could
             // speak for a commit the search did not see).
             let unavailable = status.unavailable();
-            let before = status.all();
+            let before = Before { status: status.all(), uncompared: status.uncompared() };
             let away: std::collections::BTreeSet<String> = unavailable.keys().cloned().collect();
             let task = tokio::spawn(async move { host.search(&req, &away).await });
             let mut resp = task.await.map_err(|e| cairn_query::QueryError::Internal(e.to_string()))??;
@@ -134,21 +134,42 @@ impl Handler<Search> for QueryActor {
     }
 }
 
-/// Each source's pending changes and lag (from `status`, as read before the search), and the
+/// The sources' status as read before a search.
+#[derive(Debug)]
+pub struct Before {
+    pub status: Vec<crate::status::SourceStatus>,
+    /// Sources whose folder this process has not compared with the index yet.
+    pub uncompared: std::collections::BTreeSet<String>,
+}
+
+/// What an answer says of a source whose folder its writer has not compared with the index yet
+/// (it started, or took over, lately): changes made while nothing watched are not known.
+pub fn scanning(id: &str, whose: &str) -> Freshness {
+    Freshness::Behind {
+        degraded: format!("scanning:{id}"),
+        note: format!(
+            "{whose} has not finished comparing `{id}`'s folder with the index since it started: changes made \
+             while nothing watched it are not known yet; wait before creating a page it may hold"
+        ),
+    }
+}
+
+/// Each source's pending changes and lag (from `before`, as read before the search), and the
 /// warning an agent must not miss.
 pub fn add_freshness(
     resp: &mut SearchResponse,
-    status: &[crate::status::SourceStatus],
+    before: &Before,
     unavailable: &std::collections::BTreeMap<String, String>,
 ) {
     apply_freshness(resp, |s| {
-        let st = status.iter().find(|st| st.source == s);
+        let st = before.status.iter().find(|st| st.source == s);
         let as_of = st
             .as_ref()
             .filter(|st| st.committed_unix_ms > 0)
             .map(|st| cairn_query::AsOf { version: st.version, committed_unix_ms: st.committed_unix_ms });
         let freshness = match (unavailable.get(s), st) {
             (Some(why), _) => Freshness::Unavailable(why.clone()),
+            (None, Some(_)) if before.uncompared.contains(s) => scanning(s, "this process"),
             (None, Some(st)) => Freshness::Watched { pending: st.pending, lag_ms: st.lag_ms },
             (None, None) => Freshness::Unwatched,
         };

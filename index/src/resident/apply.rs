@@ -14,6 +14,11 @@ impl ResidentIndex {
         Self { vectors: Vectors::new(exact_up_to), ..Self::default() }
     }
 
+    /// Its words read in `lang` (pages applied since are prepared in it: [`Prepared::batch`]).
+    pub fn in_language(self, lang: super::analyzer::Lang) -> Self {
+        Self { lang, ..self }
+    }
+
     pub fn apply(&mut self, batch: Prepared) {
         for s in &batch.removals {
             self.remove(s);

@@ -1,7 +1,7 @@
 //! What a search reads from a resident index: the keyword, vector, title and name arms, and the
 //! records and vectors answers are built from.
 
-use super::analyzer::terms;
+use super::analyzer::terms_in;
 use super::keys::Key;
 use super::keyword::{Fields, top_k};
 use super::slots::{Page, ResidentIndex, id_of, text_hash_of};
@@ -22,7 +22,7 @@ impl ResidentIndex {
     ) -> Vec<ChunkHit> {
         let scored = self
             .chunk_text
-            .scores(&terms(query), fields)
+            .scores(&terms_in(self.lang, query), fields)
             .into_iter()
             .filter(|(d, _)| self.allowed(*d as usize, allow))
             .map(|(d, s)| (s, d))
@@ -63,7 +63,7 @@ impl ResidentIndex {
     ) -> Vec<PageRecord> {
         let scored: Vec<(f32, &str)> = self
             .page_names
-            .scores(&terms(query), Fields::Together)
+            .scores(&terms_in(self.lang, query), Fields::Together)
             .into_iter()
             .filter_map(|(d, s)| self.page_slots[d as usize].as_deref().map(|slug| (s, slug)))
             .filter(|(_, slug)| allow.is_none_or(|a| a.contains(*slug)))

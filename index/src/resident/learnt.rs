@@ -6,7 +6,7 @@
 //! half of the pages that teach it point there: a display text such as "notes" that links to
 //! many pages names none of them.
 
-use super::analyzer::terms;
+use super::analyzer::{Lang, terms_in};
 use super::slots::ResidentIndex;
 use crate::store::PageRecord;
 use cairn_ingest::normalize_name;
@@ -48,13 +48,13 @@ pub struct LearntPage {
 
 /// A name worth learning: it has a word that is not a stop word, and it is not the name it is
 /// taught to already.
-fn worth(name: &str, target: &str) -> bool {
-    !name.is_empty() && name != target && !terms(name).is_empty()
+fn worth(name: &str, target: &str, lang: Lang) -> bool {
+    !name.is_empty() && name != target && !terms_in(lang, name).is_empty()
 }
 
 /// The lessons of a page: the display texts of its links to pages (not to a heading, not
 /// embeds), and the short forms its chunks' `texts` define. Each once, sorted.
-pub fn lessons<'a>(record: &PageRecord, texts: impl Iterator<Item = &'a str>) -> Vec<Lesson> {
+pub fn lessons<'a>(record: &PageRecord, texts: impl Iterator<Item = &'a str>, lang: Lang) -> Vec<Lesson> {
     let links: Vec<cairn_ingest::Link> = serde_json::from_str(record.links.text()).unwrap_or_default();
     let mut out: Vec<Lesson> = Vec::new();
     for l in links.iter().filter(|l| !l.embed && l.heading.is_none()) {
@@ -62,14 +62,14 @@ pub fn lessons<'a>(record: &PageRecord, texts: impl Iterator<Item = &'a str>) ->
         let path = l.target.strip_suffix(".md").unwrap_or(&l.target);
         let (name, target) = (normalize_name(label), normalize_name(path));
         let file = path.rsplit('/').next().map(normalize_name).unwrap_or_default();
-        if worth(&name, &target) && name != file {
+        if worth(&name, &target, lang) && name != file {
             out.push(Lesson { name, target, how: Teaching::LinkText });
         }
     }
     for text in texts {
         for d in cairn_ingest::definitions::definitions(text) {
             let (name, target) = (normalize_name(&d.short), normalize_name(&d.long));
-            if worth(&name, &target) {
+            if worth(&name, &target, lang) {
                 out.push(Lesson { name, target, how: Teaching::Acronym });
             }
         }
@@ -164,7 +164,7 @@ mod tests {
             text_hash: format!("h:{slug}"),
             vector: None,
         };
-        PreparedPage::stored(record, vec![chunk])
+        PreparedPage::stored(record, vec![chunk], crate::resident::Lang::English)
     }
 
     fn index(pages: Vec<PreparedPage>) -> ResidentIndex {
@@ -244,6 +244,7 @@ mod tests {
             chunk_rows: 3,
             page_rows: 3,
             exact_up_to: crate::vectors::EXACT_VECTORS_UP_TO as u64,
+            lang: Default::default(),
         };
         i.save(&path, &stamp).unwrap();
         let back = ResidentIndex::restore(&path, &stamp).unwrap().expect("the stamp matches");

@@ -1,6 +1,6 @@
 //! A committed batch tokenised, before any lock is taken, and what a page is named by.
 
-use super::analyzer::terms;
+use super::analyzer::{Lang, terms_in};
 use super::learnt::{Lesson, lessons};
 use crate::store::{ChunkHit, Json, PageRecord, StoredChunk, WriteBatch};
 use crate::vectors::unit;
@@ -68,21 +68,21 @@ pub struct Prepared {
 }
 
 impl PreparedPage {
-    /// A stored page and its stored chunks.
-    pub fn stored(record: PageRecord, chunks: Vec<StoredChunk>) -> Self {
+    /// A stored page and its stored chunks, its words read in `lang`.
+    pub fn stored(record: PageRecord, chunks: Vec<StoredChunk>, lang: Lang) -> Self {
         let mut names = vec![
             record.slug.clone(),
             normalize_name(&record.title),
             normalize_name(&file_name(&record.path)),
         ];
         names.extend(record.aliases.iter().map(|a| normalize_name(a)));
-        let name_terms = terms(&names_text(&record.title, &record.aliases));
-        let lessons = lessons(&record, chunks.iter().map(|c| c.hit.text.as_str()));
+        let name_terms = terms_in(lang, &names_text(&record.title, &record.aliases));
+        let lessons = lessons(&record, chunks.iter().map(|c| c.hit.text.as_str()), lang);
         let chunks = chunks
             .into_iter()
             .map(|c| PreparedChunk {
-                head_terms: terms(&c.hit.heading_path),
-                terms: terms(&c.hit.text),
+                head_terms: terms_in(lang, &c.hit.heading_path),
+                terms: terms_in(lang, &c.hit.text),
                 hit: c.hit,
                 text_hash: c.text_hash,
                 vector: c.vector.map(unit),
@@ -91,7 +91,7 @@ impl PreparedPage {
         Self { record: PageRecord { score: 0.0, ..record }, names, name_terms, lessons, chunks }
     }
 
-    fn parsed(page: &ParsedPage, vectors: &[Option<Vec<f32>>], mtime_ms: i64) -> Self {
+    fn parsed(page: &ParsedPage, vectors: &[Option<Vec<f32>>], mtime_ms: i64, lang: Lang) -> Self {
         let record = PageRecord {
             slug: page.slug.clone(),
             path: page.path.clone(),
@@ -127,18 +127,18 @@ impl PreparedPage {
                 StoredChunk { hit, text_hash: c.text_hash.clone(), vector: v.clone() }
             })
             .collect();
-        Self::stored(record, chunks)
+        Self::stored(record, chunks, lang)
     }
 }
 
 impl Prepared {
-    /// Tokenise a batch the writer has committed.
-    pub fn batch(batch: &WriteBatch) -> Self {
+    /// Tokenise a batch the writer has committed, in its source's language.
+    pub fn batch(batch: &WriteBatch, lang: Lang) -> Self {
         Self {
             upserts: batch
                 .upserts
                 .iter()
-                .map(|w| PreparedPage::parsed(&w.page, &w.vectors, w.mtime_ms))
+                .map(|w| PreparedPage::parsed(&w.page, &w.vectors, w.mtime_ms, lang))
                 .collect(),
             removals: batch.removals.clone(),
         }

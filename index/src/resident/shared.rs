@@ -61,9 +61,10 @@ impl Resident {
         let chunks = store.counts().await?.1;
         let held = chunks.saturating_sub(store.unembedded().await?);
         let snapshot = snapshot.map(std::path::Path::to_path_buf);
+        let lang = store.language().await?;
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<crate::store::LoadedPage>>(2);
         let apply = tokio::task::spawn_blocking(move || {
-            let mut index = ResidentIndex::with_exact_vectors_up_to(exact_vectors_up_to);
+            let mut index = ResidentIndex::with_exact_vectors_up_to(exact_vectors_up_to).in_language(lang);
             index.keep_chunks_beside(snapshot.as_deref());
             index.vectors.expect(held, chunks);
             if held > exact_vectors_up_to {
@@ -71,7 +72,7 @@ impl Resident {
             }
             while let Some(batch) = rx.blocking_recv() {
                 index.apply(Prepared::pages(
-                    batch.into_iter().map(|(r, c)| PreparedPage::stored(r, c)).collect(),
+                    batch.into_iter().map(|(r, c)| PreparedPage::stored(r, c, lang)).collect(),
                 ));
             }
             index.shrink();
@@ -296,6 +297,11 @@ impl Resident {
             known.extend(store.vectors_by(crate::VectorKey::TextHash, &held).await?);
         }
         Ok(known)
+    }
+
+    /// The language its words are read in (prepare what it applies in it).
+    pub fn lang(&self) -> super::analyzer::Lang {
+        self.read().lang()
     }
 
     pub fn id(&self) -> &str {

@@ -67,6 +67,8 @@ pub struct ResidentIndex {
     /// the file (see [`chunk_file`]). Without one, what memory lacks is read from the tables.
     pub(super) chunk_home: ChunkHome,
     pub(super) file: Option<ChunkFile>,
+    /// The language its words are read in (the source's: see [`super::analyzer`]).
+    pub(super) lang: super::analyzer::Lang,
 }
 
 /// Where a resident index makes its chunk file when it needs one.
@@ -105,6 +107,11 @@ pub(super) fn slot<T>(slots: &mut Vec<Option<T>>, free: &mut Vec<u32>, value: T)
 }
 
 impl ResidentIndex {
+    /// The language its words are read in.
+    pub fn lang(&self) -> super::analyzer::Lang {
+        self.lang
+    }
+
     /// Whether the vectors held are exact (else int8 codes, whose candidates are re-scored from
     /// the stored vectors).
     pub fn exact_vectors(&self) -> bool {

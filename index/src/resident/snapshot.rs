@@ -38,6 +38,8 @@ pub struct Stamp {
     pub chunk_rows: u64,
     pub page_rows: u64,
     pub exact_up_to: u64,
+    /// The language the index's words were read in (another one reads them anew).
+    pub lang: super::analyzer::Lang,
 }
 
 /// A chunk slot's flags: it holds a chunk, the chunk has a vector, its text follows.
@@ -47,8 +49,24 @@ const TEXT: u8 = 4;
 
 /// The file's first bytes: a name and the layout's version (a new layout is a new name; 5: body
 /// hashes became SHA-256; 6: the chunk file's dead bytes, for its compaction; 7: the names each
-/// page teaches; 8: the keyword index keeps headings apart from bodies).
-const MAGIC: &[u8; 8] = b"cairnRI8";
+/// page teaches; 8: the keyword index keeps headings apart from bodies; 9: the stamp names the
+/// source's language).
+const MAGIC: &[u8; 8] = b"cairnRI9";
+
+/// A language's code as a stamp's number (its bytes), and back.
+fn lang_number(lang: super::analyzer::Lang) -> u64 {
+    let mut bytes = [0u8; 8];
+    let code = lang.code().as_bytes();
+    bytes[..code.len().min(8)].copy_from_slice(&code[..code.len().min(8)]);
+    u64::from_le_bytes(bytes)
+}
+
+fn lang_of(n: u64) -> io::Result<super::analyzer::Lang> {
+    let bytes = n.to_le_bytes();
+    let code =
+        std::str::from_utf8(&bytes).map_err(|_| bad("a language that is no code"))?.trim_end_matches('\0');
+    super::analyzer::Lang::parse(code).ok_or_else(|| bad("a language cairn does not know"))
+}
 
 impl<W: Write> Out<W> {
     pub(super) fn strs(&mut self, v: &[String]) -> io::Result<()> {
@@ -91,9 +109,18 @@ impl<W: Write> Out<W> {
         self.bytes(&r.chunk_count.to_le_bytes())
     }
     pub(super) fn stamp(&mut self, s: &Stamp) -> io::Result<()> {
-        [s.chunks_version, s.chunks_written_us, s.pages_version, s.chunk_rows, s.page_rows, s.exact_up_to]
-            .iter()
-            .try_for_each(|v| self.u64(*v))
+        let lang = lang_number(s.lang);
+        [
+            s.chunks_version,
+            s.chunks_written_us,
+            s.pages_version,
+            s.chunk_rows,
+            s.page_rows,
+            s.exact_up_to,
+            lang,
+        ]
+        .iter()
+        .try_for_each(|v| self.u64(*v))
     }
 }
 
@@ -170,6 +197,7 @@ impl<R: Read> In<R> {
             chunk_rows: self.u64()?,
             page_rows: self.u64()?,
             exact_up_to: self.u64()?,
+            lang: lang_of(self.u64()?)?,
         })
     }
 }
@@ -296,6 +324,7 @@ impl ResidentIndex {
             (Self::read_chunks(&mut i), rest.join().unwrap_or_else(|_| Err(bad("a reader panicked"))))
         });
         let mut index = rest?;
+        index.lang = stamp.lang;
         let chunks = chunks?;
         // Slots the parts name must be there: a damaged file is refused here, not by a panic
         // at the first query that meets the slot.

@@ -17,7 +17,7 @@ fn page(slug: &str, title: &str, aliases: &[&str], bodies: &[(&str, Vec<f32>)]) 
             vector: (!v.is_empty()).then(|| v.clone()),
         })
         .collect();
-    PreparedPage::stored(PageRecord::named(slug, title, aliases, bodies.len()), chunks)
+    PreparedPage::stored(PageRecord::named(slug, title, aliases, bodies.len()), chunks, Lang::English)
 }
 
 #[test]
@@ -59,11 +59,14 @@ fn a_snapshot_reads_back_the_index_it_was_taken_of_and_refuses_a_damaged_one() {
         chunk_rows: 3,
         page_rows: 2,
         exact_up_to: 1,
+        lang: Default::default(),
     };
     i.save(&path, &stamp).unwrap();
     let back = ResidentIndex::restore(&path, &stamp).unwrap().expect("the stamp matches");
     let other = snapshot::Stamp { pages_version: 3, ..stamp };
     assert!(ResidentIndex::restore(&path, &other).unwrap().is_none(), "another stamp is not this one");
+    let german = snapshot::Stamp { lang: Lang::parse("de").unwrap(), ..stamp };
+    assert!(ResidentIndex::restore(&path, &german).unwrap().is_none(), "words read in another language");
     for q in ["stone", "boats", "ropes", "odeon"] {
         assert_eq!(back.keyword(q, 5, None, Fields::Apart), i.keyword(q, 5, None, Fields::Apart), "{q}");
         assert_eq!(back.titles(q, 5, None), i.titles(q, 5, None), "{q}");
@@ -82,7 +85,7 @@ fn a_snapshot_reads_back_the_index_it_was_taken_of_and_refuses_a_damaged_one() {
     let mut huge = bytes.clone();
     // The place of the second part (after the name, the stamp and the chunk file's id,
     // length and dead bytes).
-    huge[8 + 72..8 + 80].copy_from_slice(&u64::MAX.to_le_bytes());
+    huge[8 + 80..8 + 88].copy_from_slice(&u64::MAX.to_le_bytes());
     std::fs::write(&path, &huge).unwrap();
     assert!(ResidentIndex::restore(&path, &stamp).is_err());
 }
@@ -129,6 +132,7 @@ fn past_its_limit_a_source_reads_text_and_exact_vectors_from_its_chunk_file() {
         chunk_rows: 3,
         page_rows: 2,
         exact_up_to: 2,
+        lang: Default::default(),
     };
     i.save(&path, &stamp).unwrap();
     let ids = ["a#0", "a#1", "b#0"];
@@ -179,6 +183,7 @@ async fn a_chunk_file_mostly_dead_is_compacted_and_its_snapshot_names_the_copy()
         chunk_rows: 200,
         page_rows: 200,
         exact_up_to: 2,
+        lang: Default::default(),
     };
     i.save(&path, &old_stamp).unwrap();
     let r = Resident::new("s", i);
@@ -198,6 +203,7 @@ async fn a_chunk_file_mostly_dead_is_compacted_and_its_snapshot_names_the_copy()
         chunk_rows: 200,
         page_rows: 200,
         exact_up_to: 2,
+        lang: Default::default(),
     };
     r.read().save(&path, &stamp).unwrap();
     let mut back = ResidentIndex::restore(&path, &stamp).unwrap().expect("the stamp matches");
@@ -399,7 +405,7 @@ fn stop_words_are_the_keyword_arm_s_and_template_bodies_are_counted() {
 fn a_page_is_named_by_its_file_too() {
     let mut p = page("meetings/standup-2024-05-01", "Agenda", &[], &[("who does what", vec![1.0])]);
     p.record.path = "meetings/Standup 2024-05-01.md".into();
-    let i = index(vec![PreparedPage::stored(p.record.clone(), vec![])]);
+    let i = index(vec![PreparedPage::stored(p.record.clone(), vec![], Lang::English)]);
     assert_eq!(i.alias("standup 2024-05-01")[0].slug, "meetings/standup-2024-05-01");
     assert_eq!(file_name("a/b/Note.markdown"), "Note");
 }

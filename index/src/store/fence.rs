@@ -32,6 +32,9 @@ use std::sync::Arc;
 /// The schema-metadata key a fence sets on each table: who fenced it (the writer since).
 pub const FENCE_KEY: &str = "cairn.fence";
 
+/// The schema-metadata key of the chunks table that names the source's language.
+pub const LANGUAGE_KEY: &str = "cairn.language";
+
 /// Whether a failed commit was refused because another writer fenced the table since this
 /// writer read it (Lance's "incompatible transaction"; the typed error does not survive
 /// LanceDB's and cairn's wrapping, its message does).
@@ -60,6 +63,33 @@ impl SourceStore {
         fenced.update_schema_metadata([(FENCE_KEY, holder)]).await.map_err(|e| self.err(e))?;
         wrapper.update(fenced);
         Ok(())
+    }
+
+    /// The language the source's words are read in, as its writer recorded it on the chunks
+    /// table ([`LANGUAGE_KEY`]); English for a source that records none.
+    pub async fn language(&self) -> Result<crate::resident::Lang> {
+        Ok(self.recorded_language().await?.unwrap_or_default())
+    }
+
+    /// The language recorded for the source, if one is.
+    pub async fn recorded_language(&self) -> Result<Option<crate::resident::Lang>> {
+        let wrapper = self.chunks.dataset().ok_or_else(|| self.err("not a LanceDB table on storage"))?;
+        let dataset = wrapper.get().await.map_err(|e| self.err(e))?;
+        Ok(dataset.schema().metadata.get(LANGUAGE_KEY).and_then(|code| crate::resident::Lang::parse(code)))
+    }
+
+    /// Record the source's language (one commit of the chunks table's schema metadata, which
+    /// moves its version, so that snapshots and readers read its words again; none when it is
+    /// recorded so already). By its writer, after the fence.
+    pub async fn set_language(&self, lang: crate::resident::Lang) -> Result<bool> {
+        if self.recorded_language().await? == Some(lang) {
+            return Ok(false);
+        }
+        let wrapper = self.chunks.dataset().ok_or_else(|| self.err("not a LanceDB table on storage"))?;
+        let mut dataset = (*wrapper.get().await.map_err(|e| self.err(e))?).clone();
+        dataset.update_schema_metadata([(LANGUAGE_KEY, lang.code())]).await.map_err(|e| self.err(e))?;
+        wrapper.update(dataset);
+        Ok(true)
     }
 
     /// Who last fenced the source's chunks table (`None`: nobody, a table written without a lease).

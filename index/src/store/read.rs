@@ -241,6 +241,7 @@ impl SourceStore {
             chunk_rows: self.chunks.count_rows(None).await.map_err(err)? as u64,
             page_rows: self.pages.count_rows(None).await.map_err(err)? as u64,
             exact_up_to: exact_up_to as u64,
+            lang: self.language().await?,
         })
     }
 

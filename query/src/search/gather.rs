@@ -8,6 +8,7 @@ use crate::error::{QueryError, Result};
 use crate::filter::PageFilter;
 use crate::layers::{ExactKind, max_pool, rrf};
 use crate::reader::SourceReader;
+use cairn_index::resident::Lang;
 use cairn_index::resident::{Fields, LearntPage};
 use cairn_index::{ChunkHit, PageRecord};
 use cairn_ingest::{MAX_NAME_CHARS, normalize_name, slugify_id};
@@ -17,6 +18,8 @@ use std::collections::HashMap;
 #[derive(Debug, Clone)]
 pub(super) struct Candidate {
     pub(super) source: String,
+    /// Its source's language (its words, and the query's against them, are read in it).
+    pub(super) lang: Lang,
     pub(super) record: Option<PageRecord>,
     pub(super) slug: String,
     pub(super) keyword: Option<(ArmRank, ChunkHit)>,
@@ -122,6 +125,7 @@ pub(super) async fn gather_source<R: SourceReader>(
         .iter()
         .map(|(slug, f)| Candidate {
             source: r.id().to_string(),
+            lang: r.lang(),
             record: None,
             slug: slug.to_string(),
             keyword: kw_ranks.get(slug).map(|(a, h)| (*a, (*h).clone())),
@@ -420,8 +424,10 @@ pub(super) async fn find_or_add<R: SourceReader>(
     if let Some(i) = union.iter().position(|c| c.source == source && c.slug == page.slug) {
         return i;
     }
+    let reader = readers.iter().find(|r| r.id() == source);
     let mut c = Candidate {
         source: source.to_string(),
+        lang: reader.map_or_else(Lang::default, |r| r.lang()),
         record: Some(page.clone()),
         slug: page.slug.clone(),
         keyword: None,
@@ -432,7 +438,7 @@ pub(super) async fn find_or_add<R: SourceReader>(
         subject: None,
         feedback: None,
     };
-    if let Some(r) = readers.iter().find(|r| r.id() == source) {
+    if let Some(r) = reader {
         let _ = complete(*r, qvec, std::slice::from_mut(&mut c)).await;
     }
     union.push(c);

@@ -6,10 +6,11 @@ use super::request::SearchRequest;
 use super::response::{Explain, ResultChunk, SearchResult};
 use super::subject::{Terms, lift_subjects};
 use crate::layers::{
-    self, Evidence, ExactKind, HIGH_VECTOR_FLOOR, KEYWORD_WEIGHT, RELEVANCE_FLOOR, Signals, TEMPLATE_FACTOR,
+    Evidence, ExactKind, HIGH_VECTOR_FLOOR, KEYWORD_WEIGHT, RELEVANCE_FLOOR, Signals, TEMPLATE_FACTOR,
     TEMPLATE_PAGES, TITLE_PHRASE_BOOST, evidence, title_phrase_match, union_bm25,
 };
 use cairn_index::PageRecord;
+use cairn_index::resident::{Lang, terms_in};
 use std::collections::BTreeMap;
 
 /// The relevance floor: a page only the vector arm found, and found weakly, is junk.
@@ -23,30 +24,57 @@ pub(super) fn relevance_floor(union: &mut Vec<Candidate>) {
 }
 
 /// What union scoring reads from the candidates' words, read once however often the union is
-/// scored: the query's terms, each candidate's BM25 over the union (normalised to 0..1), and
-/// each candidate's names and best chunk (and subject name) as terms.
+/// scored: the query's terms in each language the candidates' sources read (one, usually), each
+/// candidate's BM25 over the union (normalised to 0..1), and each candidate's names and best
+/// chunk (and subject name) as terms, in its source's language.
 pub(super) struct UnionWords {
-    query: Vec<String>,
+    queries: Vec<(Lang, Vec<String>)>,
+    /// Each candidate's entry in `queries`.
+    of: Vec<usize>,
     keyword: Vec<f32>,
     terms: Vec<Terms>,
 }
 
+impl UnionWords {
+    /// The query's terms as candidate `i`'s source reads them.
+    fn query(&self, i: usize) -> &[String] {
+        &self.queries[self.of[i]].1
+    }
+}
+
 /// The union's words: BM25 re-scored over the union with the union's own term statistics, for
-/// scores comparable across sources.
+/// scores comparable across sources. A candidate is scored against the query's terms in its own
+/// source's language (a German page's words meet the query as German reads it).
 pub(super) fn union_words(req: &SearchRequest, union: &[Candidate]) -> UnionWords {
+    let mut queries: Vec<(Lang, Vec<String>)> = Vec::new();
+    let of: Vec<usize> = union
+        .iter()
+        .map(|c| match queries.iter().position(|(l, _)| *l == c.lang) {
+            Some(i) => i,
+            None => {
+                queries.push((c.lang, terms_in(c.lang, &req.query)));
+                queries.len() - 1
+            }
+        })
+        .collect();
     let fields: Vec<(Vec<String>, Vec<String>)> = union
         .iter()
         .map(|c| {
             let names = c
                 .record
                 .as_ref()
-                .map_or_else(Vec::new, |p| layers::terms(&format!("{} {}", p.title, p.aliases.join(" "))));
+                .map_or_else(Vec::new, |p| terms_in(c.lang, &format!("{} {}", p.title, p.aliases.join(" "))));
             let chunk = c.keyword.as_ref().or(c.vector.as_ref()).map_or("", |(_, h)| h.text.as_str());
-            (names, layers::terms(chunk))
+            (names, terms_in(c.lang, chunk))
         })
         .collect();
-    let query = layers::terms(&req.query);
-    let bm25 = union_bm25(&query, &fields, req.fields());
+    let mut bm25 = vec![0.0f32; union.len()];
+    for (q, (_, query)) in queries.iter().enumerate() {
+        let scores = union_bm25(query, &fields, req.fields());
+        for (i, s) in scores.into_iter().enumerate().filter(|(i, _)| of[*i] == q) {
+            bm25[i] = s;
+        }
+    }
     let max_bm25 = bm25.iter().copied().fold(0.0f32, f32::max);
     let keyword = bm25.into_iter().map(|b| if max_bm25 > 0.0 { b / max_bm25 } else { 0.0 }).collect();
     // Candidates carry a subject only when the rule is on (see `subject_pages`).
@@ -54,11 +82,11 @@ pub(super) fn union_words(req: &SearchRequest, union: &[Candidate]) -> UnionWord
         .iter()
         .zip(fields)
         .map(|(c, (names, body))| Terms {
-            name: c.subject.as_deref().map(layers::terms),
+            name: c.subject.as_deref().map(|s| terms_in(c.lang, s)),
             doc: [names, body].concat(),
         })
         .collect();
-    UnionWords { query, keyword, terms }
+    UnionWords { queries, of, keyword, terms }
 }
 
 /// Union scoring: the raw cosine of each candidate's best chunk (with the query as feedback moved
@@ -69,17 +97,20 @@ pub(super) fn score_union(
     union: Vec<Candidate>,
     words: &UnionWords,
 ) -> Vec<SearchResult> {
-    let query = &words.query;
     let mut results: Vec<SearchResult> = union
         .into_iter()
         .zip(&words.keyword)
         .zip(&words.terms)
-        .map(|((c, keyword), t)| {
+        .enumerate()
+        .map(|(i, ((c, keyword), t))| {
+            let query = words.query(i);
             let all_terms_present = !query.is_empty() && query.iter().all(|q| t.doc.contains(q));
             scored_result(req, c, *keyword, all_terms_present)
         })
         .collect();
-    lift_subjects(&mut results, &words.terms, query);
+    // The query's terms in every language of the union (its one language's, usually).
+    let query: Vec<String> = words.queries.iter().flat_map(|(_, q)| q.iter().cloned()).collect();
+    lift_subjects(&mut results, &words.terms, &query);
     results
 }
 

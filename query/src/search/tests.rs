@@ -18,6 +18,7 @@ fn cand(slug: &str, keyword: Option<f32>, vector: Option<f32>) -> Candidate {
     };
     Candidate {
         source: "s".into(),
+        lang: Default::default(),
         record: Some(record(slug, slug)),
         slug: slug.into(),
         keyword: keyword.map(hit),

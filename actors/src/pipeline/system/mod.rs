@@ -184,7 +184,7 @@ impl Drop for Guard {
 /// # async fn demo() -> Result<(), cairn_actors::Error> {
 /// let config = Config::new(
 ///     "/tmp/cairn-db",
-///     vec![SourceConfig { id: "notes".into(), root: "/home/me/vault".into(), include: vec![], exclude: vec![] }],
+///     vec![SourceConfig { id: "notes".into(), root: "/home/me/vault".into(), include: vec![], exclude: vec![], language: None }],
 /// );
 /// let cairn = Pipeline::open(config).await?;
 /// cairn.flush().await?; // everything on disk now is searchable

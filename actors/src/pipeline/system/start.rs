@@ -230,13 +230,16 @@ fn report_sides(journal: crate::ownership::journal::Journal, status: StatusBoard
         while !journal.is_closed() {
             tokio::time::sleep(SIDES_EVERY).await;
             let unavailable = status.unavailable();
+            let uncompared = status.uncompared();
             let sides: BTreeMap<String, Side> = status
                 .all()
                 .into_iter()
                 .map(|st| {
                     let side = match unavailable.get(&st.source) {
                         Some(why) => Side::Unavailable { why: why.clone() },
-                        None => Side::Watched { pending: st.pending },
+                        None => {
+                            Side::Watched { pending: st.pending, scanning: uncompared.contains(&st.source) }
+                        }
                     };
                     (st.source, side)
                 })
@@ -284,8 +287,8 @@ pub(super) async fn start_source(
         include: s.include.clone(),
         exclude: s.exclude.clone(),
     };
-    let (root, p) = (s.root.clone(), shared.parts.clone());
-    let writer = Supervisor::start(move |_| SourceWriter::new(info, root, p));
+    let (root, p, language) = (s.root.clone(), shared.parts.clone(), s.lang());
+    let writer = Supervisor::start(move |_| SourceWriter::new(info, root, p).with_language(language));
     // Answered once the writer's start-up (opening the tables) has run.
     let _ = writer.send(Ready).await;
     fault::point("source.loaded");
@@ -331,6 +334,7 @@ fn watched_here(config: &Config, stored: &[SourceInfo], folders: &FolderBook) ->
             root,
             include: info.include.clone(),
             exclude: info.exclude.clone(),
+            language: None,
         });
     }
     sources

@@ -57,7 +57,10 @@ pub(super) async fn reconcile(
     h.status.set_state(&h.id, SourceState::Scanning, None);
     let res = compare(&h, reason, &mut reported, consent).await;
     match &res {
-        Ok(_) => h.status.set_state(&h.id, SourceState::Watching, None),
+        Ok(_) => {
+            h.status.compared(&h.id);
+            h.status.set_state(&h.id, SourceState::Watching, None)
+        }
         Err(e) => h.status.set_state(&h.id, SourceState::Retrying, Some(e.to_string())),
     }
     (res, reported)

@@ -22,10 +22,15 @@ pub(super) struct Sink {
 }
 
 impl Sink {
-    /// Tell readers on other machines what version `change` made (on an object store).
-    pub async fn record(&self, change: Change) {
-        if let Some(journal) = &self.journal {
-            journal.record(&self.id, change).await;
+    /// Tell readers on other machines what version `change` made (on an object store): refused
+    /// when another writer has taken over since (the commit may be undone by its fence, so it is
+    /// not reported as made; the new writer indexes the folder as it finds it).
+    pub async fn record(&self, change: Change) -> Result<(), PipelineError> {
+        match &self.journal {
+            Some(journal) if !journal.record(&self.id, change).await => {
+                Err(PipelineError::Refused { id: self.id.clone(), why: Refusal::LeaseLost })
+            }
+            _ => Ok(()),
         }
     }
 }
@@ -151,9 +156,10 @@ async fn write_pages(
     };
     // Between the tables and the journal: where a kill leaves a commit readers were not told of.
     cairn_index::fault::point("writer.committed");
-    sink.record(change).await;
+    sink.record(change).await?;
+    let lang = sink.resident.lang();
     let (batch, prepared) = tokio::task::spawn_blocking(move || {
-        let prepared = Prepared::batch(&batch);
+        let prepared = Prepared::batch(&batch, lang);
         (batch, prepared)
     })
     .await

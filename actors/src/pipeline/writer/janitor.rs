@@ -205,7 +205,10 @@ impl Run {
                     let version = self.store.version().await?;
                     if version > from {
                         let committed_unix_ms = crate::event::unix_ms();
-                        journal.record(&id, Change { version, committed_unix_ms, ..Change::default() }).await;
+                        // Taken over from meanwhile: the next writer's open tells its own version.
+                        let _ = journal
+                            .record(&id, Change { version, committed_unix_ms, ..Change::default() })
+                            .await;
                     }
                 }
                 // The run once the writer is idle: what it read is not needed again soon.

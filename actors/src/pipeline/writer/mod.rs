@@ -24,6 +24,7 @@
 mod backlog;
 mod commit;
 mod janitor;
+mod language;
 mod plan;
 mod start;
 mod upkeep;
@@ -130,6 +131,8 @@ pub struct SourceWriter {
     id: String,
     root: PathBuf,
     info: SourceInfo,
+    /// The language configured for it (else recorded, else told from its folder).
+    language: Option<cairn_index::resident::Lang>,
     db: Database,
     manifest: Manifest,
     store: Option<SourceStore>,
@@ -193,6 +196,7 @@ impl SourceWriter {
             id: info.id.clone(),
             root,
             info,
+            language: None,
             db: parts.db,
             manifest: parts.manifest,
             store: None,
@@ -215,6 +219,11 @@ impl SourceWriter {
             status: parts.status,
             opts: parts.opts,
         }
+    }
+
+    /// Its words read in `language` (configured), not the one recorded or told from its folder.
+    pub fn with_language(self, language: Option<cairn_index::resident::Lang>) -> Self {
+        Self { language, ..self }
     }
 
     /// Count a failure in a row and report it (the log, the status, a `stage_failed` event);

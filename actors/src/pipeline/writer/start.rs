@@ -24,6 +24,7 @@ impl SourceWriter {
         delay: Duration,
     ) -> impl Future<Output = Result<Opened, PipelineError>> + 'static {
         let (db, manifest, info) = (self.db.clone(), self.manifest.clone(), self.info.clone());
+        let (configured, status) = (self.language, self.status.clone());
         let exact_vectors_up_to = self.opts.exact_vectors_up_to;
         let snapshot = self.snapshot();
         let (query, root, emit) = (self.query.clone(), self.root.clone(), self.emit.clone());
@@ -58,6 +59,20 @@ impl SourceWriter {
                 let h = lease.holder();
                 store.fence(&format!("{} pid {} since {}", h.host, h.pid, h.since_unix_ms)).await?;
             }
+            // Before the journal is told the tables' version: a new language moves it, and
+            // readers then load the source again, reading its words in it.
+            // A folder whose text tells nothing yet (empty, missing) is read as English, and
+            // asked again at the next start.
+            let lang = match (configured, store.recorded_language().await?) {
+                (Some(lang), _) | (None, Some(lang)) => Some(lang),
+                (None, None) => super::language::told_from(root.clone()).await,
+            };
+            if let Some(lang) = lang
+                && store.set_language(lang).await?
+            {
+                tracing::info!("source `{id}`: its words are read in language `{lang}`");
+            }
+            status.set_language(&id, lang.unwrap_or_default());
             if let Some(journal) = journal.as_ref().filter(|_| !fresh) {
                 journal.opened(&id, store.version().await?).await;
             }
@@ -69,7 +84,9 @@ impl SourceWriter {
                     reset: true,
                     ..Default::default()
                 };
-                journal.record(&id, change).await;
+                if !journal.record(&id, change).await {
+                    return Err(PipelineError::Refused { id, why: Refusal::LeaseLost });
+                }
             }
             store.register(&info).await?;
             let started = Instant::now();

@@ -252,7 +252,7 @@ async fn write_vectors(
         vectors,
         ..Default::default()
     })
-    .await;
+    .await?;
     let pending = sink.resident.apply_vectors(ready).await?;
     let mut events = done.warnings;
     events.extend(done.complete.into_iter().map(|slug| EventKind::PageEmbedded { slug, version }));
