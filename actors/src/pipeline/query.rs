@@ -116,14 +116,14 @@ impl Handler<Search> for QueryActor {
         let req = msg.0;
         let (host, emit, status) = (self.host.clone(), self.emit.clone(), self.status.clone());
         Box::pin(async move {
-            // On the runtime's worker threads: the query is embedded and scored in memory, and
-            // concurrent searches do not queue behind each other.
             // The pending counts are read before the search: a commit that lands while it runs
             // only makes the answer newer than its counts say (read after, a count of 0 could
             // speak for a commit the search did not see).
             let unavailable = status.unavailable();
             let before = Before { status: status.all(), uncompared: status.uncompared() };
             let away: std::collections::BTreeSet<String> = unavailable.keys().cloned().collect();
+            // On the runtime's worker threads: the query is embedded and scored in memory, and
+            // concurrent searches do not queue behind each other.
             let task = tokio::spawn(async move { host.search(&req, &away).await });
             let mut resp = task.await.map_err(|e| cairn_query::QueryError::Internal(e.to_string()))??;
             add_freshness(&mut resp, &before, &unavailable);

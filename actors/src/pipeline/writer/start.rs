@@ -59,10 +59,10 @@ impl SourceWriter {
                 let h = lease.holder();
                 store.fence(&format!("{} pid {} since {}", h.host, h.pid, h.since_unix_ms)).await?;
             }
-            // Before the journal is told the tables' version: a new language moves it, and
-            // readers then load the source again, reading its words in it.
-            // A folder whose text tells nothing yet (empty, missing) is read as English, and
-            // asked again at the next start.
+            // The source's language, recorded before the journal is told the tables' version:
+            // a new language moves it, and readers then load the source again, reading its words
+            // in it. A folder whose text tells nothing yet (empty, missing) is read as English,
+            // and asked again at the next start.
             let lang = match (configured, store.recorded_language().await?) {
                 (Some(lang), _) | (None, Some(lang)) => Some(lang),
                 (None, None) => super::language::told_from(root.clone()).await,
