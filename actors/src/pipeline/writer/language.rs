@@ -24,14 +24,18 @@ fn sample(root: &Path) -> String {
     let mut read = 0;
     while let Some(folder) = folders.pop() {
         let Ok(entries) = std::fs::read_dir(&folder) else { continue };
-        let mut entries: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+        // Symbolic links are not followed: a link to a folder above would be walked for ever.
+        let mut entries: Vec<(PathBuf, bool)> = entries
+            .filter_map(|e| e.ok())
+            .map(|e| (e.path(), e.file_type().is_ok_and(|t| t.is_dir())))
+            .collect();
         entries.sort();
-        for path in entries {
+        for (path, dir) in entries {
             let hidden = path.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.'));
             if hidden {
                 continue;
             }
-            if path.is_dir() {
+            if dir {
                 folders.insert(0, path);
             } else if path.extension().is_some_and(|e| e == "md" || e == "markdown") && read < SAMPLE_FILES {
                 read += 1;
@@ -99,6 +103,10 @@ mod tests {
         assert!(!prose(note).contains("aliases") && !prose(note).contains("the_code"));
         assert_eq!(told_from(dir.path().to_path_buf()).await, Lang::parse("de"));
         let empty = tempfile::tempdir().unwrap();
+        assert_eq!(told_from(empty.path().to_path_buf()).await, None);
+        // A link back up, in a folder with no notes: the walk ends (it is not followed).
+        std::fs::create_dir(empty.path().join("loop")).unwrap();
+        std::os::unix::fs::symlink("..", empty.path().join("loop/up")).unwrap();
         assert_eq!(told_from(empty.path().to_path_buf()).await, None);
     }
 }
