@@ -168,9 +168,11 @@ struct Entry {
     failures: BTreeMap<String, FileFailure>,
     /// Set while the folder cannot be read; it outranks whatever state the stages report.
     unavailable: Option<cairn_ingest::Unavailable>,
-    /// The folder has been compared with the index since the source was opened (before, what
-    /// changed while nothing watched it is not known, so no pending count can be given).
-    compared: bool,
+    /// Watched here, and its folder not compared with the index yet since it was opened (what
+    /// changed while nothing watched it is not known, so no pending count can be given). Only
+    /// a registered source waits: an entry made by another report (a page another machine
+    /// found failing) is not watched here.
+    uncompared: bool,
 }
 
 impl Entry {
@@ -203,7 +205,7 @@ impl StatusBoard {
         self.with(source, |e| {
             e.status.root = root.into();
             e.status.state = SourceState::Starting;
-            e.compared = false;
+            e.uncompared = true;
         });
     }
 
@@ -215,14 +217,17 @@ impl StatusBoard {
     /// A scan compared `source`'s folder with its index: its pending count now covers every
     /// change (the watcher's since).
     pub fn compared(&self, source: &str) {
-        self.with(source, |e| e.compared = true);
+        self.with(source, |e| e.uncompared = false);
     }
 
     /// Sources whose folder has not been compared with the index yet since they opened (and
     /// that are not unavailable, which says more).
     pub fn uncompared(&self) -> BTreeSet<String> {
         let map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        map.iter().filter(|(_, e)| !e.compared && e.unavailable.is_none()).map(|(id, _)| id.clone()).collect()
+        map.iter()
+            .filter(|(_, e)| e.uncompared && e.unavailable.is_none())
+            .map(|(id, _)| id.clone())
+            .collect()
     }
 
     /// Forget a source (it is no longer watched).
@@ -360,3 +365,23 @@ fn snapshot(e: &Entry) -> SourceStatus {
 
 /// This process's memory (read where the benchmarks without the actors read it too).
 pub use cairn_index::memory::Memory;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_watched_source_gives_no_count_until_its_folder_is_compared_and_another_report_never_waits() {
+        let board = StatusBoard::default();
+        board.register("notes", "/vault");
+        // A page another machine found failing, in a source not watched here.
+        let failure = FileFailure { path: "a.md".into(), kind: "poisoned".into(), reason: "bad".into() };
+        board.failure("elsewhere", failure);
+        assert_eq!(board.uncompared(), BTreeSet::from(["notes".to_string()]));
+        board.compared("notes");
+        assert!(board.uncompared().is_empty());
+        // Opened again (a restart of its writer): it waits for a comparison again.
+        board.register("notes", "/vault");
+        assert_eq!(board.uncompared(), BTreeSet::from(["notes".to_string()]));
+    }
+}
