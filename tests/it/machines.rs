@@ -12,7 +12,7 @@
 //! pending count. Two processes racing for the lease: one wins, every time.
 
 use crate::crash::snapshot_of;
-use crate::support::{EventReader, cairn_bin, hidden, write};
+use crate::support::{EventReader, Log, cairn_bin, hidden, write};
 use crate::weed::{BUCKET, Weed};
 use cairn_actors::{Cairn, Config};
 use cairn_index::Database;
@@ -53,60 +53,6 @@ fn json_of(out: &Output) -> Value {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
-}
-
-/// Lines of a child's stderr, read on a thread of their own; `wait_for` a line containing a text.
-struct Log {
-    rx: std::sync::mpsc::Receiver<String>,
-    all: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
-}
-
-impl Log {
-    fn of(stderr: impl std::io::Read + Send + 'static) -> Self {
-        let (tx, rx) = std::sync::mpsc::channel();
-        let all = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let keep = all.clone();
-        std::thread::spawn(move || {
-            for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)).map_while(Result::ok) {
-                keep.lock().unwrap().push(line.clone());
-                let _ = tx.send(line);
-            }
-        });
-        Self { rx, all }
-    }
-
-    fn wait_for(&self, text: &str) -> Instant {
-        self.first_of(&[text]);
-        Instant::now()
-    }
-
-    fn text(&self) -> String {
-        self.all.lock().unwrap().join("\n")
-    }
-
-    /// The first line that holds one of `texts`.
-    fn first_of(&self, texts: &[&str]) -> String {
-        loop {
-            match self.rx.recv_timeout(Duration::from_secs(600)) {
-                Ok(l) if texts.iter().any(|t| l.contains(t)) => return l,
-                Ok(_) => {}
-                Err(e) => panic!("none of {texts:?} came in the log ({e}):\n{}", self.text()),
-            }
-        }
-    }
-
-    /// Whether `text` comes in the log within `d` (a test that something does not happen).
-    fn said_within(&self, text: &str, d: Duration) -> bool {
-        let until = Instant::now() + d;
-        while let Some(left) = until.checked_duration_since(Instant::now()) {
-            match self.rx.recv_timeout(left) {
-                Ok(l) if l.contains(text) => return true,
-                Ok(_) => {}
-                Err(_) => return false,
-            }
-        }
-        false
-    }
 }
 
 pub(crate) fn note(i: usize, extra: &str) -> String {

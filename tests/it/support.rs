@@ -5,6 +5,7 @@ use cairn_index::{PageRecord, SourceStore};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 /// Write a file, creating its folders.
 pub fn write(root: &std::path::Path, rel: &str, text: &str) {
@@ -252,4 +253,58 @@ pub(crate) fn hidden(setup: &str, cmd: &Command) -> Command {
         };
     }
     c
+}
+
+/// Lines of a child's stderr, read on a thread of their own; `wait_for` a line containing a text.
+pub struct Log {
+    rx: std::sync::mpsc::Receiver<String>,
+    all: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Log {
+    pub fn of(stderr: impl std::io::Read + Send + 'static) -> Self {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let all = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let keep = all.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)).map_while(Result::ok) {
+                keep.lock().unwrap().push(line.clone());
+                let _ = tx.send(line);
+            }
+        });
+        Self { rx, all }
+    }
+
+    pub fn wait_for(&self, text: &str) -> Instant {
+        self.first_of(&[text]);
+        Instant::now()
+    }
+
+    pub fn text(&self) -> String {
+        self.all.lock().unwrap().join("\n")
+    }
+
+    /// The first line that holds one of `texts`.
+    pub fn first_of(&self, texts: &[&str]) -> String {
+        loop {
+            match self.rx.recv_timeout(Duration::from_secs(600)) {
+                Ok(l) if texts.iter().any(|t| l.contains(t)) => return l,
+                Ok(_) => {}
+                Err(e) => panic!("none of {texts:?} came in the log ({e}):\n{}", self.text()),
+            }
+        }
+    }
+
+    /// Whether `text` comes in the log within `d` (a test that something does not happen).
+    pub fn said_within(&self, text: &str, d: Duration) -> bool {
+        let until = Instant::now() + d;
+        while let Some(left) = until.checked_duration_since(Instant::now()) {
+            match self.rx.recv_timeout(left) {
+                Ok(l) if l.contains(text) => return true,
+                Ok(_) => {}
+                Err(_) => return false,
+            }
+        }
+        false
+    }
 }

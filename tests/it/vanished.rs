@@ -5,7 +5,7 @@
 //! for `cairn reconcile ID --allow-removals`; ordinary removals, and `rm -r` of a subfolder while
 //! watching, apply at once.
 
-use crate::support::{EventReader, cairn_bin, copy_dir, hidden, write};
+use crate::support::{EventReader, Log, cairn_bin, copy_dir, hidden, write};
 use crate::weed::{BUCKET, Weed};
 use cairn_index::Database;
 use serde_json::Value;
@@ -525,6 +525,49 @@ async fn a_source_drained_in_small_batches_under_a_watch_is_held_once_most_of_it
     assert_eq!(done["removed"], 15, "{done}");
     watch.stop();
     assert_eq!(local_pages(&db).await, 15);
+}
+
+/// A note changed and then removed before its change was read is a removal, and meets the
+/// guard with the others. 25 of 30 notes are edited; their changes settle and are held 4 s
+/// before they are judged (fault point `watch.settled`), and the notes are removed meanwhile.
+/// Read then, each was "gone before it could be read" and removed at once, past the guard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notes_edited_then_removed_before_their_edit_is_read_meet_the_guard() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (vault, db, armed) = (tmp.path().join("vault"), tmp.path().join("db"), tmp.path().join("armed"));
+    write_vault(&vault, 30, 0);
+    let mut cmd = cairn(&db, &["watch", "--json", "--source", &format!("nt={}", vault.display())]);
+    cmd.env("CAIRN_TEST_FAULTS", "watch.settled@1")
+        .env("CAIRN_TEST_FAULTS_DELAY_MS", "4000")
+        .env("CAIRN_TEST_FAULTS_WHILE", &armed);
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let log = Log::of(child.stderr.take().unwrap());
+    let mut watch = Watch { events: EventReader::new(child.stdout.take().unwrap()), child };
+    watch.events.wait_for("the catch-up", |e| e["event"] == "reconciled");
+    watch.indexed(30);
+    std::fs::write(&armed, "").unwrap();
+    // The watch is paused while the notes are edited, so that the edits arrive as one.
+    let pid = watch.child.id().to_string();
+    Command::new("kill").args(["-STOP", &pid]).status().unwrap();
+    let notes: Vec<_> = (0..25).map(|i| vault.join(format!("note-{i}.md"))).collect();
+    for n in &notes {
+        let body = std::fs::read_to_string(n).unwrap();
+        std::fs::write(n, body + "\nEdited.\n").unwrap();
+    }
+    Command::new("kill").args(["-CONT", &pid]).status().unwrap();
+    log.wait_for("injected delay of 4000 ms at watch.settled");
+    for n in &notes {
+        std::fs::remove_file(n).unwrap();
+    }
+    std::fs::remove_file(&armed).unwrap();
+    let held = watch.until("the removals held", |e| e["event"] == "removals_held");
+    assert_eq!(
+        (held["held"]["removing"].as_u64(), held["held"]["indexed"].as_u64()),
+        (Some(25), Some(30)),
+        "{held}"
+    );
+    watch.stop();
+    assert_eq!(local_pages(&db).await, 30, "every page kept");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -35,6 +35,19 @@ pub(super) async fn process(h: WatchParts, mut c: Changes) -> Result<Option<Reco
     c.removed.retain(|(p, _)| {
         cairn_ingest::placeholder::stub_for(p).is_none_or(|stub| !h.root.join(stub).is_file())
     });
+    cairn_index::fault::point_async("watch.settled").await;
+    // A note changed and then removed, whose removal has not settled yet, is gone now: read, it
+    // would be removed as "gone before it could be read", past the guard. It is a removal, and
+    // meets the guard with the others.
+    let Changes { to_parse, removed, .. } = &mut c;
+    to_parse.retain(|p| {
+        let gone =
+            matches!(h.root.join(p).symlink_metadata(), Err(e) if e.kind() == std::io::ErrorKind::NotFound);
+        if gone && !removed.iter().any(|(r, _)| r == p) {
+            removed.push((p.clone(), false));
+        }
+        !gone
+    });
     let mut lost = 0;
     if !c.rescan && !c.removed.is_empty() {
         match ordinary_losses(&h, &c).await? {
