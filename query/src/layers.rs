@@ -2,9 +2,9 @@
 //! BM25 over the union, the title-phrase boost, and evidence. Tested without a runtime.
 
 use cairn_index::ChunkHit;
-use cairn_index::resident::Fields;
 use cairn_index::resident::keyword::Bm25;
 pub use cairn_index::resident::terms;
+use cairn_index::resident::{Fields, Lang};
 use cairn_ingest::tokens;
 use std::collections::HashMap;
 
@@ -116,8 +116,8 @@ fn dense(n: usize, sparse: Vec<(u32, f32)>) -> Vec<f32> {
 }
 
 /// Whether the query is the title, or a contiguous run of the title's tokens holding at least
-/// two content words. Bags of words do not count.
-pub fn title_phrase_match(query: &str, title: &str) -> bool {
+/// two content words (not stop words of the page's language `lang`). Bags of words do not count.
+pub fn title_phrase_match(query: &str, title: &str, lang: Lang) -> bool {
     let (q, t) = (tokens(query), tokens(title));
     if q.is_empty() || t.is_empty() {
         return false;
@@ -125,7 +125,7 @@ pub fn title_phrase_match(query: &str, title: &str) -> bool {
     if q == t {
         return true;
     }
-    let content = q.iter().filter(|w| !cairn_index::resident::is_stop_word(w)).count();
+    let content = q.iter().filter(|w| !cairn_index::resident::is_stop_word_in(lang, w)).count();
     content >= 2 && t.windows(q.len()).any(|w| w == q.as_slice())
 }
 
@@ -337,12 +337,24 @@ mod tests {
     #[test]
     fn title_phrase_needs_a_contiguous_run_of_two_content_words() {
         let title = "The Example Hall — Indoor Greek Amphitheater for Adversarial Debate";
-        assert!(title_phrase_match("greek amphitheater", title));
-        assert!(title_phrase_match("Indoor Greek Amphitheater", title));
-        assert!(!title_phrase_match("amphitheater greek", title), "order matters: no bag of words");
-        assert!(!title_phrase_match("amphitheater", title), "one content word is not a phrase");
-        assert!(!title_phrase_match("for the", title));
-        assert!(title_phrase_match("sourdough", "Sourdough"), "the whole title always counts");
+        assert!(title_phrase_match("greek amphitheater", title, Lang::English));
+        assert!(title_phrase_match("Indoor Greek Amphitheater", title, Lang::English));
+        assert!(
+            !title_phrase_match("amphitheater greek", title, Lang::English),
+            "order matters: no bag of words"
+        );
+        assert!(
+            !title_phrase_match("amphitheater", title, Lang::English),
+            "one content word is not a phrase"
+        );
+        assert!(!title_phrase_match("for the", title, Lang::English));
+        assert!(title_phrase_match("sourdough", "Sourdough", Lang::English), "the whole title always counts");
+        // Content words are read in the page's language: "die" is an article in German.
+        let german = Lang::parse("de").unwrap();
+        let titel = "Über die Katze des Nachbarn";
+        assert!(!title_phrase_match("die Katze", titel, german), "one content word in German");
+        assert!(title_phrase_match("die Katze", titel, Lang::English), "two in English");
+        assert!(title_phrase_match("Katze des Nachbarn", titel, german));
     }
 
     #[test]

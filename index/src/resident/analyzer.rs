@@ -134,20 +134,26 @@ fn analyzer(lang: Lang) -> TextAnalyzer {
 
 thread_local! {
     static ANALYZERS: std::cell::RefCell<HashMap<Lang, TextAnalyzer>> = std::cell::RefCell::new(HashMap::new());
-    static STOP: std::cell::RefCell<TextAnalyzer> = std::cell::RefCell::new({
-        let b = TextAnalyzer::builder(SimpleTokenizer::default()).dynamic().filter_dynamic(LowerCaser);
-        match StopWordFilter::new(Language::English) {
-            Some(stop) => b.filter_dynamic(stop).build(),
-            None => b.build(),
-        }
-    });
+    static STOP: std::cell::RefCell<HashMap<Lang, TextAnalyzer>> = std::cell::RefCell::new(HashMap::new());
 }
 
 /// Whether a word is one of the English stop words the keyword arm (LanceDB's tokenizer)
 /// leaves out.
 pub fn is_stop_word(word: &str) -> bool {
+    is_stop_word_in(Lang::English, word)
+}
+
+/// Whether a word is one of `lang`'s stop words (a language without a list has none).
+pub fn is_stop_word_in(lang: Lang, word: &str) -> bool {
     STOP.with(|a| {
         let mut a = a.borrow_mut();
+        let a = a.entry(lang).or_insert_with(|| {
+            let b = TextAnalyzer::builder(SimpleTokenizer::default()).dynamic().filter_dynamic(LowerCaser);
+            match lang.snowball().and_then(StopWordFilter::new) {
+                Some(stop) => b.filter_dynamic(stop).build(),
+                None => b.build(),
+            }
+        });
         let mut kept = false;
         a.token_stream(word).process(&mut |_| kept = true);
         !kept

@@ -58,7 +58,7 @@ pub mod snapshot;
 #[cfg(all(test, feature = "storage"))]
 mod tests;
 
-pub use analyzer::{LANGUAGE_CODES, Lang, is_stop_word, terms, terms_in};
+pub use analyzer::{LANGUAGE_CODES, Lang, is_stop_word, is_stop_word_in, terms, terms_in};
 pub use keyword::Fields;
 #[cfg(feature = "storage")]
 pub use learnt::{LearntPage, Lesson, Teaching};

@@ -124,11 +124,11 @@ pub(super) fn score_union(
     results
 }
 
-/// Multipliers on a page's base score: the title-phrase boost, and the template factor for a
-/// body that many pages share.
-pub(super) fn multipliers(query: &str, record: Option<&PageRecord>) -> Vec<(String, f32)> {
+/// Multipliers on a page's base score: the title-phrase boost (the query a phrase of the title,
+/// read in the page's language `lang`), and the template factor for a body that many pages share.
+pub(super) fn multipliers(query: &str, record: Option<&PageRecord>, lang: Lang) -> Vec<(String, f32)> {
     let mut out = Vec::new();
-    if record.is_some_and(|p| title_phrase_match(query, &p.title)) {
+    if record.is_some_and(|p| title_phrase_match(query, &p.title, lang)) {
         out.push(("title_phrase".to_string(), TITLE_PHRASE_BOOST));
     }
     if record.is_some_and(|p| p.body_shared_by >= TEMPLATE_PAGES) {
@@ -150,7 +150,7 @@ pub(super) fn scored_result(
     let base =
         c.feedback.or(cosine).unwrap_or(0.0) + KEYWORD_WEIGHT * c.feedback_keyword.unwrap_or(union_keyword);
     let title = c.record.as_ref().map_or(String::new(), |p| p.title.clone());
-    let multipliers = multipliers(&req.query, c.record.as_ref());
+    let multipliers = multipliers(&req.query, c.record.as_ref(), c.lang);
     let score = multipliers.iter().fold(base, |s, (_, m)| s * m);
     let signals = Signals {
         exact: c.exact,

@@ -6,6 +6,7 @@ use super::*;
 use crate::layers::{KEYWORD_WEIGHT, RELEVANCE_FLOOR, TEMPLATE_FACTOR, TEMPLATE_PAGES, TITLE_PHRASE_BOOST};
 use crate::reader::memory::{MemoryReader, page};
 use cairn_index::ChunkHit;
+use cairn_index::resident::Lang;
 
 fn record(slug: &str, title: &str) -> PageRecord {
     PageRecord::named(slug, title, &[], 1)
@@ -139,13 +140,19 @@ fn relevance_floor_drops_only_pages_found_weakly_by_meaning_alone() {
 fn multipliers_boost_a_title_phrase_and_damp_a_shared_template_body() {
     let hall = record("hall", "The Example Hall for Adversarial Debate");
     assert_eq!(
-        multipliers("adversarial debate", Some(&hall)),
+        multipliers("adversarial debate", Some(&hall), Lang::English),
         [("title_phrase".to_string(), TITLE_PHRASE_BOOST)]
     );
-    assert!(multipliers("debate adversarial", Some(&hall)).is_empty(), "a bag of words is no phrase");
+    assert!(
+        multipliers("debate adversarial", Some(&hall), Lang::English).is_empty(),
+        "a bag of words is no phrase"
+    );
     let template = PageRecord { body_shared_by: TEMPLATE_PAGES, ..record("stub", "Stub") };
-    assert_eq!(multipliers("owls", Some(&template)), [("template".to_string(), TEMPLATE_FACTOR)]);
-    assert!(multipliers("hall", None).is_empty());
+    assert_eq!(
+        multipliers("owls", Some(&template), Lang::English),
+        [("template".to_string(), TEMPLATE_FACTOR)]
+    );
+    assert!(multipliers("hall", None, Lang::English).is_empty());
 }
 
 #[test]
