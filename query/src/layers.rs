@@ -87,29 +87,12 @@ pub fn rrf<'a>(rankings: &[Vec<&'a str>]) -> HashMap<&'a str, f32> {
 /// agree on which words match), and are scored by the keyword index's own BM25, the fields as
 /// `fields` says.
 pub fn union_bm25(q: &[String], docs: &[(Vec<String>, Vec<String>)], fields: Fields) -> Vec<f32> {
-    dense(docs.len(), union_index(docs).scores(q, fields))
-}
-
-/// [`union_bm25`] with each query term weighed (a query its feedback expanded).
-pub fn union_bm25_weighted(
-    q: &[(&str, f32)],
-    docs: &[(Vec<String>, Vec<String>)],
-    fields: Fields,
-) -> Vec<f32> {
-    dense(docs.len(), union_index(docs).weighted_scores(q, fields))
-}
-
-fn union_index(docs: &[(Vec<String>, Vec<String>)]) -> Bm25 {
     let mut index = Bm25::default();
     for (i, (names, body)) in docs.iter().enumerate() {
         index.insert_fields(i as u32, names, body);
     }
-    index
-}
-
-fn dense(n: usize, sparse: Vec<(u32, f32)>) -> Vec<f32> {
-    let mut scores = vec![0.0; n];
-    for (d, s) in sparse {
+    let mut scores = vec![0.0; docs.len()];
+    for (d, s) in index.scores(q, fields) {
         scores[d as usize] = s;
     }
     scores

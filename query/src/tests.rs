@@ -305,15 +305,8 @@ fn glaciers() -> MemoryReader {
     )
 }
 
-/// The order of `query`'s results with their feedback cosines; `without_feedback`: neither kind
-/// of feedback.
 async fn order_of(notes: &MemoryReader, query: &str, without_feedback: bool) -> Vec<(String, Option<f32>)> {
-    let req = SearchRequest {
-        without_feedback,
-        without_keyword_feedback: without_feedback,
-        explain: true,
-        ..SearchRequest::new(query)
-    };
+    let req = SearchRequest { without_feedback, explain: true, ..SearchRequest::new(query) };
     let resp = run(&[notes], req).await.unwrap();
     resp.results.into_iter().map(|r| (r.slug, r.explain.and_then(|e| e.feedback_cosine))).collect()
 }
@@ -327,24 +320,6 @@ async fn feedback_lifts_a_page_that_says_what_the_first_answers_say_in_other_wor
     // page that talks about what they talk about.
     assert_eq!(slugs(order_of(&notes, "glacier melt", true).await), ["a", "b", "d", "c"]);
     assert_eq!(slugs(order_of(&notes, "glacier melt", false).await), ["a", "b", "c", "d"]);
-}
-
-#[tokio::test]
-async fn keyword_feedback_lifts_a_page_that_shares_the_first_answers_words() {
-    let notes = glaciers();
-    let order = |without_keyword_feedback| {
-        let req = SearchRequest {
-            without_feedback: true,
-            without_keyword_feedback,
-            ..SearchRequest::new("glacier melt")
-        };
-        let notes = &notes;
-        async move { run(&[notes], req).await.unwrap().results.into_iter().map(|r| r.slug).collect::<Vec<_>>() }
-    };
-    // The field notes share "ice field moraine summer" with the first answers, the fondue only
-    // the query's "melt": the query's words expanded with the answers' put the notes first.
-    assert_eq!(order(true).await, ["a", "b", "d", "c"]);
-    assert_eq!(order(false).await, ["a", "b", "c", "d"]);
 }
 
 #[tokio::test]

@@ -189,8 +189,6 @@ pub enum Rule {
     Fields,
     /// Feedback: a query that names no page moved toward its first answers' vectors.
     Feedback,
-    /// Keyword feedback: a query that names no page expanded with its first answers' words (RM3).
-    KeywordFeedback,
     /// Fuzzy names: a short query a typo away from a page's own name finds that page.
     FuzzyNames,
 }
@@ -212,7 +210,6 @@ impl Rule {
             Rule::LearntNames => r.without_learnt_names = true,
             Rule::Fields => r.without_fields = true,
             Rule::Feedback => r.without_feedback = true,
-            Rule::KeywordFeedback => r.without_keyword_feedback = true,
             Rule::FuzzyNames => r.without_fuzzy_names = true,
         }
         r

@@ -152,29 +152,21 @@ impl Bm25 {
     /// Every document holding a query term, with its score (unordered), its fields scored as
     /// `fields` says.
     pub fn scores(&self, query: &[String], fields: Fields) -> Vec<(u32, f32)> {
-        // Each distinct term once, in text order, so the sums do not depend on insertion order.
-        let mut query: Vec<&String> = query.iter().collect();
-        query.sort();
-        query.dedup();
-        let weighted: Vec<(&str, f32)> = query.into_iter().map(|t| (t.as_str(), 1.0)).collect();
-        self.weighted_scores(&weighted, fields)
-    }
-
-    /// [`Bm25::scores`] with each term's part weighed (a query its feedback expanded); terms
-    /// given once each.
-    pub fn weighted_scores(&self, query: &[(&str, f32)], fields: Fields) -> Vec<(u32, f32)> {
         if self.docs == 0 {
             return Vec::new();
         }
         let n = self.docs as f32;
         let norm = Norm::new(self, fields);
-        let lists =
-            query.iter().filter_map(|(t, w)| self.terms.get(t).map(|t| (&self.postings[t as usize], *w)));
+        // Each distinct term once, in text order, so the sums do not depend on insertion order.
+        let mut query: Vec<&String> = query.iter().collect();
+        query.sort();
+        query.dedup();
+        let lists = query.into_iter().filter_map(|t| self.terms.get(t)).map(|t| &self.postings[t as usize]);
         // Sums in a dense array: a hash map entry per posting was most of a query's time over a
         // million chunks, where common terms hold a fifth of them.
         let mut acc: Vec<f32> = Vec::new();
         let mut touched: Vec<u32> = Vec::new();
-        for (list, weight) in lists {
+        for list in lists {
             let df = list.iter().filter(|(d, _)| self.doc_len[*d as usize] != 0).count() as f32;
             if df == 0.0 {
                 continue;
@@ -182,7 +174,7 @@ impl Bm25 {
             if acc.is_empty() {
                 acc = vec![0.0; self.doc_len.len()];
             }
-            let idf = weight * ((n - df + 0.5) / (df + 0.5) + 1.0).ln();
+            let idf = ((n - df + 0.5) / (df + 0.5) + 1.0).ln();
             for (doc, count) in list.iter() {
                 let len = self.doc_len[doc as usize];
                 if len == 0 {

@@ -31,8 +31,6 @@ pub(super) struct Candidate {
     pub(super) subject: Option<String>,
     /// The best chunk's cosine with the query moved by feedback (see [`super::feedback`]).
     pub(super) feedback: Option<f32>,
-    /// Its BM25 over the union (0..1) against the query as feedback expanded it.
-    pub(super) feedback_keyword: Option<f32>,
 }
 
 pub(super) struct Gathered {
@@ -137,7 +135,6 @@ pub(super) async fn gather_source<R: SourceReader>(
             exact: None,
             subject: None,
             feedback: None,
-            feedback_keyword: None,
         })
         .collect();
     complete(r, qvec, &mut candidates).await?;
@@ -440,7 +437,6 @@ pub(super) async fn find_or_add<R: SourceReader>(
         exact: None,
         subject: None,
         feedback: None,
-        feedback_keyword: None,
     };
     if let Some(r) = reader {
         let _ = complete(*r, qvec, std::slice::from_mut(&mut c)).await;

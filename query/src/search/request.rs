@@ -71,10 +71,6 @@ pub struct SearchRequest {
     /// Evaluation baseline only: no feedback (candidates scored by the query's own vector).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub without_feedback: bool,
-    /// Evaluation baseline only: no keyword feedback (the union's BM25 reads the query's own
-    /// words only).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub without_keyword_feedback: bool,
     /// Evaluation baseline only: no fuzzy name lane (a query a typo away from a page's name
     /// finds it only through the other arms).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -99,7 +95,6 @@ impl SearchRequest {
             without_subjects: false,
             without_fields: false,
             without_feedback: false,
-            without_keyword_feedback: false,
             without_fuzzy_names: false,
         }
     }

@@ -33,19 +33,9 @@ pub(super) struct UnionWords {
     of: Vec<usize>,
     keyword: Vec<f32>,
     terms: Vec<Terms>,
-    /// Each candidate's names and best chunk as terms (what its BM25 reads).
-    pub(super) fields: Vec<(Vec<String>, Vec<String>)>,
 }
 
 impl UnionWords {
-    /// The query's terms, when every candidate's source reads it in one language.
-    pub(super) fn one_query(&self) -> Option<&[String]> {
-        match self.queries.as_slice() {
-            [(_, q)] => Some(q),
-            _ => None,
-        }
-    }
-
     /// The query's terms as candidate `i`'s source reads them.
     fn query(&self, i: usize) -> &[String] {
         &self.queries[self.of[i]].1
@@ -90,13 +80,13 @@ pub(super) fn union_words(req: &SearchRequest, union: &[Candidate]) -> UnionWord
     // Candidates carry a subject only when the rule is on (see `subject_pages`).
     let terms = union
         .iter()
-        .zip(fields.clone())
+        .zip(fields)
         .map(|(c, (names, body))| Terms {
             name: c.subject.as_deref().map(|s| terms_in(c.lang, s)),
             doc: [names, body].concat(),
         })
         .collect();
-    UnionWords { queries, of, keyword, terms, fields }
+    UnionWords { queries, of, keyword, terms }
 }
 
 /// Union scoring: the raw cosine of each candidate's best chunk (with the query as feedback moved
@@ -147,8 +137,7 @@ pub(super) fn scored_result(
     let cosine = c.vector.as_ref().map(|(_, h)| h.score);
     // The score reads the cosine with the query as feedback moved it; the evidence, the query's
     // own.
-    let base =
-        c.feedback.or(cosine).unwrap_or(0.0) + KEYWORD_WEIGHT * c.feedback_keyword.unwrap_or(union_keyword);
+    let base = c.feedback.or(cosine).unwrap_or(0.0) + KEYWORD_WEIGHT * union_keyword;
     let title = c.record.as_ref().map_or(String::new(), |p| p.title.clone());
     let multipliers = multipliers(&req.query, c.record.as_ref(), c.lang);
     let score = multipliers.iter().fold(base, |s, (_, m)| s * m);

@@ -29,7 +29,6 @@ fn cand(slug: &str, keyword: Option<f32>, vector: Option<f32>) -> Candidate {
         exact: None,
         subject: None,
         feedback: None,
-        feedback_keyword: None,
     }
 }
 
