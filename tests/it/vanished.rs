@@ -570,6 +570,35 @@ async fn notes_edited_then_removed_before_their_edit_is_read_meet_the_guard() {
     assert_eq!(local_pages(&db).await, 30, "every page kept");
 }
 
+/// A note edited and then evicted by iCloud before its edit is read keeps its page: the stub
+/// beside it says the note is there, only not on this machine. The edit's tick is held 3 s
+/// (fault point `watch.settled`) while the note is evicted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_note_edited_then_evicted_before_its_edit_is_read_keeps_its_page() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (vault, db, armed) = (tmp.path().join("vault"), tmp.path().join("db"), tmp.path().join("armed"));
+    write_vault(&vault, 6, 0);
+    let mut cmd = cairn(&db, &["watch", "--json", "--source", &format!("nt={}", vault.display())]);
+    cmd.env("CAIRN_TEST_FAULTS", "watch.settled@1")
+        .env("CAIRN_TEST_FAULTS_DELAY_MS", "3000")
+        .env("CAIRN_TEST_FAULTS_WHILE", &armed);
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let log = Log::of(child.stderr.take().unwrap());
+    let mut watch = Watch { events: EventReader::new(child.stdout.take().unwrap()), child };
+    watch.events.wait_for("the catch-up", |e| e["event"] == "reconciled");
+    watch.indexed(6);
+    std::fs::write(&armed, "").unwrap();
+    let note = vault.join("note-2.md");
+    std::fs::write(&note, std::fs::read_to_string(&note).unwrap() + "\nEdited.\n").unwrap();
+    log.wait_for("injected delay of 3000 ms at watch.settled");
+    std::fs::rename(&note, vault.join(".note-2.md.icloud")).unwrap();
+    std::fs::remove_file(&armed).unwrap();
+    watch.until("the eviction seen", |e| e["event"] == "file_removed" && e["path"] == "note-2.md");
+    assert!(cairn(&db, &["flush"]).status().unwrap().success());
+    watch.stop();
+    assert_eq!(local_pages(&db).await, 6, "the evicted note's page kept");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_machines_first_scan_of_a_shared_source_must_find_most_of_it_even_with_a_standing_yes() {
     let tmp = tempfile::tempdir().unwrap();

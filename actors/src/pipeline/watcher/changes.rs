@@ -31,10 +31,6 @@ pub(super) struct Changes {
 /// a folder appeared, events were lost, or removals were not ordinary (the rescan's reconcile
 /// judges them with the whole folder in view).
 pub(super) async fn process(h: WatchParts, mut c: Changes) -> Result<Option<ReconcileReport>, PipelineError> {
-    // A note evicted by iCloud leaves a stub beside it: not a removal (its page stays).
-    c.removed.retain(|(p, _)| {
-        cairn_ingest::placeholder::stub_for(p).is_none_or(|stub| !h.root.join(stub).is_file())
-    });
     cairn_index::fault::point_async("watch.settled").await;
     // A note changed and then removed, whose removal has not settled yet, is gone now: read, it
     // would be removed as "gone before it could be read", past the guard. It is a removal, and
@@ -47,6 +43,10 @@ pub(super) async fn process(h: WatchParts, mut c: Changes) -> Result<Option<Reco
             removed.push((p.clone(), false));
         }
         !gone
+    });
+    // A note evicted by iCloud leaves a stub beside it: not a removal (its page stays).
+    c.removed.retain(|(p, _)| {
+        cairn_ingest::placeholder::stub_for(p).is_none_or(|stub| !h.root.join(stub).is_file())
     });
     let mut lost = 0;
     if !c.rescan && !c.removed.is_empty() {
