@@ -76,6 +76,21 @@ impl Watch {
         })
     }
 
+    /// `cairn watch` of `vault` as source `nt`, up to its catch-up, with its first tick once
+    /// `armed` exists held `ms` before it is judged (fault point `watch.settled`); its stderr,
+    /// where the hold is said.
+    fn ticks_held(db: &Path, vault: &Path, armed: &Path, ms: u64) -> (Self, Log) {
+        let mut cmd = cairn(db, &["watch", "--json", "--source", &format!("nt={}", vault.display())]);
+        cmd.env("CAIRN_TEST_FAULTS", "watch.settled@1")
+            .env("CAIRN_TEST_FAULTS_DELAY_MS", ms.to_string())
+            .env("CAIRN_TEST_FAULTS_WHILE", armed);
+        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let log = Log::of(child.stderr.take().unwrap());
+        let mut watch = Self { events: EventReader::new(child.stdout.take().unwrap()), child };
+        watch.events.wait_for("the catch-up", |e| e["event"] == "reconciled");
+        (watch, log)
+    }
+
     fn unavailable(&mut self, reasons: &[&str]) -> Value {
         let e = self.until("the source made unavailable", |e| e["event"] == "source_unavailable");
         let reason = e["unavailable"]["reason"].as_str().unwrap_or_default().to_string();
@@ -536,14 +551,7 @@ async fn notes_edited_then_removed_before_their_edit_is_read_meet_the_guard() {
     let tmp = tempfile::tempdir().unwrap();
     let (vault, db, armed) = (tmp.path().join("vault"), tmp.path().join("db"), tmp.path().join("armed"));
     write_vault(&vault, 30, 0);
-    let mut cmd = cairn(&db, &["watch", "--json", "--source", &format!("nt={}", vault.display())]);
-    cmd.env("CAIRN_TEST_FAULTS", "watch.settled@1")
-        .env("CAIRN_TEST_FAULTS_DELAY_MS", "4000")
-        .env("CAIRN_TEST_FAULTS_WHILE", &armed);
-    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    let log = Log::of(child.stderr.take().unwrap());
-    let mut watch = Watch { events: EventReader::new(child.stdout.take().unwrap()), child };
-    watch.events.wait_for("the catch-up", |e| e["event"] == "reconciled");
+    let (mut watch, log) = Watch::ticks_held(&db, &vault, &armed, 4000);
     watch.indexed(30);
     std::fs::write(&armed, "").unwrap();
     // The watch is paused while the notes are edited, so that the edits arrive as one.
@@ -578,14 +586,7 @@ async fn a_note_edited_then_evicted_before_its_edit_is_read_keeps_its_page() {
     let tmp = tempfile::tempdir().unwrap();
     let (vault, db, armed) = (tmp.path().join("vault"), tmp.path().join("db"), tmp.path().join("armed"));
     write_vault(&vault, 6, 0);
-    let mut cmd = cairn(&db, &["watch", "--json", "--source", &format!("nt={}", vault.display())]);
-    cmd.env("CAIRN_TEST_FAULTS", "watch.settled@1")
-        .env("CAIRN_TEST_FAULTS_DELAY_MS", "3000")
-        .env("CAIRN_TEST_FAULTS_WHILE", &armed);
-    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    let log = Log::of(child.stderr.take().unwrap());
-    let mut watch = Watch { events: EventReader::new(child.stdout.take().unwrap()), child };
-    watch.events.wait_for("the catch-up", |e| e["event"] == "reconciled");
+    let (mut watch, log) = Watch::ticks_held(&db, &vault, &armed, 3000);
     watch.indexed(6);
     std::fs::write(&armed, "").unwrap();
     let note = vault.join("note-2.md");
