@@ -617,6 +617,46 @@ async fn a_lease_given_back_by_a_clean_stop_is_taken_at_the_standbys_next_look()
     let _ = std::fs::remove_dir_all(cairn_actors::ownership::paths::DbPaths::of(&db).dir());
 }
 
+/// A standby takes the lease its writer gave back at a clean stop, and is told to stop itself
+/// before its pipeline has opened (both machines of a team stopped at once). It gives the lease
+/// back too, so the next writer (a one-shot `cairn index` on a third machine) is not refused for
+/// the TTL: the fault suite's last step was refused this way (CI, stop 62).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_stopped_as_it_takes_the_lease_gives_it_back() {
+    let (tmp, weed, vault, db) = team("stopping", 3);
+    let on = |m: &str, args: &[&str]| on_machine(&weed, tmp.path(), m, &db, args);
+    let source = format!("nt={}", vault.display());
+    let mut a =
+        Reaped(on("a", &["watch", "--json", "--source", &source]).stdout(Stdio::piped()).spawn().unwrap());
+    let mut a_events = EventReader::new(a.stdout.take().unwrap());
+    a_events.wait_for("A's first index", |e| e["event"] == "committed" && e["chunks_pending"] == 0);
+    let mut b = on("b", &["watch", "--json", "--source", &source]);
+    b.env("RUST_LOG", "info")
+        .env("CAIRN_TEST_FAULTS", "standby.taken")
+        .env("CAIRN_TEST_FAULTS_DELAY_MS", "3000");
+    let mut b = Reaped(b.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap());
+    let b_log = Log::of(b.stderr.take().unwrap());
+    b_log.wait_for("stands by to take over as the writer");
+
+    let stop = |c: &Reaped| {
+        assert!(Command::new("kill").args(["-TERM", &c.id().to_string()]).status().unwrap().success())
+    };
+    stop(&a);
+    assert!(a.wait().unwrap().success(), "A stops cleanly");
+    b_log.wait_for("injected delay of 3000 ms at standby.taken");
+    stop(&b);
+    assert!(b.wait().unwrap().success(), "B stops cleanly:\n{}", b_log.text());
+    assert!(
+        !b_log.text().contains("this process writes now"),
+        "B stopped before it wrote:\n{}",
+        b_log.text()
+    );
+
+    let out = on("z", &["index", "--source", &source]).output().unwrap();
+    assert!(out.status.success(), "the next writer was refused: {}", String::from_utf8_lossy(&out.stderr));
+    let _ = std::fs::remove_dir_all(cairn_actors::ownership::paths::DbPaths::of(&db).dir());
+}
+
 /// `source`'s tables in the bucket equal a clean local index of its folder (`what` says when).
 pub(crate) async fn tables_equal_a_clean_index(tmp: &Path, weed: &Weed, db: &str, source: &str, what: &str) {
     let clean = tmp.join("clean");

@@ -76,7 +76,11 @@ pub(crate) struct Local {
     lock_path: std::path::PathBuf,
     writing: Mutex<Option<Writing>>,
     roles: tokio::sync::watch::Sender<Role>,
-    closed: AtomicBool,
+    /// Set once shutdown began: a standby waiting for its next look wakes to it.
+    closed: tokio::sync::watch::Sender<bool>,
+    /// The standby's task, which shutdown waits for: a lease it took as the process stopped is
+    /// given back, not left to its TTL.
+    standby_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for Local {
@@ -211,7 +215,8 @@ impl Local {
             remote,
             writing: Mutex::new(None),
             roles,
-            closed: AtomicBool::new(false),
+            closed: tokio::sync::watch::Sender::new(false),
+            standby_task: Mutex::new(None),
         });
         if let Answerer::Owner(o) = &answerer {
             o.pipeline().keep_until_stopped(Box::new(local.lock_held()));
@@ -276,6 +281,11 @@ impl Local {
         let _ = self.roles.send(role);
     }
 
+    /// Whether shutdown has begun.
+    fn is_closed(&self) -> bool {
+        *self.closed.borrow()
+    }
+
     /// Renew the lease while writing; when it is lost, stop committing and read again.
     fn keep_writing(self: &Arc<Self>, writing: Writing) {
         let mut lost = writing.lost.clone();
@@ -286,7 +296,7 @@ impl Local {
                 return;
             }
             let Some(me) = me.upgrade() else { return };
-            if me.closed.load(Ordering::SeqCst) {
+            if me.is_closed() {
                 return;
             }
             tracing::error!(
@@ -318,7 +328,7 @@ impl Local {
                             wait.as_millis()
                         );
                         tokio::time::sleep(wait).await;
-                        if me.closed.load(Ordering::SeqCst) {
+                        if me.is_closed() {
                             return;
                         }
                     }
@@ -336,13 +346,17 @@ impl Local {
         let me = Arc::downgrade(self);
         let purpose = self.info.purpose.clone();
         let lock = self.lock_path.clone();
-        tokio::spawn(async move {
+        let mut closing = self.closed.subscribe();
+        let task = tokio::spawn(async move {
             let store = LeaseStore::of(&remote);
             let mut watching = Watching::default();
             loop {
-                tokio::time::sleep(watching.next_look()).await;
+                tokio::select! {
+                    _ = tokio::time::sleep(watching.next_look()) => {}
+                    _ = closing.wait_for(|c| *c) => return,
+                }
                 let Some(local) = me.upgrade() else { return };
-                if local.closed.load(Ordering::SeqCst) {
+                if local.is_closed() {
                     return;
                 }
                 let holder = crate::ownership::lease::me(&purpose, &lock);
@@ -354,50 +368,68 @@ impl Local {
                         continue;
                     }
                 };
-                tracing::info!("{}: the writer lease is free; this process takes it", local.config.db);
-                let began = std::time::Instant::now();
-                let journal = Journal::start(remote.clone(), lease.clone()).await;
-                let writing = Writing::renewing(Publishing { lease, journal });
-                match Pipeline::open_publishing(local.config.clone(), Some(writing.publishing.clone())).await
-                {
-                    Ok(pipeline) => {
-                        local.standing_by.store(false, Ordering::SeqCst);
-                        pipeline.keep_until_stopped(Box::new(local.lock_held()));
-                        let api = OwnerApi::new(
-                            pipeline,
-                            local.config.clone(),
-                            local.info.clone(),
-                            local.clients.clone(),
-                        );
-                        local.keep_writing(writing);
-                        let was = local.answerer();
-                        local.swap(Answerer::Owner(Arc::new(api)));
-                        if let Answerer::Reader(r) = was {
-                            r.ship().await;
-                        }
-                        tracing::info!(
-                            "{}: this process writes now (its pipeline opened in {} ms)",
-                            local.config.db,
-                            began.elapsed().as_millis()
-                        );
-                    }
-                    Err(e) => {
-                        tracing::error!("{}: taking over as the writer failed: {e}", local.config.db);
-                        writing.give_back().await;
-                        continue;
-                    }
+                cairn_index::fault::point_async("standby.taken").await;
+                if local.is_closed() {
+                    // Taken as this process stops (its shutdown waits for this task): given back
+                    // at once, so the next writer need not wait out the TTL.
+                    lease.release().await;
+                    return;
                 }
-                return;
+                if local.take_over(&remote, lease).await {
+                    return;
+                }
             }
         });
+        // A standby before this one has ended: it took over (and the lease was lost since).
+        *self.standby_task.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
+    }
+
+    /// Open the pipeline under `lease`, just taken by the standby, and answer as the writer:
+    /// false when it did not open (the lease is given back, and the standby looks again).
+    async fn take_over(self: &Arc<Self>, remote: &Remote, lease: Lease) -> bool {
+        tracing::info!("{}: the writer lease is free; this process takes it", self.config.db);
+        let began = std::time::Instant::now();
+        let journal = Journal::start(remote.clone(), lease.clone()).await;
+        let writing = Writing::renewing(Publishing { lease, journal });
+        match Pipeline::open_publishing(self.config.clone(), Some(writing.publishing.clone())).await {
+            Ok(pipeline) => {
+                pipeline.keep_until_stopped(Box::new(self.lock_held()));
+                let api =
+                    OwnerApi::new(pipeline, self.config.clone(), self.info.clone(), self.clients.clone());
+                self.keep_writing(writing);
+                let was = self.answerer();
+                self.swap(Answerer::Owner(Arc::new(api)));
+                if let Answerer::Reader(r) = was {
+                    r.ship().await;
+                }
+                tracing::info!(
+                    "{}: this process writes now (its pipeline opened in {} ms)",
+                    self.config.db,
+                    began.elapsed().as_millis()
+                );
+                self.standing_by.store(false, Ordering::SeqCst);
+                true
+            }
+            Err(e) => {
+                tracing::error!("{}: taking over as the writer failed: {e}", self.config.db);
+                writing.give_back().await;
+                false
+            }
+        }
     }
 
     /// Stop serving; as the writer, drain the pipeline (committing what is pending), then give
     /// the lease back and say so in the journal's head. The lock goes once drained.
     pub async fn shutdown(&self) -> Result<()> {
-        self.closed.store(true, Ordering::SeqCst);
+        self.closed.send_replace(true);
         self.server.stop();
         cairn_index::fault::point("shutdown.server_stopped");
+        // A standby in the midst of taking the lease finishes first: what it took is then either
+        // given back by it or this process's to drain and give back below.
+        let standby = self.standby_task.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(task) = standby {
+            let _ = task.await;
+        }
         match self.answerer() {
             Answerer::Owner(o) => o.pipeline().shutdown().await?,
             Answerer::Reader(r) => r.ship().await,
