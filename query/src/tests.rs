@@ -2,6 +2,7 @@
 
 use crate::layers::{CreateSafety, Evidence};
 use crate::reader::memory::{MemoryReader, page};
+use crate::search::FEEDBACK_PAGES;
 use crate::{Mode, QueryError, SearchRequest, search};
 use cairn_index::Embedder;
 use cairn_index::embed::testing::HashEmbedder;
@@ -299,6 +300,7 @@ fn glaciers() -> MemoryReader {
         vec![
             page("a", "Retreat", &[], &["glacier melt on the ice field moraine"]),
             page("b", "Survey", &[], &["glacier melt ice field moraine summer"]),
+            page("e", "Ice report", &[], &["glacier melt on the ice field"]),
             page("c", "Field notes", &[], &["ice field moraine summer melt crevasse ablation"]),
             page("d", "Fondue", &[], &["cheese melt"]),
         ],
@@ -318,8 +320,20 @@ async fn feedback_lifts_a_page_that_says_what_the_first_answers_say_in_other_wor
     // By the query alone, the short page holding its word "melt" comes before the glacier page
     // that holds only that word too; moved toward the first answers, the query prefers the
     // page that talks about what they talk about.
-    assert_eq!(slugs(order_of(&notes, "glacier melt", true).await), ["a", "b", "d", "c"]);
-    assert_eq!(slugs(order_of(&notes, "glacier melt", false).await), ["a", "b", "c", "d"]);
+    assert_eq!(slugs(order_of(&notes, "glacier melt", true).await), ["e", "a", "b", "d", "c"]);
+    assert_eq!(slugs(order_of(&notes, "glacier melt", false).await), ["e", "a", "b", "c", "d"]);
+}
+
+#[tokio::test]
+async fn feedback_keeps_the_first_answers_it_was_fed_in_their_places() {
+    let notes = glaciers();
+    let slugs = |o: Vec<(String, Option<f32>)>| o.into_iter().map(|(s, _)| s).collect::<Vec<_>>();
+    // By the query alone: b, e, a. Scored against the moved vector, which each of them meets in
+    // a third of, they would come e, a, b: feedback takes them as judged, so it keeps their order.
+    let first = slugs(order_of(&notes, "glacier field", true).await);
+    let fed = slugs(order_of(&notes, "glacier field", false).await);
+    assert_eq!(first[..FEEDBACK_PAGES], ["b", "e", "a"]);
+    assert_eq!(fed[..FEEDBACK_PAGES], first[..FEEDBACK_PAGES]);
 }
 
 #[tokio::test]

@@ -3,6 +3,14 @@
 //! a page, is moved toward the vectors of its first answers' best chunks, and every candidate's
 //! best chunk is scored again against the moved vector. Pages that say what the first answers
 //! say in other words than the query's come up; the candidates stay those the arms gathered.
+//!
+//! The first answers fed back keep their places, in their first order: feedback takes them as
+//! judged, so it has nothing to say about their order, and scored against a vector made of
+//! themselves each would be lifted by its own share of it (a page one of three fed back meets
+//! itself in a third of the moved vector). Left to reorder them, feedback put a wrong second
+//! answer above a right first one on the manual pages (one right page per query; nDCG@10 −0.011
+//! English, −0.007 German) and on CISI; kept in place, those losses go and Cranfield keeps most
+//! of its gain (BENCHMARKS.md, "Feedback keeps its first answers in place").
 
 use super::gather::Candidate;
 use super::request::SearchRequest;
@@ -42,18 +50,19 @@ fn applies(req: &SearchRequest, qvec: Option<&[f32]>, union: &[Candidate]) -> bo
 }
 
 /// Give each candidate its best chunk's cosine with the query moved toward the best chunks of
-/// the first [`FEEDBACK_PAGES`] answers (the union scored once as it is). A source whose vectors
-/// cannot be read leaves its candidates as they were.
+/// the first [`FEEDBACK_PAGES`] answers (the union scored once as it is): those answers, as
+/// (source, slug) in their order, which keep their places ahead of the rest (none without
+/// feedback). A source whose vectors cannot be read leaves its candidates as they were.
 pub(super) async fn feedback<R: SourceReader>(
     req: &SearchRequest,
     readers: &[&R],
     qvec: Option<&[f32]>,
     union: &mut [Candidate],
     words: &UnionWords,
-) {
-    let Some(q) = qvec.filter(|_| applies(req, qvec, union)) else { return };
+) -> Vec<(String, String)> {
+    let Some(q) = qvec.filter(|_| applies(req, qvec, union)) else { return Vec::new() };
     let vectors = best_chunk_vectors(readers, union).await;
-    let first = order(score_union(req, union.to_vec(), words), &[], union.len());
+    let first = order(score_union(req, union.to_vec(), words), &[], &[], union.len());
     let best_chunk = |source: &str, slug: &str| {
         let c = union.iter().find(|c| c.source == source && c.slug == slug)?;
         c.vector.as_ref().map(|(_, h)| (c.source.as_str(), h.chunk_id.as_str()))
@@ -64,7 +73,8 @@ pub(super) async fn feedback<R: SourceReader>(
         .filter_map(|key| vectors.get(&key).cloned())
         .take(FEEDBACK_PAGES)
         .collect();
-    let Some(moved) = rocchio(q, &fed) else { return };
+    let Some(moved) = rocchio(q, &fed) else { return Vec::new() };
+    let kept = first.iter().take(FEEDBACK_PAGES).map(|r| (r.source.clone(), r.slug.clone())).collect();
     let scores: Vec<Option<f32>> = union
         .iter()
         .map(|c| {
@@ -77,6 +87,7 @@ pub(super) async fn feedback<R: SourceReader>(
     for (c, s) in union.iter_mut().zip(scores) {
         c.feedback = s;
     }
+    kept
 }
 
 /// Every candidate's best chunk's vector, by (source, chunk id): one read per source.

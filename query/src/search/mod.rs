@@ -3,6 +3,8 @@
 //! exact lookup and alias hop, and evidence.
 
 mod feedback;
+#[cfg(test)]
+pub(crate) use feedback::FEEDBACK_PAGES;
 mod gather;
 mod request;
 mod response;
@@ -114,8 +116,8 @@ pub async fn search<R: SourceReader>(
     inject_subjects(&readers, qvec.as_deref(), &mut union, &subjects, k).await;
     relevance_floor(&mut union);
     let words = union_words(req, &union);
-    feedback::feedback(req, &readers, qvec.as_deref(), &mut union, &words).await;
-    let mut results = order(score_union(req, union, &words), &exact, limit);
+    let kept = feedback::feedback(req, &readers, qvec.as_deref(), &mut union, &words).await;
+    let mut results = order(score_union(req, union, &words), &exact, &kept, limit);
     for r in &mut results {
         let taught = learnt.iter().find(|(s, l)| *s == r.source && l.page.slug == r.slug);
         r.learnt = taught.map(|(_, l)| LearntName::of(l));

@@ -185,10 +185,12 @@ pub(super) fn scored_result(
     }
 }
 
-/// Order: exact matches first (in the exact layer's order), then by score; `limit` kept.
+/// Order: exact matches first (in the exact layer's order), then the answers feedback `kept` in
+/// their places (source, slug: see [`super::feedback`]), then by score; `limit` kept.
 pub(super) fn order(
     mut results: Vec<SearchResult>,
     exact: &[(String, PageRecord, ExactKind)],
+    kept: &[(String, String)],
     limit: usize,
 ) -> Vec<SearchResult> {
     // Named pages first, in their order. A typo's pages (fuzzy) are a guess from spelling: they
@@ -205,9 +207,11 @@ pub(super) fn order(
             None => usize::MAX,
         }
     };
+    let kept_rank = |r: &SearchResult| kept.iter().position(|(s, g)| *s == r.source && *g == r.slug);
     results.sort_by(|a, b| {
         exact_rank(a)
             .cmp(&exact_rank(b))
+            .then(kept_rank(a).unwrap_or(usize::MAX).cmp(&kept_rank(b).unwrap_or(usize::MAX)))
             .then(b.score.total_cmp(&a.score))
             .then(a.source.cmp(&b.source))
             .then(a.slug.cmp(&b.slug))

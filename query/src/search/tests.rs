@@ -189,6 +189,6 @@ fn order_puts_exact_names_first_then_scores_and_keeps_the_limit() {
     };
     let exact = vec![("s".to_string(), record("named", "Named"), ExactKind::Alias)];
     let results = vec![result("low", 0.1), result("named", 0.05), result("high", 0.9), result("mid", 0.5)];
-    let ordered = order(results, &exact, 3);
+    let ordered = order(results, &exact, &[], 3);
     assert_eq!(slugs(&ordered, |r| &r.slug), ["named", "high", "mid"]);
 }
