@@ -4,6 +4,12 @@
 //! Used by the fuzzy name lane: a query a key or two away from a page's title, alias or file name
 //! ("kubernets", "stack ovwrflow") still finds that page, as a *probable* match, never as proof
 //! that the page exists.
+//!
+//! Among names one edit away, a typing slip (a letter dropped, doubled or struck beside its key's
+//! neighbour, two neighbours swapped, a neighbouring key struck) is likelier than any other edit
+//! (Damerau 1964; most substitutions in typing are of adjacent keys, Grudin 1983), so [`cost`]
+//! counts it as half an edit less: a three-letter acronym has many names one edit away, and the
+//! slip is the one meant far more often than the rest.
 
 /// Edits a name of `chars` characters may be away and still be taken for it: Lucene's and
 /// Elasticsearch's `AUTO` fuzziness, as it stands (none up to 2 characters, one up to 5, two
@@ -54,6 +60,60 @@ pub fn distance_within(a: &str, b: &str, max: usize) -> Option<usize> {
     (prev[m] <= max).then_some(prev[m])
 }
 
+/// Keyboard rows of QWERTY, and of QWERTZ (`y` and `z` swapped), each row's keys half a key
+/// right of the row above.
+const LAYOUTS: [[&str; 3]; 2] =
+    [["qwertyuiop", "asdfghjkl", "zxcvbnm"], ["qwertzuiop", "asdfghjkl", "yxcvbnm"]];
+
+/// Whether `a` and `b` are neighbouring keys on either layout: beside each other in a row, or
+/// touching in the row above or below.
+fn near(a: char, b: char) -> bool {
+    LAYOUTS.iter().any(|rows| {
+        let at =
+            |c: char| rows.iter().enumerate().find_map(|(r, row)| row.find(c).map(|i| (r as i64, i as i64)));
+        let (Some((ra, ia)), Some((rb, ib))) = (at(a), at(b)) else { return false };
+        match rb - ra {
+            0 => ia.abs_diff(ib) == 1,
+            -1 => ib == ia || ib == ia + 1,
+            1 => ib == ia || ib == ia - 1,
+            _ => false,
+        }
+    })
+}
+
+/// Whether `typed` is `name` with one typing slip (see the module).
+pub fn is_slip(typed: &str, name: &str) -> bool {
+    let (t, n): (Vec<char>, Vec<char>) = (typed.chars().collect(), name.chars().collect());
+    let without = |v: &[char], i: usize| v[..i].iter().chain(&v[i + 1..]).copied().collect::<Vec<char>>();
+    if t.len() + 1 == n.len() {
+        return (0..n.len()).any(|i| without(&n, i) == t);
+    }
+    if t.len() == n.len() + 1 {
+        // A letter struck twice, or with its neighbour's key.
+        return (0..t.len()).any(|i| {
+            let beside =
+                |j: Option<usize>| j.and_then(|j| t.get(j)).is_some_and(|&c| c == t[i] || near(c, t[i]));
+            without(&t, i) == n && (beside(i.checked_sub(1)) || beside(Some(i + 1)))
+        });
+    }
+    if t.len() != n.len() {
+        return false;
+    }
+    let differ: Vec<usize> = (0..t.len()).filter(|&i| t[i] != n[i]).collect();
+    match differ[..] {
+        [i] => near(t[i], n[i]),
+        [i, j] => j == i + 1 && t[i] == n[j] && t[j] == n[i],
+        _ => false,
+    }
+}
+
+/// What taking `typed` for `name` costs, when it is at most `max` edits away: two per edit, one
+/// less for a single edit that is a typing slip; `None` beyond `max` edits.
+pub fn cost(typed: &str, name: &str, max: usize) -> Option<usize> {
+    let d = distance_within(typed, name, max)?;
+    Some(2 * d - usize::from(d == 1 && is_slip(typed, name)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -74,6 +134,26 @@ mod tests {
         // Characters, not bytes.
         assert_eq!(d("café", "cafe"), Some(1));
         assert_eq!(d("straße", "strasse"), Some(2));
+    }
+
+    #[test]
+    fn a_typing_slip_costs_less_than_any_other_edit() {
+        // "akm" is one edit from each; only "alm" is a slip (k and l are neighbouring keys).
+        assert_eq!(cost("akm", "alm", 1), Some(1));
+        assert_eq!(cost("akm", "acm", 1), Some(2));
+        assert_eq!(cost("adn", "and", 1), Some(1), "swapped neighbours");
+        assert_eq!(cost("adn", "adc", 1), Some(2), "n and c are not neighbours");
+        assert_eq!(cost("coc", "conc", 1), Some(1), "dropped");
+        assert_eq!(cost("fll", "fl", 1), Some(1), "doubled");
+        assert_eq!(cost("adfn", "adn", 1), Some(1), "struck with its neighbour's key");
+        assert_eq!(cost("adpn", "adn", 1), Some(2), "a letter from nowhere");
+        assert_eq!(cost("daz", "das", 1), Some(1), "z beside s");
+        assert_eq!(cost("uebra", "zebra", 1), Some(1), "QWERTZ: u beside z");
+        assert_eq!(cost("qebra", "zebra", 1), Some(2), "q is beside z on neither");
+        assert_eq!(cost("kubrenetes", "kubernetes", 2), Some(1));
+        assert_eq!(cost("stak ovwrflow", "stack overflow", 2), Some(4), "two edits: no slip discount");
+        assert_eq!(cost("akm", "akm", 1), Some(0));
+        assert_eq!(cost("akmxx", "akm", 1), None);
     }
 
     #[test]

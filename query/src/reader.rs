@@ -54,8 +54,9 @@ pub trait SourceReader: Sync {
     /// The page the vault taught a normalised name to, when it names one (see
     /// [`cairn_index::resident::learnt`]).
     fn learnt(&self, normalized: &str) -> impl Future<Output = Result<Option<LearntPage>>> + Send;
-    /// Pages whose own name is the fewest edits (1..=`max_edits`) from the normalised name, with
-    /// that distance, at most `k`.
+    /// Pages whose own name is the fewest edits (1..=`max_edits`) from the normalised name, by
+    /// what taking the name for theirs costs ([`cairn_ingest::fuzzy::cost`]), with that cost: those
+    /// at the least, at most `k`.
     fn fuzzy(
         &self,
         normalized: &str,
@@ -297,7 +298,7 @@ pub mod memory {
                 .filter_map(|(p, _)| {
                     let d = names(p)
                         .iter()
-                        .filter_map(|n| cairn_ingest::fuzzy::distance_within(normalized, n, max_edits))
+                        .filter_map(|n| cairn_ingest::fuzzy::cost(normalized, n, max_edits))
                         .filter(|d| *d > 0)
                         .min()?;
                     Some((p.clone(), d))

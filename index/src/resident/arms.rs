@@ -88,24 +88,27 @@ impl ResidentIndex {
     }
 
     /// Pages whose slug, normalised title or alias is within `max_edits` edits of `normalized`
-    /// (see [`cairn_ingest::fuzzy`]), with the distance: only those at the least distance found
-    /// (an exact name is no fuzzy match: ask [`Self::alias`] first), by slug, at most `k`. Every
-    /// name is compared: the lane runs only for a short query that names no page outright.
+    /// (see [`cairn_ingest::fuzzy`]), with what taking the query for it costs
+    /// ([`cairn_ingest::fuzzy::cost`]: a typing slip less than another edit): only those at the
+    /// least cost found (an exact name is no fuzzy match: ask [`Self::alias`] first), by slug, at
+    /// most `k`. Every name is compared: the lane runs only for a short query that names no page
+    /// outright.
     pub fn fuzzy(&self, normalized: &str, max_edits: usize, k: usize) -> Vec<(PageRecord, usize)> {
         let len = normalized.chars().count();
-        let mut best = max_edits;
+        let mut best = 2 * max_edits;
         let mut docs: Vec<u32> = Vec::new();
         for (name, named) in &self.by_name {
+            let edits = best.div_ceil(2);
             // The byte length bounds the character length from above: a cheap first cut.
-            if name.len() + best < len {
+            if name.len() + edits < len {
                 continue;
             }
-            let Some(d) = cairn_ingest::fuzzy::distance_within(normalized, name, best) else { continue };
-            if d == 0 {
+            let Some(c) = cairn_ingest::fuzzy::cost(normalized, name, edits) else { continue };
+            if c == 0 || c > best {
                 continue;
             }
-            if d < best {
-                best = d;
+            if c < best {
+                best = c;
                 docs.clear();
             }
             docs.extend(named);

@@ -345,8 +345,9 @@ pub(super) async fn named_pages<R: SourceReader>(
 const FUZZY_MAX_WORDS: usize = 4;
 
 /// The pages whose own name is the fewest edits from the query (within
-/// [`cairn_ingest::fuzzy::max_edits`] of its length), over every source: the least distance any
-/// source has wins, and ties are kept (by source, then slug).
+/// [`cairn_ingest::fuzzy::max_edits`] of its length, a typing slip counting less than another
+/// edit), over every source: the least cost any source has wins, and ties are kept (by source,
+/// then slug).
 pub(super) async fn fuzzy_pages<R: SourceReader>(readers: &[&R], query: &str) -> Vec<(String, PageRecord)> {
     let norm = normalize_name(query);
     let chars = norm.chars().count();
