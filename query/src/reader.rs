@@ -296,16 +296,16 @@ pub mod memory {
                 .pages
                 .iter()
                 .filter_map(|(p, _)| {
-                    let d = names(p)
+                    let cost = names(p)
                         .iter()
                         .filter_map(|n| cairn_ingest::fuzzy::cost(normalized, n, max_edits))
-                        .filter(|d| *d > 0)
+                        .filter(|c| *c > 0)
                         .min()?;
-                    Some((p.clone(), d))
+                    Some((p.clone(), cost))
                 })
                 .collect();
-            let least = found.iter().map(|(_, d)| *d).min();
-            let mut out: Vec<_> = found.into_iter().filter(|(_, d)| Some(*d) == least).collect();
+            let least = found.iter().map(|(_, c)| *c).min();
+            let mut out: Vec<_> = found.into_iter().filter(|(_, c)| Some(*c) == least).collect();
             out.sort_by(|a, b| a.0.slug.cmp(&b.0.slug));
             out.truncate(k);
             Ok(out)
