@@ -434,8 +434,9 @@ pub async fn index(config: Config, reindex: bool, progress: bool) -> Result<Inde
 
 /// Refuse (closing `cairn`) unless this process writes the database: on an object store the
 /// writer may be another process than this machine's owner (the holder of the writer lease,
-/// maybe on another machine), and there is one writer at a time.
-async fn refuse_unless_writer(cairn: &Cairn) -> Result<()> {
+/// maybe on another machine), and there is one writer at a time. A lease whose holder stopped
+/// renewing it (a writer killed moments ago) is waited out first, as a standby would.
+pub async fn refuse_unless_writer(cairn: &Cairn) -> Result<()> {
     let status = cairn.status().await?;
     let writes_here = match (&status.writer, &status.owner) {
         (Some(w), Some(o)) => w.pid == o.pid && w.host == cairn_actors::ownership::lease::host_name(),
@@ -445,9 +446,24 @@ async fn refuse_unless_writer(cairn: &Cairn) -> Result<()> {
     if writes_here {
         return Ok(());
     }
+    let holder = if cairn.role() == Role::Reader {
+        eprintln!(
+            "cairn: the writer lease of {} is held; looking whether its holder still renews it",
+            cairn.config().db
+        );
+        match cairn.wait_for_lease().await {
+            cairn_actors::LeaseWait::Writing => return Ok(()),
+            cairn_actors::LeaseWait::Renewed(h) => Some(format!("{h}, which renews its lease")),
+            cairn_actors::LeaseWait::NotFree(h) => h.map(|h| format!("{h}, whose lease is still held")),
+        }
+    } else {
+        None
+    };
     cairn.shutdown().await?;
-    let writer = status.writer.map_or_else(|| "no process now".into(), |w| w.to_string());
-    let here = status.owner.map_or_else(String::new, |o| {
+    let writer = holder
+        .or_else(|| status.writer.map(|w| w.to_string()))
+        .unwrap_or_else(|| "a process whose writer lease could not be read".into());
+    let here = status.owner.filter(|o| o.pid != std::process::id()).map_or_else(String::new, |o| {
         format!(" (this machine's pid {}, cairn {}, only reads it)", o.pid, o.purpose)
     });
     Err(anyhow::anyhow!(

@@ -15,7 +15,7 @@ use crate::event::Event;
 use crate::host::PageWithBody;
 use crate::ownership::client::Client;
 use crate::ownership::ipc::{ErrorCode, Hello, OwnerInfo, RemoteError};
-use crate::ownership::local::Local;
+use crate::ownership::local::{LeaseWait, Local};
 use crate::ownership::owner::OwnerLock;
 use crate::ownership::paths::DbPaths;
 use crate::pipeline::system::Pipeline;
@@ -317,6 +317,16 @@ impl Cairn {
             State::Local(l) => l.answerer().ask(verb).await,
             State::Client(c) => c.ask(verb).await.map_err(remote),
             State::Reader(r) => verb.by_reader(&r).await,
+        }
+    }
+
+    /// As a reader of a database on an object store whose writer lease another process holds:
+    /// wait for the lease as a standby would, bounded (see [`Local::wait_for_lease`]).
+    pub async fn wait_for_lease(&self) -> LeaseWait {
+        match self.state() {
+            State::Local(l) if l.role() == Role::Reader => l.wait_for_lease().await,
+            State::Local(_) => LeaseWait::Writing,
+            _ => LeaseWait::NotFree(None),
         }
     }
 

@@ -32,6 +32,7 @@ pub use cairn_query::{Mode, SearchRequest, SearchResponse};
 pub use config::{Config, Limits, ModelConfig, SourceConfig};
 pub use event::{Event, EventKind};
 pub use host::{PageWithBody, QueryHost};
+pub use ownership::local::LeaseWait;
 pub use pipeline::error::PipelineError;
 pub use pipeline::system::{Embedders, Error, Pipeline, Result};
 pub use pipeline::watcher::ReconcileReport;

@@ -105,14 +105,14 @@ async fn not_the_writer(cairn: &Cairn, db: &str, once: bool) -> Result<Option<Ex
             eprintln!("cairn: standing by to take over if it stops; Ctrl-C to quit");
         }
         Role::Reader => {
-            // An object store written from another process (maybe another machine).
+            // An object store written from another process (maybe another machine): a one-shot
+            // run waits out a lease its holder stopped renewing, and writes, or says who does.
+            if once {
+                cairn::refuse_unless_writer(cairn).await?;
+                return Ok(None);
+            }
             let writer =
                 cairn.status().await?.writer.map_or("another process".to_string(), |w| w.to_string());
-            if once {
-                anyhow::bail!(
-                    "{db} is written by {writer}; this machine reads it, so `watch --once` cannot index it from here"
-                );
-            }
             eprintln!(
                 "cairn: {db} is written by {writer}; this process follows its commits and stands by to take over as the writer; Ctrl-C to quit"
             );

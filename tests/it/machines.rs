@@ -650,7 +650,39 @@ async fn a_standby_stopped_as_it_takes_the_lease_gives_it_back() {
     assert!(b.wait().unwrap().success(), "B stops cleanly:\n{}", b_log.text());
 
     let out = on("z", &["index", "--source", &source]).output().unwrap();
-    assert!(out.status.success(), "the next writer was refused: {}", String::from_utf8_lossy(&out.stderr));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the next writer was refused: {said}");
+    // Not by waiting out a lease left held (which a one-shot index would do, up to the TTL).
+    assert!(!said.contains("writer lease of"), "the lease was left held: {said}");
+    let _ = std::fs::remove_dir_all(cairn_actors::ownership::paths::DbPaths::of(&db).dir());
+}
+
+/// A one-shot `cairn index` on another machine while a writer renews its lease is refused at
+/// once, naming that writer. Once the writer is killed (its lease left held until the TTL), the
+/// next one waits the lease out and writes: it does not tell its user to stop a writer that is
+/// gone, as it did before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_one_shot_index_names_a_live_writer_and_waits_out_a_killed_ones_lease() {
+    let (tmp, weed, vault, db) = team("oneshot", 3);
+    let on = |m: &str, args: &[&str]| on_machine(&weed, tmp.path(), m, &db, args);
+    let source = format!("nt={}", vault.display());
+    let (mut a, _a_events) = first_index(on("a", &["watch", "--json", "--source", &source]));
+    let refused = on("z", &["index", "--source", &source]).output().unwrap();
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains(&format!("pid {} (cairn watch)", a.id())) && said.contains("renews its lease"),
+        "{said}"
+    );
+
+    assert!(Command::new("kill").args(["-KILL", &a.id().to_string()]).status().unwrap().success());
+    let _ = a.wait();
+    write(&vault, "note-1.md", &note(1, " Edited once its writer was gone: quill2y."));
+    let out = on("z", &["index", "--source", &source]).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the next writer was refused: {said}");
+    assert!(said.contains("writer lease of"), "it waited for the lease: {said}");
+    tables_equal_a_clean_index(tmp.path(), &weed, &db, &source, "after the one-shot index").await;
     let _ = std::fs::remove_dir_all(cairn_actors::ownership::paths::DbPaths::of(&db).dir());
 }
 

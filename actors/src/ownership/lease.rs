@@ -136,6 +136,11 @@ pub struct Watching {
 }
 
 impl Watching {
+    /// The ETag of the last look (`None` before the first).
+    pub fn etag(&self) -> Option<&str> {
+        self.seen.as_ref().map(|(e, _)| e.as_str())
+    }
+
     /// When to look again: soon once the holder's renewal is late.
     pub fn next_look(&self) -> Duration {
         match &self.seen {

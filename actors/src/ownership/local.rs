@@ -28,6 +28,17 @@ use cairn_query::Role;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+/// What a one-shot writer's wait for the writer lease came to ([`Local::wait_for_lease`]).
+#[derive(Debug)]
+pub enum LeaseWait {
+    /// It was free, or its holder stopped renewing: this process writes now.
+    Writing,
+    /// Its holder renews it: a live writer.
+    Renewed(Holder),
+    /// Still held when the wait ended (its holder, when the lease could be read).
+    NotFree(Option<Holder>),
+}
+
 /// The lease and journal of a writer on an object store, with the task that renews the lease.
 /// Renewing starts the moment the lease is taken, not once the pipeline is open: opening a large
 /// source on S3 takes longer than the lease lives (~65 s at a million chunks), and a standby
@@ -382,6 +393,43 @@ impl Local {
         });
         // A standby before this one has ended: it took over (and the lease was lost since).
         *self.standby_task.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
+    }
+
+    /// For a one-shot writer (`cairn index`) that found the writer lease held: look at it as a
+    /// standby does, for at most the TTL and two looks. A holder that stopped renewing (a crash,
+    /// a kill) is waited out and this process writes; one seen renewing is named at once.
+    pub async fn wait_for_lease(self: &Arc<Self>) -> LeaseWait {
+        use crate::ownership::lease::{LOOK_EVERY, TTL};
+        let Some(remote) = self.remote.clone() else { return LeaseWait::NotFree(None) };
+        let store = LeaseStore::of(&remote);
+        let mut watching = Watching::default();
+        let mut first: Option<String> = None;
+        let mut last = None;
+        let deadline = std::time::Instant::now() + TTL + 2 * LOOK_EVERY;
+        loop {
+            let holder = crate::ownership::lease::me(&self.info.purpose, &self.lock_path);
+            match store.try_take(&holder, &mut watching).await {
+                Ok(Taken::Mine(lease)) => {
+                    return match self.take_over(&remote, lease).await {
+                        true => LeaseWait::Writing,
+                        false => LeaseWait::NotFree(last),
+                    };
+                }
+                Ok(Taken::Theirs(h)) => {
+                    let etag = watching.etag().map(str::to_string);
+                    if first.is_some() && first != etag {
+                        return LeaseWait::Renewed(h);
+                    }
+                    first = first.or(etag);
+                    last = Some(h);
+                }
+                Err(e) => tracing::warn!("waiting for the writer lease: {e}"),
+            }
+            if std::time::Instant::now() >= deadline {
+                return LeaseWait::NotFree(last);
+            }
+            tokio::time::sleep(watching.next_look()).await;
+        }
     }
 
     /// Open the pipeline under `lease`, just taken by the standby, and answer as the writer:
