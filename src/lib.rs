@@ -18,6 +18,7 @@ pub use cairn_actors::{Cairn, Config, OpenOptions, ReconcileReport, Role, Source
 pub mod eval;
 pub mod mcp;
 pub mod selftest;
+pub mod serve;
 pub mod swamp;
 
 /// A source id: `^[a-z0-9][a-z0-9-]{0,31}$`.

@@ -330,6 +330,16 @@ impl Cairn {
         }
     }
 
+    /// Any verb as it comes over the wire ([`api::Request`]), answered as JSON by whichever role
+    /// this process has now (what [`Cairn::ask`] is for a verb known when compiling).
+    pub async fn ask_json(&self, request: api::Request) -> Result<serde_json::Value> {
+        match self.state() {
+            State::Local(l) => api::dispatch(&l.answerer(), request).await,
+            State::Client(c) => c.call(request).await.map_err(remote),
+            State::Reader(r) => api::dispatch(&Answerer::Reader(r), request).await,
+        }
+    }
+
     pub async fn search(&self, request: SearchRequest) -> Result<SearchResponse> {
         self.ask(api::Search { request }).await
     }

@@ -128,6 +128,30 @@ pub enum Command {
         #[command(flatten)]
         sources: SourcesArg,
     },
+    /// Serve the live index over HTTP: MCP (streamable HTTP) at /mcp, the verbs as JSON at
+    /// /api/VERB, and a web page at / (search, pages, sources, telemetry). Loopback only unless
+    /// --listen says otherwise, and then only with --token-file. With no folders, the sources the
+    /// database holds.
+    Serve {
+        #[command(flatten)]
+        sources: SourcesArg,
+        /// Address to listen on (port 0: any free port, printed at start).
+        #[arg(long, default_value = "127.0.0.1:7767")]
+        listen: std::net::SocketAddr,
+        /// A file holding the bearer token every request must carry (required off loopback).
+        #[arg(long, value_name = "FILE")]
+        token_file: Option<PathBuf>,
+        /// Also answer the verbs that change the database (add_source, reindex, reconcile…).
+        #[arg(long)]
+        allow_writes: bool,
+        /// Another name this server is reached by, for the `Host` check (repeatable).
+        #[arg(long = "allow-host", value_name = "HOST")]
+        allow_hosts: Vec<String>,
+        /// Another web origin allowed to call it from a browser, e.g. https://app.example.org
+        /// (repeatable).
+        #[arg(long = "allow-origin", value_name = "ORIGIN")]
+        allow_origins: Vec<String>,
+    },
     /// Replay a recorded scenario (fixtures/events/*.jsonl) into a folder and a database.
     Replay {
         log: PathBuf,

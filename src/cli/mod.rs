@@ -58,6 +58,11 @@ pub async fn run(command: Command, common: Common) -> Result<ExitCode> {
         C::Reindex { targets, sources, json } => index::reindex(&common, &targets, &sources, json).await,
         C::Watch { sources, json, once } => watch::watch(config(&common, &sources)?, json, once).await,
         C::Mcp { sources } => cairn::mcp::serve(config(&common, &sources)?).await.map(ok),
+        C::Serve { sources, listen, token_file, allow_writes, allow_hosts, allow_origins } => {
+            let options =
+                cairn::serve::Options { listen, token_file, allow_writes, allow_hosts, allow_origins };
+            cairn::serve::serve(config(&common, &sources)?, options).await.map(ok)
+        }
         C::Replay { log, into, json } => tools::replay(&common, log, into, json).await.map(ok),
         C::Stats { log, days, json } => state::stats(&common, log, days, json).await.map(ok),
         C::Status { json } => state::status(&common, json).await.map(ok),

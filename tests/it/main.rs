@@ -20,6 +20,7 @@ mod owner;
 mod replay;
 mod s3;
 mod scan;
+mod serve;
 mod support;
 mod vanished;
 mod watch;

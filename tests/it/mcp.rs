@@ -5,7 +5,7 @@ use crate::support::three_notes;
 use std::path::PathBuf;
 use std::process::Command;
 
-fn python() -> PathBuf {
+pub(crate) fn python() -> PathBuf {
     let p = std::env::var_os("CAIRN_MCP_PYTHON")
         .map(PathBuf::from)
         .unwrap_or_else(|| cairn_index::provision::cache_dir().join("mcp-venv/bin/python"));

@@ -39,6 +39,9 @@ pub trait Verb: Serialize + DeserializeOwned + Send + 'static {
     const NAME: &'static str;
     /// How long the owner works on it before answering `timeout`.
     const LIMIT: Limit;
+    /// Whether it changes what the database holds or does (`add_source`, `reindex`…), or waits
+    /// on its writer (`flush`): a server open to reads only refuses it.
+    const CHANGES: bool;
     fn into_request(self) -> Request;
     /// This verb, answered by the owner.
     fn by_owner(self, owner: &OwnerApi) -> BoxFuture<'_, Result<Self::Reply>>;
@@ -68,10 +71,11 @@ impl Limit {
     }
 }
 
-/// Declares the verbs: `read|write Struct => Reply, "name", limit;`. Makes [`Request`], each
-/// verb's [`Verb`] impl and [`dispatch`].
+/// Declares the verbs: `read|write looks|changes Struct => Reply, "name", limit;` (`read`: a
+/// reader answers it too; `changes`: see [`Verb::CHANGES`]). Makes [`Request`], each verb's
+/// [`Verb`] impl and [`dispatch`].
 macro_rules! verbs {
-    ($($kind:ident $verb:ident => $reply:ty, $name:literal, $limit:expr;)*) => {
+    ($($kind:ident $effect:ident $verb:ident => $reply:ty, $name:literal, $limit:expr;)*) => {
         /// A request on the owner's socket: `hello` first, then verbs; `subscribe` turns the
         /// connection into a stream of events.
         #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -100,6 +104,14 @@ macro_rules! verbs {
                     $(Request::$verb(_) => <$verb as Verb>::LIMIT.duration(),)*
                 }
             }
+
+            /// See [`Verb::CHANGES`] (`hello` and `subscribe` change nothing).
+            pub fn changes(&self) -> bool {
+                match self {
+                    Request::Hello(_) | Request::Subscribe => false,
+                    $(Request::$verb(_) => <$verb as Verb>::CHANGES,)*
+                }
+            }
         }
 
         $(
@@ -107,6 +119,7 @@ macro_rules! verbs {
                 type Reply = $reply;
                 const NAME: &'static str = $name;
                 const LIMIT: Limit = $limit;
+                const CHANGES: bool = verbs!(@changes $effect);
                 fn into_request(self) -> Request {
                     Request::$verb(self)
                 }
@@ -134,6 +147,8 @@ macro_rules! verbs {
             }
         }
     };
+    (@changes looks) => { false };
+    (@changes changes) => { true };
     (@reader read $verb:ident, $reader:ident, $v:ident) => {
         Handle::<$verb>::handle($reader, $v)
     };
@@ -143,18 +158,18 @@ macro_rules! verbs {
 }
 
 verbs! {
-    read Search => cairn_query::SearchResponse, "search", Limit::Secs(60);
-    read Get => Option<PageWithBody>, "get", Limit::Secs(60);
-    read Diagnose => cairn_query::Diagnosis, "diagnose", Limit::Secs(300);
-    read Links => Option<cairn_query::links::Links>, "links", Limit::Secs(60);
-    read Duplicates => Vec<cairn_query::duplicates::DuplicateGroup>, "duplicates", Limit::Secs(600);
-    read Status => crate::Status, "status", Limit::Secs(10);
-    read Stats => crate::ops::stats::Stats, "stats", Limit::Secs(60);
-    read Flush => (), "flush", Limit::None;
-    read AddSource => (), "add_source", Limit::Secs(300);
-    write RemoveSource => (), "remove_source", Limit::Secs(300);
-    write Reindex => (), "reindex", Limit::None;
-    write Reconcile => ReconcileReport, "reconcile", Limit::None;
+    read looks Search => cairn_query::SearchResponse, "search", Limit::Secs(60);
+    read looks Get => Option<PageWithBody>, "get", Limit::Secs(60);
+    read looks Diagnose => cairn_query::Diagnosis, "diagnose", Limit::Secs(300);
+    read looks Links => Option<cairn_query::links::Links>, "links", Limit::Secs(60);
+    read looks Duplicates => Vec<cairn_query::duplicates::DuplicateGroup>, "duplicates", Limit::Secs(600);
+    read looks Status => crate::Status, "status", Limit::Secs(10);
+    read looks Stats => crate::ops::stats::Stats, "stats", Limit::Secs(60);
+    read changes Flush => (), "flush", Limit::None;
+    read changes AddSource => (), "add_source", Limit::Secs(300);
+    write changes RemoveSource => (), "remove_source", Limit::Secs(300);
+    write changes Reindex => (), "reindex", Limit::None;
+    write changes Reconcile => ReconcileReport, "reconcile", Limit::None;
 }
 
 /// What answers in this process: the owner's pipeline (it writes the database), or a reader of

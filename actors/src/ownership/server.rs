@@ -335,12 +335,18 @@ fn check_hello(h: &Hello) -> Option<Reply> {
 
 /// The error of a pipeline call, classified.
 fn failed(e: crate::Error) -> Reply {
+    Reply::Error(as_remote(e))
+}
+
+/// A failure as the socket (and `cairn serve`) says it: its code and message.
+pub fn as_remote(e: crate::Error) -> RemoteError {
     use crate::Error as E;
     match e {
-        E::Query(q) if q.is_usage() => error(ErrorCode::Usage, q.to_string()),
-        E::Config(m) => error(ErrorCode::Usage, m),
-        E::Stopped => error(ErrorCode::Unavailable, "the owner is stopping; try again"),
-        other => error(ErrorCode::Failed, other.to_string()),
+        E::Query(q) if q.is_usage() => RemoteError::new(ErrorCode::Usage, q.to_string()),
+        E::Config(m) => RemoteError::new(ErrorCode::Usage, m),
+        E::Stopped => RemoteError::new(ErrorCode::Unavailable, "the owner is stopping; try again"),
+        E::Remote(r) => r,
+        other => RemoteError::new(ErrorCode::Failed, other.to_string()),
     }
 }
 
