@@ -292,6 +292,9 @@ pub fn telemetry(stats: &Value) -> String {
 pub fn chart(days: &[Value]) -> String {
     const W: f64 = 640.0;
     const H: f64 = 200.0;
+    // Room above the highest point, so its mark is drawn whole.
+    const TOP: f64 = 12.0;
+    const PH: f64 = H - TOP;
     if days.is_empty() {
         return "<p class=meta>No queries recorded yet.</p>".into();
     }
@@ -310,13 +313,13 @@ pub fn chart(days: &[Value]) -> String {
             svg,
             "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"#cfe8d6\"><title>{}: exists at rank 1 {:.0} %</title></rect>",
             x + step * 0.1,
-            H - share * H,
+            H - share * PH,
             step * 0.8,
-            share * H,
+            share * PH,
             esc(s(d, "day")),
             share * 100.0
         );
-        let (cx, cy) = (x + step / 2.0, H - n(d, "mean_top_base_score") / top * H);
+        let (cx, cy) = (x + step / 2.0, H - n(d, "mean_top_base_score") / top * PH);
         line.push(format!("{cx:.1},{cy:.1}"));
         let _ = write!(
             svg,
@@ -408,8 +411,9 @@ mod tests {
         ];
         let svg = chart(&days);
         assert_eq!((svg.matches("<rect").count(), svg.matches("<circle").count()), (2, 2), "{svg}");
-        // The best day's score is at the top (y 0), the other at half height; the bars say the share.
-        assert!(svg.contains("points=\"160.0,0.0 480.0,100.0\""), "{svg}");
+        // The best day's score is at the top (below a margin of 12), the other at half height; the
+        // bars say the share.
+        assert!(svg.contains("points=\"160.0,12.0 480.0,106.0\""), "{svg}");
         assert!(svg.contains("exists at rank 1 50 %"), "{svg}");
         assert!(chart(&[]).contains("No queries"));
     }

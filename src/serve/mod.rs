@@ -375,14 +375,16 @@ impl<S: futures::Stream + Unpin> futures::Stream for Shareable<S> {
 
 /// The body, bounded in size and in time.
 async fn read_body(request: hyper::Request<Incoming>) -> Result<Bytes, Response> {
+    let too_large =
+        || error(StatusCode::PAYLOAD_TOO_LARGE, "bad_request", format!("the body is over {MAX_BODY} bytes"));
+    // Said to be too large: refused before a byte of it is read.
+    if hyper::body::Body::size_hint(request.body()).lower() > MAX_BODY as u64 {
+        return Err(too_large());
+    }
     let limited = Limited::new(request.into_body(), MAX_BODY);
     match tokio::time::timeout(READ_WITHIN, limited.collect()).await {
         Ok(Ok(body)) => Ok(body.to_bytes()),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "bad_request",
-            format!("the body is over {MAX_BODY} bytes"),
-        )),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
         Ok(Err(e)) => Err(error(StatusCode::BAD_REQUEST, "bad_request", format!("reading the body: {e}"))),
         Err(_) => {
             Err(error(StatusCode::REQUEST_TIMEOUT, "timeout", format!("the body took over {READ_WITHIN:?}")))

@@ -2,6 +2,7 @@
 //! is large; see shared/OFFLINE.md).
 
 mod backfill;
+mod browser;
 mod check;
 mod cli;
 mod crash;
