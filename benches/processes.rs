@@ -24,6 +24,12 @@
 //!   job (goal: none waits more than 200 ms on the job), and each edit's write → `page_indexed`.
 //!   Not in the default parts (its first index embeds 20,000 pages; kept for later runs).
 //!
+//! - `serve`: `cairn serve` on FOLDOC (issue 55): the same 100 title queries through its HTTP
+//!   API and through the owner's socket, alternating, with `serve` as the owner and as a client
+//!   of a `cairn watch` (goal: HTTP p50/p99 ≤ 1.2× the socket's); the search page's time to its
+//!   last byte (goal ≤ 200 ms); the memory a client `serve` holds (goal ≤ 40 MiB). Not in the
+//!   default parts.
+//!
 //! Works in `CAIRN_BENCH_DIR` (default `/tmp/cairn-bench-processes`); the shared data is never
 //! written. Run by `scripts/bench/processes`.
 
@@ -195,6 +201,141 @@ fn main() {
     if parts.iter().any(|p| p == "jobs") {
         jobs(&work);
     }
+    if parts.iter().any(|p| p == "serve") {
+        serve(&work);
+    }
+}
+
+/// One HTTP/1.1 request on a new connection (as the socket client makes one per call): the
+/// body of the answer, which must be 200.
+fn http(addr: &str, method: &str, path: &str, body: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(format!("{head}{body}").as_bytes()).unwrap();
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{method} {path}: {head}\n{body}");
+    body.to_string()
+}
+
+/// `cairn serve` on `db` with `args`, once it listens: the process and its address.
+fn start_serve(db: &Path, args: &[&str]) -> (Child, String) {
+    let mut child = Command::new(bin())
+        .args(["serve", "--db", db.to_str().unwrap(), "--listen", "127.0.0.1:0"])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let addr = loop {
+        let line = lines.next().expect("cairn serve said where it listens").unwrap();
+        if let Some(rest) = line.split("listening on http://").nth(1) {
+            break rest.split_whitespace().next().unwrap().to_string();
+        }
+    };
+    std::thread::spawn(move || lines.for_each(drop));
+    (child, addr)
+}
+
+/// `serve`: see the module's list.
+fn serve(work: &Path) {
+    use cairn_actors::api::Search;
+    let db = work.join("serve/db");
+    if !db.exists() {
+        index(&db, &[("foldoc", &shared("foldoc/vault"))]);
+    }
+    let queries: Vec<String> = std::fs::read_to_string(shared("foldoc/queries-alias-dev.jsonl"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok()?["query"].as_str().map(str::to_string))
+        .step_by(11)
+        .take(100)
+        .collect();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let socket = cairn_actors::ownership::paths::DbPaths::of(db.to_str().unwrap()).socket_to_reach();
+    let client = cairn_actors::ownership::client::Client::new(&socket, "bench");
+    let ms = |t: Instant| t.elapsed().as_secs_f64() * 1000.0;
+    // Each query through HTTP, then the socket, then the page (two rounds; the first warms).
+    let measure = |addr: &str| {
+        let (mut over_http, mut over_socket, mut page) = (Vec::new(), Vec::new(), Vec::new());
+        for round in 0..2 {
+            for q in &queries {
+                let body = serde_json::json!({"request": {"query": q}}).to_string();
+                let t = Instant::now();
+                http(addr, "POST", "/api/search", &body);
+                let http_ms = ms(t);
+                let t = Instant::now();
+                runtime.block_on(client.ask(Search { request: cairn_actors::SearchRequest::new(q.as_str()) })).unwrap();
+                let socket_ms = ms(t);
+                let t = Instant::now();
+                let path = format!("/?q={}", percent_encoding::utf8_percent_encode(q, percent_encoding::NON_ALPHANUMERIC));
+                http(addr, "GET", &path, "");
+                let page_ms = ms(t);
+                if round == 1 {
+                    over_http.push(http_ms);
+                    over_socket.push(socket_ms);
+                    page.push(page_ms);
+                }
+            }
+        }
+        (over_http, over_socket, page)
+    };
+    let (mut owner, addr) = start_serve(&db, &["--allow-writes"]);
+    http(&addr, "POST", "/api/flush", "{\"vectors\": true}");
+    let as_owner = measure(&addr);
+    let _ = Command::new("kill").arg(owner.id().to_string()).status();
+    let _ = owner.wait();
+
+    let (mut watch, _) = Watch::start(&db, &[]);
+    watch.said("up to date", Duration::from_secs(3600)).expect("the owner is up");
+    let (mut served, addr) = start_serve(&db, &[]);
+    http(&addr, "POST", "/api/search", "{\"request\": {\"query\": \"functional programming language\"}}");
+    let serve_warm = rss_mib(served.id());
+    let as_client = measure(&addr);
+    let serve_after = rss_mib(served.id());
+    let _ = Command::new("kill").arg(served.id().to_string()).status();
+    let _ = served.wait();
+    // What a client `cairn mcp` holds, warmed the same way: what `serve` adds is the difference.
+    let mut mcp = Command::new(bin())
+        .args(["mcp", "--db", db.to_str().unwrap()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mcp_rss = warm_mcp_rss(&mut mcp);
+    drop(mcp.stdin.take());
+    let _ = mcp.wait();
+    watch.stop();
+
+    println!("## `cairn serve` on FOLDOC: search over HTTP against the owner's socket, same queries\n");
+    println!("| serve is | queries | HTTP p50 ms | socket p50 ms | ratio (goal ≤ 1.2) | HTTP p99 ms | socket p99 ms | ratio (goal ≤ 1.2) | search page p50 / p99 ms (goal ≤ 200) |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for (role, (h, s, p)) in [("the owner", &as_owner), ("a client of `cairn watch`", &as_client)] {
+        println!(
+            "| {role} | {} | {:.1} | {:.1} | {:.2} | {:.1} | {:.1} | {:.2} | {:.1} / {:.1} |",
+            h.len(),
+            pct(h, 0.5),
+            pct(s, 0.5),
+            pct(h, 0.5) / pct(s, 0.5),
+            pct(h, 0.99),
+            pct(s, 0.99),
+            pct(h, 0.99) / pct(s, 0.99),
+            pct(p, 0.5),
+            pct(p, 0.99)
+        );
+    }
+    println!("\n| process (a client of the owner) | RSS MiB after one search | after the 400 requests above |");
+    println!("|---|---|---|");
+    println!("| `cairn serve` | {serve_warm:.1} | {serve_after:.1} |");
+    println!("| `cairn mcp` | {mcp_rss:.1} | |");
+    println!("\nWhat `serve` adds over a client `mcp`: {:.1} MiB warm (goal ≤ 40)\n", serve_warm - mcp_rss);
 }
 
 /// `jobs`: `cairn duplicates` on 20,000 template pages while searches and edits go through the
@@ -508,22 +649,7 @@ fn owner(work: &Path) {
         })
         .collect();
     // Each answers a search (so it is warm) before it is measured.
-    let mut client_rss = Vec::new();
-    for c in &mut clients {
-        use std::io::Write;
-        let stdin = c.stdin.as_mut().unwrap();
-        let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"0"}}}"#;
-        let call = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"search","arguments":{"query":"functional programming language"}}}"#;
-        writeln!(stdin, "{init}\n{{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}}\n{call}")
-            .unwrap();
-        let mut lines = std::io::BufReader::new(c.stdout.as_mut().unwrap()).lines();
-        while let Some(Ok(l)) = lines.next() {
-            if l.contains("\"id\":2") {
-                break;
-            }
-        }
-        client_rss.push(rss_mib(c.id()));
-    }
+    let client_rss: Vec<f64> = clients.iter_mut().map(warm_mcp_rss).collect();
     let owner_after = rss_mib(watch.child.id());
     for mut c in clients {
         drop(c.stdin.take());
@@ -558,6 +684,22 @@ fn owner(work: &Path) {
         "| {watch_rss:.0} / {owner_after:.0} | {} |\n",
         client_rss.iter().map(|r| format!("{r:.1}")).collect::<Vec<_>>().join(", ")
     );
+}
+
+/// A `cairn mcp` child's RSS once it has answered one search (over its stdin and stdout).
+fn warm_mcp_rss(c: &mut Child) -> f64 {
+    use std::io::Write;
+    let stdin = c.stdin.as_mut().unwrap();
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"0"}}}"#;
+    let call = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"search","arguments":{"query":"functional programming language"}}}"#;
+    writeln!(stdin, "{init}\n{{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}}\n{call}").unwrap();
+    let mut lines = std::io::BufReader::new(c.stdout.as_mut().unwrap()).lines();
+    while let Some(Ok(l)) = lines.next() {
+        if l.contains("\"id\":2") {
+            break;
+        }
+    }
+    rss_mib(c.id())
 }
 
 fn rss_mib(pid: u32) -> f64 {
