@@ -271,10 +271,15 @@ fn serve(work: &Path) {
                 http(addr, "POST", "/api/search", &body);
                 let http_ms = ms(t);
                 let t = Instant::now();
-                runtime.block_on(client.ask(Search { request: cairn_actors::SearchRequest::new(q.as_str()) })).unwrap();
+                runtime
+                    .block_on(client.ask(Search { request: cairn_actors::SearchRequest::new(q.as_str()) }))
+                    .unwrap();
                 let socket_ms = ms(t);
                 let t = Instant::now();
-                let path = format!("/?q={}", percent_encoding::utf8_percent_encode(q, percent_encoding::NON_ALPHANUMERIC));
+                let path = format!(
+                    "/?q={}",
+                    percent_encoding::utf8_percent_encode(q, percent_encoding::NON_ALPHANUMERIC)
+                );
                 http(addr, "GET", &path, "");
                 let page_ms = ms(t);
                 if round == 1 {
@@ -315,7 +320,9 @@ fn serve(work: &Path) {
     watch.stop();
 
     println!("## `cairn serve` on FOLDOC: search over HTTP against the owner's socket, same queries\n");
-    println!("| serve is | queries | HTTP p50 ms | socket p50 ms | ratio (goal ≤ 1.2) | HTTP p99 ms | socket p99 ms | ratio (goal ≤ 1.2) | search page p50 / p99 ms (goal ≤ 200) |");
+    println!(
+        "| serve is | queries | HTTP p50 ms | socket p50 ms | ratio (goal ≤ 1.2) | HTTP p99 ms | socket p99 ms | ratio (goal ≤ 1.2) | search page p50 / p99 ms (goal ≤ 200) |"
+    );
     println!("|---|---|---|---|---|---|---|---|---|");
     for (role, (h, s, p)) in [("the owner", &as_owner), ("a client of `cairn watch`", &as_client)] {
         println!(
@@ -331,7 +338,9 @@ fn serve(work: &Path) {
             pct(p, 0.99)
         );
     }
-    println!("\n| process (a client of the owner) | RSS MiB after one search | after the 400 requests above |");
+    println!(
+        "\n| process (a client of the owner) | RSS MiB after one search | after the 400 requests above |"
+    );
     println!("|---|---|---|");
     println!("| `cairn serve` | {serve_warm:.1} | {serve_after:.1} |");
     println!("| `cairn mcp` | {mcp_rss:.1} | |");
@@ -692,7 +701,8 @@ fn warm_mcp_rss(c: &mut Child) -> f64 {
     let stdin = c.stdin.as_mut().unwrap();
     let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"0"}}}"#;
     let call = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"search","arguments":{"query":"functional programming language"}}}"#;
-    writeln!(stdin, "{init}\n{{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}}\n{call}").unwrap();
+    writeln!(stdin, "{init}\n{{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}}\n{call}")
+        .unwrap();
     let mut lines = std::io::BufReader::new(c.stdout.as_mut().unwrap()).lines();
     while let Some(Ok(l)) = lines.next() {
         if l.contains("\"id\":2") {
