@@ -250,13 +250,7 @@ fn serve(work: &Path) {
     if !db.exists() {
         index(&db, &[("foldoc", &shared("foldoc/vault"))]);
     }
-    let queries: Vec<String> = std::fs::read_to_string(shared("foldoc/queries-alias-dev.jsonl"))
-        .unwrap()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok()?["query"].as_str().map(str::to_string))
-        .step_by(11)
-        .take(100)
-        .collect();
+    let queries = foldoc_queries(11, 100);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     let socket = cairn_actors::ownership::paths::DbPaths::of(db.to_str().unwrap()).socket_to_reach();
     let client = cairn_actors::ownership::client::Client::new(&socket, "bench");
@@ -307,13 +301,7 @@ fn serve(work: &Path) {
     let _ = Command::new("kill").arg(served.id().to_string()).status();
     let _ = served.wait();
     // What a client `cairn mcp` holds, warmed the same way: what `serve` adds is the difference.
-    let mut mcp = Command::new(bin())
-        .args(["mcp", "--db", db.to_str().unwrap()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut mcp = spawn_mcp(&db);
     let mcp_rss = warm_mcp_rss(&mut mcp);
     drop(mcp.stdin.take());
     let _ = mcp.wait();
@@ -614,13 +602,7 @@ fn owner(work: &Path) {
             ],
         );
     }
-    let queries: Vec<String> = std::fs::read_to_string(shared("foldoc/queries-alias-dev.jsonl"))
-        .unwrap()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok()?["query"].as_str().map(str::to_string))
-        .step_by(7)
-        .take(100)
-        .collect();
+    let queries = foldoc_queries(7, 100);
     let time = |q: &str, mode: &str| {
         let t = Instant::now();
         let v = search(&db, q, mode);
@@ -646,17 +628,7 @@ fn owner(work: &Path) {
         fast.push(time(q, "fast").0);
     }
     // Extra `cairn mcp` processes on the same database: clients; the memory each holds.
-    let mut clients: Vec<Child> = (0..3)
-        .map(|_| {
-            Command::new(bin())
-                .args(["mcp", "--db", db.to_str().unwrap()])
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
+    let mut clients: Vec<Child> = (0..3).map(|_| spawn_mcp(&db)).collect();
     // Each answers a search (so it is warm) before it is measured.
     let client_rss: Vec<f64> = clients.iter_mut().map(warm_mcp_rss).collect();
     let owner_after = rss_mib(watch.child.id());
@@ -693,6 +665,28 @@ fn owner(work: &Path) {
         "| {watch_rss:.0} / {owner_after:.0} | {} |\n",
         client_rss.iter().map(|r| format!("{r:.1}")).collect::<Vec<_>>().join(", ")
     );
+}
+
+/// Every `step`th query of FOLDOC's alias set, `n` of them.
+fn foldoc_queries(step: usize, n: usize) -> Vec<String> {
+    std::fs::read_to_string(shared("foldoc/queries-alias-dev.jsonl"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok()?["query"].as_str().map(str::to_string))
+        .step_by(step)
+        .take(n)
+        .collect()
+}
+
+/// `cairn mcp` on `db`, spoken to over its stdin and stdout.
+fn spawn_mcp(db: &Path) -> Child {
+    Command::new(bin())
+        .args(["mcp", "--db", db.to_str().unwrap()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
 }
 
 /// A `cairn mcp` child's RSS once it has answered one search (over its stdin and stdout).
@@ -755,13 +749,7 @@ fn soak(work: &Path) {
     let (vault, db) = (dir.join("foldoc"), dir.join("db"));
     copy_dir(&shared("foldoc/vault"), &vault);
     index(&db, &[("foldoc", &vault)]);
-    let queries: Vec<String> = std::fs::read_to_string(shared("foldoc/queries-alias-dev.jsonl"))
-        .unwrap()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok()?["query"].as_str().map(str::to_string))
-        .step_by(11)
-        .take(100)
-        .collect();
+    let queries = foldoc_queries(11, 100);
     // The pages the index holds (from its event log), not every file: the 41 files the scan
     // reports and leaves out (a name with no letter, a slug taken by another file) never become
     // a page, so an edit of one would never be answered.
