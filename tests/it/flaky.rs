@@ -24,6 +24,8 @@ struct State {
     armed: Option<(usize, Mode)>,
     /// Requests answered other than by passing them on.
     refused: usize,
+    /// Their first lines.
+    refused_lines: Vec<String>,
 }
 
 struct Shared {
@@ -43,7 +45,7 @@ impl Flaky {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let shared = Arc::new(Shared {
-            state: Mutex::new(State { mode: Mode::Pass, armed: None, refused: 0 }),
+            state: Mutex::new(State { mode: Mode::Pass, armed: None, refused: 0, refused_lines: Vec::new() }),
             changed: Condvar::new(),
         });
         let s = shared.clone();
@@ -73,6 +75,18 @@ impl Flaky {
 
     pub fn refused(&self) -> usize {
         self.shared.state.lock().unwrap().refused
+    }
+
+    /// Block until a request whose first line contains `what` has been refused (answered 500,
+    /// or held by a hang).
+    pub fn wait_refused(&self, what: &str) {
+        let st = self.shared.state.lock().unwrap();
+        drop(
+            self.shared
+                .changed
+                .wait_while(st, |st| !st.refused_lines.iter().any(|l| l.contains(what)))
+                .unwrap(),
+        );
     }
 }
 
@@ -142,6 +156,7 @@ fn decide(head: &str, shared: &Shared) -> Mode {
     }
     if st.mode != Mode::Pass {
         st.refused += 1;
+        st.refused_lines.push(head.lines().next().unwrap_or_default().to_string());
         shared.changed.notify_all();
     }
     st.mode

@@ -657,6 +657,36 @@ async fn a_standby_stopped_as_it_takes_the_lease_gives_it_back() {
     let _ = std::fs::remove_dir_all(cairn_actors::ownership::paths::DbPaths::of(&db).dir());
 }
 
+/// A standby whose store stops answering (a cut link, a hung proxy) is told to stop: it stops
+/// promptly, not once its look at the lease gives up (the store client's retries, ~30 s), and a
+/// stop that cannot reach the store still exits cleanly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_whose_store_hangs_stops_when_told() {
+    let (tmp, weed, vault, db) = team("hung", 3);
+    let on = |m: &str, args: &[&str]| on_machine(&weed, tmp.path(), m, &db, args);
+    let source = format!("nt={}", vault.display());
+    let (_a, _a_events) = first_index(on("a", &["watch", "--json", "--source", &source]));
+    let flaky = crate::flaky::Flaky::start(weed.ports[6]);
+    let mut b = on("b", &["watch", "--json", "--source", &source]);
+    b.env("RUST_LOG", "info").env("AWS_ENDPOINT", flaky.endpoint());
+    let mut b = Reaped(b.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap());
+    let b_log = Log::of(b.stderr.take().unwrap());
+    b_log.wait_for("stands by to take over as the writer");
+
+    flaky.set(crate::flaky::Mode::Hang);
+    // B's next look at the lease (every 2 s) now waits on a store that never answers.
+    flaky.wait_refused("_cairn/lease.json");
+    assert!(Command::new("kill").args(["-TERM", &b.id().to_string()]).status().unwrap().success());
+    let told = Instant::now();
+    let status = b.wait().unwrap();
+    let took = told.elapsed();
+    eprintln!("B stopped {took:?} after it was told, its store hung");
+    assert!(status.success(), "B stops cleanly:\n{}", b_log.text());
+    assert!(took < Duration::from_secs(5), "B waited {took:?} on its hung store:\n{}", b_log.text());
+    flaky.set(crate::flaky::Mode::Pass);
+    let _ = std::fs::remove_dir_all(cairn_actors::ownership::paths::DbPaths::of(&db).dir());
+}
+
 /// A one-shot `cairn index` on another machine while a writer renews its lease is refused at
 /// once, naming that writer. Once the writer is killed (its lease left held until the TTL), the
 /// next one waits the lease out and writes: it does not tell its user to stop a writer that is

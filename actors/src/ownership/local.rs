@@ -371,7 +371,14 @@ impl Local {
                     return;
                 }
                 let holder = crate::ownership::lease::me(&purpose, &lock);
-                let lease = match store.try_take(&holder, &mut watching).await {
+                // A stop does not wait on a store that hangs (a look gives up only after the
+                // request timeout, 30 s). A take abandoned mid-PUT may leave the lease held: it
+                // was never renewed, so the next writer waits out its TTL, as after a kill.
+                let took = tokio::select! {
+                    took = store.try_take(&holder, &mut watching) => took,
+                    _ = closing.wait_for(|c| *c) => return,
+                };
+                let lease = match took {
                     Ok(Taken::Mine(lease)) => lease,
                     Ok(Taken::Theirs(_)) => continue,
                     Err(e) => {
