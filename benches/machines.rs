@@ -24,7 +24,7 @@ mod common;
 mod weed;
 
 use cairn_actors::api::Search;
-use cairn_actors::ownership::client::Client;
+use cairn_actors::roles::client::Client;
 use common::{pct, shared};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -223,7 +223,7 @@ impl Proc {
     }
 
     fn rss_mib(&self) -> f64 {
-        cairn_actors::status::Memory::of(self.child.id()).rss_mib.unwrap_or(f64::NAN)
+        cairn_actors::core::status::Memory::of(self.child.id()).rss_mib.unwrap_or(f64::NAN)
     }
 }
 
@@ -272,9 +272,9 @@ impl Machine {
 
     /// The socket the machine's owner published in its lock file.
     fn socket(&self, db: &str) -> PathBuf {
-        let paths = cairn_actors::ownership::paths::DbPaths::remote_under(&self.home.join("state"), db);
+        let paths = cairn_actors::core::paths::DbPaths::remote_under(&self.home.join("state"), db);
         let info =
-            cairn_actors::ownership::owner::read_info(&paths.lock()).expect("the owner published its socket");
+            cairn_actors::roles::lock::read_info(&paths.lock()).expect("the owner published its socket");
         PathBuf::from(info.socket)
     }
 }
@@ -379,7 +379,7 @@ fn main() {
     );
 
     // Idle requests and memory.
-    std::thread::sleep(cairn_actors::ownership::follow::ACTIVE_FOR);
+    std::thread::sleep(cairn_actors::engine::follow::ACTIVE_FOR);
     let idle = Duration::from_secs(env_num("CAIRN_BENCH_IDLE_SECS", 60));
     let (a0, b0) = (a.proxy.count(), b.proxy.count());
     let (ak, bk) = (a.proxy.kinds(), b.proxy.kinds());

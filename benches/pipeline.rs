@@ -15,7 +15,7 @@
 //! data is never written. Run by `scripts/bench/pipeline`; prints markdown tables.
 
 mod common;
-use cairn_actors::event::EventKind;
+use cairn_actors::core::event::EventKind;
 use cairn_actors::{Config, Mode, Pipeline as Cairn, SearchRequest, SourceConfig};
 use common::{pct, shared};
 use futures::StreamExt;
@@ -208,7 +208,7 @@ async fn main() {
         "| {pages} | {chunks} | {:.1} | {searchable:.1} | {wall:.1} | {embed:.1} | {:.3} | {:.0} MiB |\n",
         loaded.as_secs_f64(),
         wall / embed.max(1e-9),
-        cairn_actors::status::Memory::now().peak_rss_mib.unwrap_or(0.0)
+        cairn_actors::core::status::Memory::now().peak_rss_mib.unwrap_or(0.0)
     );
     println!("## Pipeline: edit one page → searchable ({edits} edits, debounce {} ms)\n", config.debounce_ms);
     println!(

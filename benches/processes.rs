@@ -252,8 +252,8 @@ fn serve(work: &Path) {
     }
     let queries = foldoc_queries(11, 100);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
-    let socket = cairn_actors::ownership::paths::DbPaths::of(db.to_str().unwrap()).socket_to_reach();
-    let client = cairn_actors::ownership::client::Client::new(&socket, "bench");
+    let socket = cairn_actors::core::paths::DbPaths::of(db.to_str().unwrap()).socket_to_reach();
+    let client = cairn_actors::roles::client::Client::new(&socket, "bench");
     let ms = |t: Instant| t.elapsed().as_secs_f64() * 1000.0;
     // Each query through HTTP, then the socket, then the page (two rounds; the first warms).
     let measure = |addr: &str| {
@@ -529,7 +529,7 @@ fn first_index(work: &Path, fair: bool) {
         .duration_since(t0)
         .as_secs_f64();
     // The model's own time: every vector commit's.
-    let log = cairn_actors::ops::log::read_log(&db.join("events/events.jsonl")).unwrap();
+    let log = cairn_actors::core::log::read_log(&db.join("events/events.jsonl")).unwrap();
     let model: f64 = log
         .iter()
         .map(|e| match e.kind {
@@ -707,7 +707,7 @@ fn warm_mcp_rss(c: &mut Child) -> f64 {
 }
 
 fn rss_mib(pid: u32) -> f64 {
-    cairn_actors::status::Memory::of(pid).rss_mib.unwrap_or(0.0)
+    cairn_actors::core::status::Memory::of(pid).rss_mib.unwrap_or(0.0)
 }
 
 /// A database's room on disk, MiB: its tables (the index), and its event log apart (history,
@@ -812,7 +812,7 @@ fn soak(work: &Path) {
     watch.until(Duration::from_secs(600), |at, e| {
         e["event"] == "optimized"
             && e["compacted"] == true
-            && at.duration_since(idle) >= cairn_actors::pipeline::writer::KEEP_VERSIONS
+            && at.duration_since(idle) >= cairn_actors::engine::writer::KEEP_VERSIONS
     });
     let rest_s = idle.elapsed().as_secs_f64();
     let rest = (disk(&db), table_files(&db, "foldoc"), query_latency(&db, &queries));

@@ -24,7 +24,7 @@ mod common;
 #[path = "../tests/it/weed.rs"]
 #[allow(dead_code)] // the tests' SeaweedFS: each bench uses part of it
 mod weed;
-use cairn_actors::status::Memory;
+use cairn_actors::core::status::Memory;
 use cairn_index::{
     Database, Embedder, Manifest, OrtEmbedder, OrtOptions, PageWrite, Resident, SourceInfo, StorageOptions,
     WriteBatch,

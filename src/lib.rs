@@ -7,7 +7,7 @@
 //! reader of its tables.
 
 use anyhow::{Context, Result, bail};
-use cairn_actors::event::{Event, EventKind};
+use cairn_actors::core::event::{Event, EventKind};
 use cairn_ingest::{ParseOptions, PathFilter, ScanOptions, read_scanned, scan};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -23,7 +23,7 @@ pub mod swamp;
 
 /// A source id: `^[a-z0-9][a-z0-9-]{0,31}$`.
 pub fn validate_source_id(id: &str) -> Result<()> {
-    cairn_actors::config::validate_source_id(id).map_err(anyhow::Error::msg)
+    cairn_actors::core::config::validate_source_id(id).map_err(anyhow::Error::msg)
 }
 
 /// The id of a source given as a bare folder: its name, slugified and cut to 32 characters.
@@ -81,7 +81,7 @@ impl SourceSpec {
 /// from the working directory here (not the owner's, which may be another process's).
 pub fn full_path(p: &Path) -> Result<PathBuf> {
     let cwd = std::env::current_dir().context("the working directory is unreadable")?;
-    let p = cairn_actors::config::resolve(&cwd, p);
+    let p = cairn_actors::core::config::resolve(&cwd, p);
     Ok(std::path::absolute(&p).unwrap_or(p))
 }
 
@@ -102,7 +102,7 @@ pub fn source_specs(dirs: &[PathBuf], assignments: &[String]) -> Result<Vec<Sour
 
 /// The database URI: `--db`, else `$CAIRN_DB`, else the user's data directory + `cairn`.
 pub fn default_db_uri() -> String {
-    cairn_actors::config::default_db_uri()
+    cairn_actors::core::config::default_db_uri()
 }
 
 /// The configuration of any subcommand: `--config` if given (its sources, limits, model and
@@ -429,7 +429,7 @@ pub async fn index(config: Config, reindex: bool, progress: bool) -> Result<Inde
     summary.sources_failed = sources_failed;
     summary.role = Some(role);
     summary.seconds = started.elapsed().as_secs_f64();
-    summary.peak_rss_mib = cairn_actors::status::Memory::now().peak_rss_mib;
+    summary.peak_rss_mib = cairn_actors::core::status::Memory::now().peak_rss_mib;
     Ok(summary)
 }
 
@@ -440,7 +440,7 @@ pub async fn index(config: Config, reindex: bool, progress: bool) -> Result<Inde
 pub async fn refuse_unless_writer(cairn: &Cairn) -> Result<()> {
     let status = cairn.status().await?;
     let writes_here = match (&status.writer, &status.owner) {
-        (Some(w), Some(o)) => w.pid == o.pid && w.host == cairn_actors::ownership::lease::host_name(),
+        (Some(w), Some(o)) => w.pid == o.pid && w.host == cairn_actors::replication::lease::host_name(),
         (Some(_), None) => false,
         (None, _) => cairn.role() == Role::Owner,
     };
@@ -499,11 +499,9 @@ async fn collect_run(
 fn held_back(named: &[cairn_actors::SourceStatus], summary: &mut IndexSummary) -> Vec<Failure> {
     let mut failed = Vec::new();
     for s in named {
-        if let Some(error) = s
-            .error
-            .as_ref()
-            .filter(|_| s.state == cairn_actors::status::SourceState::Retrying || s.unavailable.is_some())
-        {
+        if let Some(error) = s.error.as_ref().filter(|_| {
+            s.state == cairn_actors::core::status::SourceState::Retrying || s.unavailable.is_some()
+        }) {
             failed.push(Failure {
                 source: s.source.clone(),
                 path: s.root.clone(),

@@ -1,29 +1,27 @@
 //! [`Cairn`]: the handle to a database, whichever process owns it.
 //!
-//! One process per machine holds a database's lock ([`crate::ownership::owner`]) and serves the machine's
-//! others on its socket ([`crate::ownership::server`]): as the database's writer (the pipeline: watchers,
+//! One process per machine holds a database's lock ([`crate::roles::lock`]) and serves the machine's
+//! others on its socket ([`crate::roles::server`]): as the database's writer (the pipeline: watchers,
 //! parser, model, writers, resident indexes), or, on an object store whose writer lease another
-//! process holds, as a reader following that writer's commits ([`crate::ownership::local`]). Every other
-//! process that opens the database is a client of it ([`crate::ownership::client`]): same calls, no model,
+//! process holds, as a reader following that writer's commits ([`crate::roles::local`]). Every other
+//! process that opens the database is a client of it ([`crate::roles::client`]): same calls, no model,
 //! no index of its own. A client opened with `standby` takes the lock when that process exits
 //! or is killed and serves from then on; calls in flight at that moment fail with a retryable
 //! error.
 
+use crate::api::ipc::{ErrorCode, RemoteError, Status};
 use crate::api::{self, Answerer, ReaderApi, Verb};
-use crate::config::{Config, SourceConfig};
-use crate::event::Event;
-use crate::host::PageWithBody;
-use crate::ownership::client::Client;
-use crate::ownership::ipc::{ErrorCode, Hello, OwnerInfo, RemoteError};
-use crate::ownership::local::{LeaseWait, Local};
-use crate::ownership::owner::OwnerLock;
-use crate::ownership::paths::DbPaths;
-use crate::pipeline::system::Pipeline;
-use crate::status::SourceStatus;
+use crate::core::config::{Config, SourceConfig};
+use crate::core::event::Event;
+use crate::core::paths::DbPaths;
+use crate::engine::host::PageWithBody;
+use crate::engine::system::Pipeline;
+use crate::roles::client::Client;
+use crate::roles::local::{LeaseWait, Local};
+use crate::roles::lock::OwnerLock;
 use crate::{Error, Result};
 use cairn_query::{Role, SearchRequest, SearchResponse};
 use futures::stream::BoxStream;
-use serde::{Deserialize, Serialize};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -47,56 +45,6 @@ pub struct OpenOptions {
 impl OpenOptions {
     pub fn new(purpose: &str) -> Self {
         Self { purpose: purpose.into(), standby: true, register_sources: true }
-    }
-}
-
-/// What a process is and what its database holds.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Status {
-    /// This process.
-    pub pid: u32,
-    pub role: Role,
-    /// The process that holds the database's lock on this machine (absent when this process
-    /// reads the tables itself).
-    pub owner: Option<OwnerInfo>,
-    /// Who writes the database: that process here, or on an object store the holder of its
-    /// writer lease, on whichever machine (absent: nobody writes it now).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub writer: Option<cairn_query::Writer>,
-    /// The memory of the process that holds the indexes (the owner, or this reader).
-    #[serde(default)]
-    pub memory: crate::status::Memory,
-    /// The owner's clients.
-    pub clients: Vec<Hello>,
-    pub sources: Vec<SourceStatus>,
-}
-
-/// Who writes and owns the database, its clients, then each source.
-impl std::fmt::Display for Status {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if let Some(w) = &self.writer {
-            writeln!(f, "writer: {w} since {}", crate::event::utc(w.since_unix_ms))?;
-        }
-        match (&self.role, &self.owner) {
-            (Role::Reader, _) => writeln!(
-                f,
-                "no cairn process owns this database (this one, pid {}, read its tables)",
-                self.pid
-            )?,
-            (_, Some(o)) => writeln!(
-                f,
-                "owner: pid {} (cairn {}){}; {} client(s)",
-                o.pid,
-                o.purpose,
-                if self.role == Role::Owner { ", this process" } else { "" },
-                self.clients.len()
-            )?,
-            (_, None) => {}
-        }
-        for c in &self.clients {
-            writeln!(f, "  client: pid {} (cairn {})", c.pid, c.purpose)?;
-        }
-        self.sources.iter().try_for_each(|s| write!(f, "{s}"))
     }
 }
 
@@ -139,7 +87,7 @@ fn remote(e: RemoteError) -> Error {
 
 /// The database is locked by a process that does not answer on its socket.
 fn not_answering(config: &Config, paths: &DbPaths, e: RemoteError) -> Error {
-    let holder = crate::ownership::owner::read_info(&paths.lock())
+    let holder = crate::roles::lock::read_info(&paths.lock())
         .map_or_else(|| "another process".to_string(), |o| format!("pid {} (cairn {})", o.pid, o.purpose));
     Error::Remote(RemoteError::new(
         ErrorCode::Unavailable,
@@ -220,9 +168,7 @@ impl Cairn {
                 // Nobody holds the lock: read the tables here, holding nothing (a reader never
                 // becomes the owner, so it never leaves without draining one).
                 Err(_) if OwnerLock::try_acquire(&paths)?.is_some() => {
-                    break State::Reader(
-                        crate::ownership::local::reader(&config, None, with_model, None).await?,
-                    );
+                    break State::Reader(crate::roles::local::reader(&config, None, with_model, None).await?);
                 }
                 // Locked, not answering: an owner starting (its socket is bound soon) or
                 // draining (it lets go of the lock soon).

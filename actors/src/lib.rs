@@ -18,22 +18,21 @@
 
 pub mod api;
 mod cairn;
-pub mod config;
-pub mod event;
-pub mod host;
+pub mod core;
+pub mod engine;
 pub mod ops;
-pub mod ownership;
-pub mod pipeline;
-pub mod status;
+pub mod replication;
+pub mod roles;
 
-pub use cairn::{Cairn, OpenOptions, Status};
+pub use crate::core::config::{Config, Limits, ModelConfig, SourceConfig};
+pub use crate::core::error::{Error, PipelineError, Result};
+pub use crate::core::event::{Event, EventKind};
+pub use crate::core::status::SourceStatus;
+pub use api::ipc::Status;
+pub use cairn::{Cairn, OpenOptions};
 pub use cairn_query::Role;
 pub use cairn_query::{Mode, SearchRequest, SearchResponse};
-pub use config::{Config, Limits, ModelConfig, SourceConfig};
-pub use event::{Event, EventKind};
-pub use host::{PageWithBody, QueryHost};
-pub use ownership::local::LeaseWait;
-pub use pipeline::error::PipelineError;
-pub use pipeline::system::{Embedders, Error, Pipeline, Result};
-pub use pipeline::watcher::ReconcileReport;
-pub use status::SourceStatus;
+pub use engine::host::{PageWithBody, QueryHost};
+pub use engine::system::{Embedders, Pipeline};
+pub use engine::watcher::ReconcileReport;
+pub use roles::local::LeaseWait;

@@ -135,8 +135,9 @@ pub async fn doctor(common: &Common, repair: bool, json: bool) -> Result<ExitCod
 
 /// The database to this process alone, for repairs: its lock here, and on an object store no
 /// other writer holding the lease.
-async fn alone(config: &cairn::Config) -> Result<cairn_actors::ownership::owner::OwnerLock> {
-    use cairn_actors::ownership::{lease::LeaseStore, owner, remote::Remote};
+async fn alone(config: &cairn::Config) -> Result<cairn_actors::roles::lock::OwnerLock> {
+    use cairn_actors::replication::{lease::LeaseStore, remote::Remote};
+    use cairn_actors::roles::lock as owner;
     let paths = config.paths();
     let Some(lock) = owner::OwnerLock::try_acquire(&paths)? else {
         let who = owner::read_info(&paths.lock())

@@ -65,7 +65,7 @@ pub async fn watch(config: cairn::Config, json: bool, once: bool) -> Result<Exit
 
 /// A source that cannot be watched: it keeps failing, or its folder is unavailable here.
 fn failing(s: &cairn_actors::SourceStatus) -> bool {
-    s.state == cairn_actors::status::SourceState::Retrying
+    s.state == cairn_actors::core::status::SourceState::Retrying
         || s.unavailable.as_ref().is_some_and(|u| *u != cairn_ingest::Unavailable::NotHere)
 }
 
@@ -82,7 +82,9 @@ async fn not_the_writer(cairn: &Cairn, db: &str, once: bool) -> Result<Option<Ex
             let watched: Vec<String> =
                 status.sources.iter().map(|s| format!("{}={}", s.source, s.root)).collect();
             let writes = match (&status.writer, &status.owner) {
-                (Some(w), Some(o)) => w.pid == o.pid && w.host == cairn_actors::ownership::lease::host_name(),
+                (Some(w), Some(o)) => {
+                    w.pid == o.pid && w.host == cairn_actors::replication::lease::host_name()
+                }
                 _ => false,
             };
             if writes {

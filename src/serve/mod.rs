@@ -18,7 +18,7 @@ mod html;
 
 use bytes::Bytes;
 use cairn_actors::api::Request as Verb;
-use cairn_actors::ownership::ipc::ErrorCode;
+use cairn_actors::api::ipc::ErrorCode;
 use cairn_actors::{Cairn, Mode, SearchRequest};
 use futures::StreamExt;
 use guard::{Guard, Refusal};
@@ -415,7 +415,7 @@ fn reply<T: serde::Serialize>(answer: cairn_actors::Result<T>) -> Response {
     match answer {
         Ok(v) => respond(StatusCode::OK, "application/json", serde_json::to_vec(&v).unwrap_or_default()),
         Err(e) => {
-            let remote = cairn_actors::ownership::server::as_remote(e);
+            let remote = cairn_actors::roles::server::as_remote(e);
             let status = match remote.code {
                 ErrorCode::BadRequest | ErrorCode::Usage => StatusCode::BAD_REQUEST,
                 ErrorCode::VersionMismatch => StatusCode::CONFLICT,

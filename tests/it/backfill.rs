@@ -159,7 +159,7 @@ fn a_stop_or_a_kill_during_the_backfill_resumes_it_and_embeds_no_chunk_twice() {
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 
-    let log = cairn_actors::ops::log::read_log(&db.join("events/events.jsonl")).unwrap();
+    let log = cairn_actors::core::log::read_log(&db.join("events/events.jsonl")).unwrap();
     let resumed = log.iter().any(|e| matches!(e.kind, cairn_actors::EventKind::SourceStarted { vectors_pending, .. } if vectors_pending > 0));
     assert!(resumed, "the restart found chunks waiting and went on with them");
     let embedded: usize = log

@@ -252,7 +252,7 @@ fn cairn_in(runtime: &Path, db: &Path, args: &[&str]) -> Command {
 
 fn nobody() -> Option<u32> {
     // Only root can hand a folder or a process to another user.
-    (cairn_actors::ownership::server::own_uid() == 0).then_some(65534)
+    (cairn_actors::roles::server::own_uid() == 0).then_some(65534)
 }
 
 #[test]
@@ -269,7 +269,7 @@ fn a_squatted_socket_folder_or_another_users_listener_is_never_talked_to() {
         cairn_in(&runtime, &db, &["index", "--source", &format!("sea={}", root.display())]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let socket =
-        cairn_actors::ownership::paths::DbPaths::of(db.to_str().unwrap()).socket_in(Some(runtime.clone()));
+        cairn_actors::core::paths::DbPaths::of(db.to_str().unwrap()).socket_in(Some(runtime.clone()));
     let folder = socket.parent().unwrap().to_path_buf();
 
     // Another user made the socket folder first and listens in it (the way there open to them).

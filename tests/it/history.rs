@@ -20,7 +20,7 @@
 
 use crate::flaky::{Flaky, Mode};
 use crate::machines::{Reaped, note, on_machine, tables_equal_a_clean_index, team};
-use cairn_actors::ownership::lease::TTL;
+use cairn_actors::replication::lease::TTL;
 use cairn_actors::{Cairn, Config};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -283,5 +283,5 @@ async fn edits_under_kills_and_pauses_are_all_answered_and_never_hidden_behind_n
     assert!(out.status.success(), "the next writer: {}", String::from_utf8_lossy(&out.stderr));
     tables_equal_a_clean_index(tmp.path(), &weed, &db, &source, &format!("seed {seed}: the bucket's tables"))
         .await;
-    let _ = std::fs::remove_dir_all(cairn_actors::ownership::paths::DbPaths::of(&db).dir());
+    let _ = std::fs::remove_dir_all(cairn_actors::core::paths::DbPaths::of(&db).dir());
 }

@@ -322,7 +322,7 @@ async fn opens_from_its_snapshot_while_its_tables_stay(exact_vectors_up_to: usiz
     // The snapshot from before the edit, as a kill before the shutdown's save leaves it.
     std::fs::write(&snapshot, stale).unwrap();
     assert_eq!(run("spelt").await, edited);
-    let log = cairn_actors::ops::log::read_log(&db.path().join("events/events.jsonl")).unwrap();
+    let log = cairn_actors::core::log::read_log(&db.path().join("events/events.jsonl")).unwrap();
     let opened: Vec<bool> = log
         .iter()
         .filter_map(|e| match e.kind {

@@ -255,17 +255,17 @@ async fn a_writer_on_one_machine_and_readers_on_two_others_follow_every_commit_a
     assert_eq!(cut.pending_changes, None, "{cut:?}");
     c.shutdown().await.unwrap();
     drop((b_watch, b_mcp));
-    let _ = std::fs::remove_dir_all(cairn_actors::ownership::paths::DbPaths::of(&db).dir());
+    let _ = std::fs::remove_dir_all(cairn_actors::core::paths::DbPaths::of(&db).dir());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_processes_racing_for_the_writer_lease_one_wins_every_time() {
-    use cairn_actors::ownership::lease::{LeaseStore, Taken, Watching, me};
+    use cairn_actors::replication::lease::{LeaseStore, Taken, Watching, me};
     let tmp = tempfile::tempdir().unwrap();
     let weed = Weed::start(&tmp.path().join("weed"));
     for trial in 0..20 {
         let db = format!("s3://{BUCKET}/race-{trial}");
-        let remote = cairn_actors::ownership::remote::Remote::of(&db, &weed.options()).unwrap().unwrap();
+        let remote = cairn_actors::replication::remote::Remote::of(&db, &weed.options()).unwrap().unwrap();
         let store = LeaseStore::of(&remote);
         // A lease nobody holds yet: both create it at once.
         let (first, second) = (me("first", Path::new("")), me("second", Path::new("")));
@@ -334,7 +334,7 @@ async fn a_commit_whose_change_a_kill_lost_reaches_readers_through_the_next_writ
     let answer = serde_json::to_value(b.search(ask("quill7x")).await.unwrap()).unwrap();
     assert!(has(&answer, "note-1"), "the lost change's edit is answered on the reader: {answer}");
     b.shutdown().await.unwrap();
-    let _ = std::fs::remove_dir_all(cairn_actors::ownership::paths::DbPaths::of(&db).dir());
+    let _ = std::fs::remove_dir_all(cairn_actors::core::paths::DbPaths::of(&db).dir());
 }
 
 /// Issue 50's honest freshness on readers: the writer's head carries what it has seen and not
@@ -377,7 +377,7 @@ async fn a_reader_says_what_its_writer_has_seen_and_not_committed_and_what_it_ca
     assert!(away.notes.iter().any(|n| n.contains("writer's machine")), "{away:?}");
     b.shutdown().await.unwrap();
     drop(a);
-    let _ = std::fs::remove_dir_all(cairn_actors::ownership::paths::DbPaths::of(&db).dir());
+    let _ = std::fs::remove_dir_all(cairn_actors::core::paths::DbPaths::of(&db).dir());
 }
 
 /// Machine A's `cairn watch` of `vault` as source `nt`, its edits held `debounce_ms` before they
@@ -525,7 +525,7 @@ async fn a_writer_renews_its_lease_while_its_pipeline_opens_so_a_standby_waits()
     let status = json_of(&on("a", &["status", "--json"]).output().unwrap());
     assert_eq!(status["writer"]["pid"], a.id(), "{status}");
     drop((a, b));
-    let _ = std::fs::remove_dir_all(cairn_actors::ownership::paths::DbPaths::of(&db).dir());
+    let _ = std::fs::remove_dir_all(cairn_actors::core::paths::DbPaths::of(&db).dir());
 }
 
 /// Issue 50's fence: a writer stopped in the middle of a commit (after it checked its lease)
@@ -575,7 +575,7 @@ async fn a_writer_stopped_mid_commit_past_its_lease_cannot_land_the_commit_when_
     drop((a, b));
 
     tables_equal_a_clean_index(tmp.path(), &weed, &db, &source, "the bucket's tables after A woke").await;
-    let _ = std::fs::remove_dir_all(cairn_actors::ownership::paths::DbPaths::of(&db).dir());
+    let _ = std::fs::remove_dir_all(cairn_actors::core::paths::DbPaths::of(&db).dir());
 }
 
 /// A clean stop gives the lease back: a standby takes it at its next look (every 2 s), not after
@@ -605,7 +605,7 @@ async fn a_lease_given_back_by_a_clean_stop_is_taken_at_the_standbys_next_look()
     let took = b_log.wait_for("this process writes now").duration_since(stopped);
     eprintln!("B took the given-back lease {took:?} after A's stop began");
     assert!(
-        took < cairn_actors::ownership::lease::TTL,
+        took < cairn_actors::replication::lease::TTL,
         "B waited out the TTL for a lease given back: {took:?}"
     );
 
@@ -617,7 +617,7 @@ async fn a_lease_given_back_by_a_clean_stop_is_taken_at_the_standbys_next_look()
     let fenced_by = shared.open_existing("nt").await.unwrap().fenced_by().await.unwrap();
     assert!(fenced_by.is_some_and(|f| f.contains(&format!("pid {}", b.id()))), "B fenced the tables");
     drop(b);
-    let _ = std::fs::remove_dir_all(cairn_actors::ownership::paths::DbPaths::of(&db).dir());
+    let _ = std::fs::remove_dir_all(cairn_actors::core::paths::DbPaths::of(&db).dir());
 }
 
 /// A standby takes the lease its writer gave back at a clean stop, and is told to stop itself
@@ -654,7 +654,7 @@ async fn a_standby_stopped_as_it_takes_the_lease_gives_it_back() {
     assert!(out.status.success(), "the next writer was refused: {said}");
     // Not by waiting out a lease left held (which a one-shot index would do, up to the TTL).
     assert!(!said.contains("writer lease of"), "the lease was left held: {said}");
-    let _ = std::fs::remove_dir_all(cairn_actors::ownership::paths::DbPaths::of(&db).dir());
+    let _ = std::fs::remove_dir_all(cairn_actors::core::paths::DbPaths::of(&db).dir());
 }
 
 /// A standby whose store stops answering (a cut link, a hung proxy) is told to stop: it stops
@@ -684,7 +684,7 @@ async fn a_standby_whose_store_hangs_stops_when_told() {
     assert!(status.success(), "B stops cleanly:\n{}", b_log.text());
     assert!(took < Duration::from_secs(5), "B waited {took:?} on its hung store:\n{}", b_log.text());
     flaky.set(crate::flaky::Mode::Pass);
-    let _ = std::fs::remove_dir_all(cairn_actors::ownership::paths::DbPaths::of(&db).dir());
+    let _ = std::fs::remove_dir_all(cairn_actors::core::paths::DbPaths::of(&db).dir());
 }
 
 /// A one-shot `cairn index` on another machine while a writer renews its lease is refused at
@@ -713,7 +713,7 @@ async fn a_one_shot_index_names_a_live_writer_and_waits_out_a_killed_ones_lease(
     assert!(out.status.success(), "the next writer was refused: {said}");
     assert!(said.contains("writer lease of"), "it waited for the lease: {said}");
     tables_equal_a_clean_index(tmp.path(), &weed, &db, &source, "after the one-shot index").await;
-    let _ = std::fs::remove_dir_all(cairn_actors::ownership::paths::DbPaths::of(&db).dir());
+    let _ = std::fs::remove_dir_all(cairn_actors::core::paths::DbPaths::of(&db).dir());
 }
 
 /// `source`'s tables in the bucket equal a clean local index of its folder (`what` says when).
@@ -755,7 +755,7 @@ async fn two_clones_with_one_host_name_and_state_path_do_not_take_the_lease_from
     let y_log = Log::of(y.stderr.take().unwrap());
     let first = y_log.first_of(&["stands by to take over as the writer", "cairn: watching "]);
     assert!(first.contains("stands by"), "the clone took a live writer's lease at its start: {first}");
-    let ttl = cairn_actors::ownership::lease::TTL;
+    let ttl = cairn_actors::replication::lease::TTL;
     assert!(
         !y_log.said_within("this process takes it", ttl * 3),
         "the clone took a live writer's lease:\n{}",

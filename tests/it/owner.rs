@@ -110,7 +110,7 @@ impl Mcp {
 }
 
 fn rss_mib(pid: u32) -> f64 {
-    cairn_actors::status::Memory::of(pid).rss_mib.unwrap_or(0.0)
+    cairn_actors::core::status::Memory::of(pid).rss_mib.unwrap_or(0.0)
 }
 
 /// The results of an answer, without its timing.
@@ -142,7 +142,7 @@ fn watch(db: &Path, root: &Path) -> (Child, EventReader) {
 
 /// Every `committed` event in the database's log (only the owner writes it).
 fn embedded_chunks(db: &Path) -> usize {
-    cairn_actors::ops::log::read_log(&db.join("events/events.jsonl"))
+    cairn_actors::core::log::read_log(&db.join("events/events.jsonl"))
         .unwrap()
         .iter()
         .map(|e| match e.kind {
@@ -338,7 +338,7 @@ fn two_index_runs_at_once_queue_and_leave_the_tables_of_one_clean_run() {
 /// Raw frames on the owner's socket.
 mod socket {
     use super::*;
-    use cairn_actors::ownership::ipc::{Hello, MAX_REPLY, Reply, Request, read_frame, write_frame};
+    use cairn_actors::api::ipc::{Hello, MAX_REPLY, Reply, Request, read_frame, write_frame};
     use tokio::io::AsyncWriteExt;
     use tokio::net::UnixStream;
 
@@ -443,7 +443,7 @@ mod socket {
         // refused by the kernel's listen backlog, which is a close too).
         assert!(answered >= 64, "{answered} of 200 got an answer or a refusal");
         // The owner still answers, to a new client and to this process.
-        let client = cairn_actors::ownership::client::Client::new(&socket, "after");
+        let client = cairn_actors::roles::client::Client::new(&socket, "after");
         let resp = client
             .ask(cairn_actors::api::Search { request: cairn_query::SearchRequest::new("tarred twine") })
             .await

@@ -4,8 +4,8 @@
 //! `UPDATE_GOLDEN=1` and review the diff).
 
 use crate::support::{actix_paused, check_tables, fixture_dir, normalized_events};
-use cairn_actors::event::EventKind;
-use cairn_actors::ops::log::read_log;
+use cairn_actors::core::event::EventKind;
+use cairn_actors::core::log::read_log;
 use cairn_actors::ops::replay::{self, Scenario};
 use cairn_actors::{Embedders, Pipeline};
 use cairn_index::Database;

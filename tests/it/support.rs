@@ -1,6 +1,6 @@
 //! Helpers shared by the integration tests.
 
-use cairn_actors::event::{Event, EventKind};
+use cairn_actors::core::event::{Event, EventKind};
 use cairn_index::{PageRecord, SourceStore};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;

@@ -2,7 +2,7 @@
 //! real LanceDB; and another process (`cairn search`) reading the same database meanwhile.
 
 use crate::support::{all_matching, check_tables, next_matching, write};
-use cairn_actors::event::EventKind;
+use cairn_actors::core::event::EventKind;
 use cairn_actors::{Cairn, Config, SearchRequest, SourceConfig};
 use cairn_index::Database;
 use cairn_query::CreateSafety;
@@ -174,7 +174,7 @@ async fn watching_reflects_new_edited_renamed_and_deleted_pages_for_every_reader
     assert_eq!(after["served_by"]["role"], "reader");
     // Every answer is journaled once: the owner's (its own and its clients'), and the reader's
     // beside them (with `seq` 0: it belongs to no pipeline's sequence).
-    let log = cairn_actors::ops::log::read_log(&db.join("events/events.jsonl")).unwrap();
+    let log = cairn_actors::core::log::read_log(&db.join("events/events.jsonl")).unwrap();
     let answered: Vec<&cairn_actors::Event> = log
         .iter()
         .filter(|e| matches!(&e.kind, EventKind::QueryAnswered(a) if a.unix_ms.is_some()))
@@ -230,7 +230,7 @@ async fn sources(cairn: &Cairn) -> Vec<cairn_actors::SourceStatus> {
 
 /// Peak resident memory of this process (Linux), MiB.
 fn peak_rss_mib() -> f64 {
-    cairn_actors::status::Memory::now().peak_rss_mib.unwrap_or(0.0)
+    cairn_actors::core::status::Memory::now().peak_rss_mib.unwrap_or(0.0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -281,7 +281,7 @@ async fn ten_thousand_changes_at_once_overflow_into_a_rescan_that_reflects_them_
         peak_rss_mib()
     );
     cairn.shutdown().await.unwrap();
-    let log = cairn_actors::ops::log::read_log(&db.join("events/events.jsonl")).unwrap();
+    let log = cairn_actors::core::log::read_log(&db.join("events/events.jsonl")).unwrap();
     assert!(
         log.iter().any(|e| matches!(&e.kind, EventKind::Reconciled { reason, .. } if reason == "rescan")),
         "the overflow never turned into a rescan"
@@ -392,7 +392,7 @@ async fn a_scan_commits_full_batches_not_one_per_parse_group() {
     let mut config = one_source(&db, "n", &vault);
     config.commit_chunks = 100;
     cairn::index(config, false, false).await.unwrap();
-    let pages: Vec<usize> = cairn_actors::ops::log::read_log(&db.join("events/events.jsonl"))
+    let pages: Vec<usize> = cairn_actors::core::log::read_log(&db.join("events/events.jsonl"))
         .unwrap()
         .iter()
         .filter_map(|e| match e.kind {

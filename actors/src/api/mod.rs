@@ -7,7 +7,7 @@
 //!
 //! - the **owner** ([`OwnerApi`]: the process that holds the database's lock and runs the
 //!   pipeline) serves every verb;
-//! - a **client** ([`crate::ownership::client::Client`]) sends any verb over the owner's socket: one generic
+//! - a **client** ([`crate::roles::client::Client`]) sends any verb over the owner's socket: one generic
 //!   implementation, nothing per verb;
 //! - a **reader** ([`ReaderApi`]: no owner runs, this process reads the tables) serves the `read`
 //!   verbs; the `write` ones are refused with what to start.
@@ -16,15 +16,16 @@
 //! [`Handle`] implementation (plus the reader's, when it is a `read` verb).
 //! [`crate::Cairn::ask`] calls any verb on whichever role this process has now.
 
+pub mod ipc;
 pub mod owner;
 mod reader;
 
 pub use owner::OwnerApi;
 pub use reader::ReaderApi;
 
-use crate::config::SourceConfig;
-use crate::host::PageWithBody;
-use crate::ownership::ipc::Hello;
+use crate::api::ipc::Hello;
+use crate::core::config::SourceConfig;
+use crate::engine::host::PageWithBody;
 use crate::{Error, ReconcileReport, Result};
 use cairn_query::SearchRequest;
 use futures::future::BoxFuture;

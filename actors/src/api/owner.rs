@@ -5,9 +5,9 @@ use super::{
     AddSource, Diagnose, Duplicates, Flush, Get, Handle, Links, Reconcile, Reindex, RemoveSource, Search,
     Stats, Status,
 };
-use crate::config::Config;
-use crate::ownership::ipc::{Hello, OwnerInfo};
-use crate::pipeline::system::Pipeline;
+use crate::api::ipc::{Hello, OwnerInfo};
+use crate::core::config::Config;
+use crate::engine::system::Pipeline;
 use crate::{ReconcileReport, Result};
 use cairn_query::{Role, ServedBy};
 use futures::future::BoxFuture;
@@ -31,12 +31,12 @@ impl OwnerApi {
     /// The writer `info` describes (`clients`: its socket's connections), with its pipeline.
     pub fn new(pipeline: Pipeline, config: Config, info: OwnerInfo, clients: Clients) -> Self {
         let writer = cairn_query::Writer {
-            host: crate::ownership::lease::host_name(),
+            host: crate::replication::lease::host_name(),
             pid: info.pid,
             purpose: info.purpose.clone(),
             since_unix_ms: info.started_unix_ms,
             lock: String::new(),
-            machine: crate::ownership::machine::machine().to_string(),
+            machine: crate::replication::machine::machine().to_string(),
         };
         Self { pipeline, config, info, clients, writer }
     }

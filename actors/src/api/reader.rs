@@ -1,12 +1,12 @@
 //! A reader's answers: this process does not write the database (no process owns it, or the
 //! writer is another process, maybe on another machine), so it holds the tables in memory,
-//! following the writer's commits where there is one to follow ([`crate::ownership::follow`]), and answers
+//! following the writer's commits where there is one to follow ([`crate::engine::follow`]), and answers
 //! the `read` verbs from them. The `write` verbs need the writer.
 
 use super::{AddSource, Diagnose, Duplicates, Flush, Get, Handle, Links, Search, Stats, Status};
-use crate::config::Config;
-use crate::ownership::follow::Follower;
-use crate::ownership::ipc::OwnerInfo;
+use crate::api::ipc::OwnerInfo;
+use crate::core::config::Config;
+use crate::engine::follow::Follower;
 use crate::{Error, Result};
 use cairn_query::{Role, ServedBy};
 use futures::future::BoxFuture;
@@ -20,18 +20,18 @@ pub struct ReaderApi {
     /// When this reader serves its machine's other processes: itself, as the lock file says.
     local: Option<OwnerInfo>,
     /// Where folders given to this machine's reader go (it stands by to write them).
-    told: Option<tokio::sync::mpsc::UnboundedSender<crate::config::SourceConfig>>,
+    told: Option<tokio::sync::mpsc::UnboundedSender<crate::core::config::SourceConfig>>,
     /// On an object store: its answers' telemetry shipped to the store (by its own task for a
     /// long-lived reader, which ends once the reader is dropped; at once for a one-shot one).
-    outbox: Option<(crate::ownership::shipping::Outbox, Option<tokio::task::JoinHandle<()>>)>,
+    outbox: Option<(crate::replication::shipping::Outbox, Option<tokio::task::JoinHandle<()>>)>,
 }
 
 impl ReaderApi {
     pub fn new(follower: Arc<Follower>, config: Config, local: Option<OwnerInfo>) -> Self {
         let outbox = follower.remote().map(|r| {
-            let outbox = crate::ownership::shipping::Outbox::new(
+            let outbox = crate::replication::shipping::Outbox::new(
                 r.clone(),
-                crate::ownership::shipping::machine_name(&config.paths().state()),
+                crate::replication::shipping::machine_name(&config.paths().state()),
             );
             let task = local.is_some().then(|| outbox.keep_shipping());
             (outbox, task)
@@ -50,7 +50,7 @@ impl ReaderApi {
     /// stands by to write them when the writer lease is free.
     pub fn taking_folders(
         self,
-        told: tokio::sync::mpsc::UnboundedSender<crate::config::SourceConfig>,
+        told: tokio::sync::mpsc::UnboundedSender<crate::core::config::SourceConfig>,
     ) -> Self {
         Self { told: Some(told), ..self }
     }
@@ -65,7 +65,7 @@ impl ReaderApi {
             Some(w) => Error::NotWriter(format!(
                 "{} is written by {w} since {}; this process only reads it, so it cannot `{verb}`: run that where the writer is (or stop it, and this machine's `cairn watch` takes over)",
                 self.config.db,
-                crate::event::utc(w.since_unix_ms)
+                crate::core::event::utc(w.since_unix_ms)
             )),
             None => Error::NotWriter(format!(
                 "no cairn process writes {} now, so nothing can answer `{verb}`: start `cairn watch` (or `cairn index`) on it",
@@ -89,7 +89,7 @@ impl Handle<Search> for ReaderApi {
             let mut resp = f.host().search(&v.request, &f.unavailable_ids()).await?;
             cairn_index::fault::point_async("reader.searched").await;
             resp.served_by = Some(self.served_by());
-            crate::pipeline::query::apply_freshness(&mut resp, freshness);
+            crate::engine::query::apply_freshness(&mut resp, freshness);
             if f.writer().is_none() && self.local.is_none() {
                 resp.notes.push(format!(
                     "no cairn process owns {}: answered read-only by this process (pid {}) from the tables",
@@ -98,12 +98,12 @@ impl Handle<Search> for ReaderApi {
                 ));
             }
             // Journaled like the owner's answers (`cairn stats` counts it).
-            let kind = crate::EventKind::QueryAnswered(Box::new(crate::pipeline::query::telemetry(&resp)));
+            let kind = crate::EventKind::QueryAnswered(Box::new(crate::engine::query::telemetry(&resp)));
             if let Some((outbox, task)) = &self.outbox {
                 let event = crate::Event {
                     seq: 0,
                     ts: 0,
-                    source: crate::event::QUERY_STREAM.into(),
+                    source: crate::core::event::QUERY_STREAM.into(),
                     kind: kind.clone(),
                 };
                 if let Ok(mut line) = serde_json::to_vec(&event) {
@@ -115,7 +115,8 @@ impl Handle<Search> for ReaderApi {
                 }
             }
             if let Some(dir) = self.config.event_log_dir()
-                && let Err(e) = crate::ops::log::append_from_outside(&dir, crate::event::QUERY_STREAM, kind)
+                && let Err(e) =
+                    crate::core::log::append_from_outside(&dir, crate::core::event::QUERY_STREAM, kind)
             {
                 tracing::warn!("event log {}: {e}; this answer is not journaled", dir.display());
             }
@@ -150,7 +151,7 @@ impl Handle<Links> for ReaderApi {
 
 impl Handle<Duplicates> for ReaderApi {
     fn handle(&self, v: Duplicates) -> BoxFuture<'_, Result<Vec<cairn_query::duplicates::DuplicateGroup>>> {
-        Box::pin(crate::host::duplicates_job(self.follower.host(), v.threshold))
+        Box::pin(crate::engine::host::duplicates_job(self.follower.host(), v.threshold))
     }
 }
 
@@ -162,7 +163,7 @@ impl Handle<Status> for ReaderApi {
                 role: Role::Reader,
                 owner: self.local.clone(),
                 writer: self.follower.writer(),
-                memory: crate::status::Memory::now(),
+                memory: crate::core::status::Memory::now(),
                 clients: Vec::new(),
                 sources: self.follower.status(),
             })

@@ -21,9 +21,9 @@
 //! Repairs need the database to themselves: the caller holds its lock (and, on an object store,
 //! finds the writer lease free), so no writer commits while a table is restored.
 
-use crate::config::Config;
-use crate::ops::history::log_files;
-use crate::ownership::remote::Remote;
+use crate::core::config::Config;
+use crate::core::history::log_files;
+use crate::replication::remote::Remote;
 use cairn_index::store::{TABLE_SUFFIXES, TableHealth, TableProblem};
 use cairn_index::{Database, ResidentIndex, SourceInfo, SourceStore};
 use futures::TryStreamExt;
@@ -169,7 +169,7 @@ pub async fn examine(config: &Config, repair: bool) -> Result<Report, String> {
             match db.open_existing(id).await {
                 Ok(store) => {
                     examine_rows(&store, &mut health, &mut report.findings).await;
-                    let path = crate::pipeline::writer::snapshot_path(&snapshots, id);
+                    let path = crate::engine::writer::snapshot_path(&snapshots, id);
                     health.snapshot =
                         examine_snapshot(&store, &path, config, repair, &mut report.findings).await;
                 }
@@ -275,7 +275,7 @@ fn notice(subject: &str, problem: String) -> Finding {
 /// and can be read as the source's, else said what to do.
 fn rebuild_or_say(config: &Config, id: &str, info: Option<SourceInfo>, report: &mut Report) {
     let subject = format!("source {id}");
-    let book = crate::pipeline::folders::FolderBook::read(&config.paths().state());
+    let book = crate::core::folders::FolderBook::read(&config.paths().state());
     let record = book.get(id);
     let root = record.as_ref().map(|r| r.root.clone()).or_else(|| {
         info.as_ref()
@@ -400,7 +400,8 @@ fn examine_files(config: &Config, repair: bool, findings: &mut Vec<Finding>) {
 fn examine_log(path: &Path, repair: bool, findings: &mut Vec<Finding>) {
     let Ok(bytes) = std::fs::read(path) else { return };
     let text = String::from_utf8_lossy(&bytes);
-    let is_event = |l: &str| l.trim().is_empty() || serde_json::from_str::<crate::event::Event>(l).is_ok();
+    let is_event =
+        |l: &str| l.trim().is_empty() || serde_json::from_str::<crate::core::event::Event>(l).is_ok();
     let torn: Vec<&str> = text.lines().filter(|l| !is_event(l)).collect();
     if torn.is_empty() {
         return;
@@ -446,7 +447,7 @@ async fn examine_remote(remote: &Remote, ids: &[String], findings: &mut Vec<Find
             }
             continue;
         }
-        match serde_json::from_slice::<crate::ownership::journal::Head>(&bytes) {
+        match serde_json::from_slice::<crate::replication::journal::Head>(&bytes) {
             Err(e) => findings.push(notice(
                 &subject,
                 format!(

@@ -11,8 +11,9 @@
 //! the events to the real actors, and settles. The events reach the watcher exactly as notify's
 //! would; notify itself is off.
 
-use crate::config::{Config, SourceConfig};
-use crate::pipeline::system::{Embedders, Error, Pipeline, Result};
+use crate::core::config::{Config, SourceConfig};
+use crate::core::error::{Error, Result};
+use crate::engine::system::{Embedders, Pipeline};
 use cairn_ingest::RawEvent;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -203,7 +204,7 @@ pub struct Replayed {
     pub folder: PathBuf,
     pub db: String,
     pub steps: usize,
-    pub status: Vec<crate::status::SourceStatus>,
+    pub status: Vec<crate::core::status::SourceStatus>,
 }
 
 /// Replay a scenario file into `dir` and `db` on an actix system of its own, under paused time

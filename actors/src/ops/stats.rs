@@ -3,7 +3,7 @@
 //! their rank-1 base score (a downward drift is retrieval regressing).
 
 use crate::Result;
-use crate::event::{Event, EventKind};
+use crate::core::event::{Event, EventKind};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -167,7 +167,7 @@ pub struct DayStats {
     pub p50_latency_ms: f64,
 }
 
-pub use crate::ops::history::log_files;
+pub use crate::core::history::log_files;
 
 /// The UTC day (`YYYY-MM-DD`) of a time.
 fn day_of(unix_ms: u64) -> String {
@@ -195,7 +195,7 @@ struct Answer {
 }
 
 /// Why an answer came back empty (see [`QueryStats::empty_by_cause`]).
-fn empty_cause(a: &crate::event::QueryAnswered) -> &'static str {
+fn empty_cause(a: &crate::core::event::QueryAnswered) -> &'static str {
     if !a.degraded.is_empty() {
         "degraded"
     } else if a.pending_changes.unwrap_or(0) > 0 {
@@ -375,18 +375,18 @@ pub async fn collect(config: &crate::Config, log_dir: Option<&Path>, days: Optio
     let mut stats = Stats::default();
     let mut events = Vec::new();
     let remote =
-        crate::ownership::remote::Remote::of(&config.db, &config.storage).map_err(crate::Error::Config)?;
+        crate::replication::remote::Remote::of(&config.db, &config.storage).map_err(crate::Error::Config)?;
     match (&remote, log_dir) {
         // Every machine's shipped events (this one's included, at most a shipment behind).
         (Some(r), None) | (Some(r), Some(_)) if log_dir == config.event_log_dir().as_deref() => {
             // The window and the one before it (the drift), when days are asked for.
             let span = days.map(|d| std::time::Duration::from_secs(2 * u64::from(d) * 86_400));
-            events = crate::ownership::shipping::shipped(r, span).await.map_err(crate::Error::Pipeline)?;
+            events = crate::replication::shipping::shipped(r, span).await.map_err(crate::Error::Pipeline)?;
             stats.logs.push(format!("{}/_cairn/events (every machine)", r.uri));
         }
         _ => {
             for f in log_dir.map(log_files).unwrap_or_default() {
-                events.extend(crate::ops::log::read_log(&f)?);
+                events.extend(crate::core::log::read_log(&f)?);
                 stats.logs.push(f.display().to_string());
             }
         }
@@ -422,7 +422,7 @@ pub async fn collect(config: &crate::Config, log_dir: Option<&Path>, days: Optio
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{QueryAnswered, TopResult};
+    use crate::core::event::{QueryAnswered, TopResult};
 
     fn answered(ts: u64, score: f32, safety: &str) -> Event {
         Event {
