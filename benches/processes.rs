@@ -252,7 +252,9 @@ fn serve(work: &Path) {
     }
     let queries = foldoc_queries(11, 100);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
-    let socket = cairn_actors::core::paths::DbPaths::of(db.to_str().unwrap()).socket_to_reach();
+    let socket = cairn_actors::roles::lock::socket_to_reach(&cairn_actors::core::paths::DbPaths::of(
+        db.to_str().unwrap(),
+    ));
     let client = cairn_actors::roles::client::Client::new(&socket, "bench");
     let ms = |t: Instant| t.elapsed().as_secs_f64() * 1000.0;
     // Each query through HTTP, then the socket, then the page (two rounds; the first warms).

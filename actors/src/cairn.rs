@@ -94,7 +94,7 @@ fn not_answering(config: &Config, paths: &DbPaths, e: RemoteError) -> Error {
         format!(
             "{} is locked by {holder}, which does not answer on {}: {}",
             config.db,
-            paths.socket_to_reach().display(),
+            crate::roles::lock::socket_to_reach(paths).display(),
             e.message
         ),
     ))
@@ -119,7 +119,7 @@ impl Cairn {
                     Local::take(&config, &paths, &opts.purpose, opts.standby, lock, roles.clone()).await?,
                 );
             }
-            let client = Client::new(&paths.socket_to_reach(), &opts.purpose);
+            let client = Client::new(&crate::roles::lock::socket_to_reach(&paths), &opts.purpose);
             match client.greet().await {
                 Ok(_) => {
                     if opts.register_sources {
@@ -162,7 +162,7 @@ impl Cairn {
         let deadline = Instant::now() + OWNER_STARTUP;
         let state = loop {
             // Looked up each time: an owner starting now publishes its socket in the lock.
-            let client = Client::new(&paths.socket_to_reach(), purpose);
+            let client = Client::new(&crate::roles::lock::socket_to_reach(&paths), purpose);
             match client.greet().await {
                 Ok(_) => break State::Client(client),
                 // Nobody holds the lock: read the tables here, holding nothing (a reader never

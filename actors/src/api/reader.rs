@@ -108,7 +108,7 @@ impl Handle<Search> for ReaderApi {
                 };
                 if let Ok(mut line) = serde_json::to_vec(&event) {
                     line.push(b'\n');
-                    outbox.push(&line);
+                    crate::core::log::LineSink::push(outbox, &line);
                 }
                 if task.is_none() {
                     outbox.ship().await;

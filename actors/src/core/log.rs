@@ -33,7 +33,13 @@ pub struct EventLog {
     status: StatusBoard,
     failed: bool,
     /// On an object store: every line is shipped to the store too.
-    outbox: Option<crate::replication::shipping::Outbox>,
+    outbox: Option<Box<dyn LineSink>>,
+}
+
+/// Where the log sends a copy of every line (on an object store, the machine's outbox).
+pub trait LineSink: std::fmt::Debug + Send {
+    /// One event line, newline included.
+    fn push(&self, line: &[u8]);
 }
 
 impl EventLog {
@@ -63,7 +69,7 @@ impl EventLog {
     }
 
     /// Ship every line to the store through `outbox` too.
-    pub fn shipping(self, outbox: Option<crate::replication::shipping::Outbox>) -> Self {
+    pub fn shipping(self, outbox: Option<Box<dyn LineSink>>) -> Self {
         Self { outbox, ..self }
     }
 

@@ -62,7 +62,7 @@ impl DbPaths {
     /// `$XDG_RUNTIME_DIR` where there is one (private to the user by definition, and on a file
     /// system that holds sockets), else beside the database, else — a database folder too deep
     /// for a socket path — under the temporary directory. Clients reach the socket the owner
-    /// published in the lock ([`DbPaths::socket_to_reach`]), so a client with another
+    /// published in the lock ([`crate::roles::lock::socket_to_reach`]), so a client with another
     /// environment still finds it.
     pub fn socket(&self) -> PathBuf {
         self.socket_in(std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from).filter(|d| d.is_absolute()))
@@ -82,15 +82,6 @@ impl DbPaths {
             return near;
         }
         std::env::temp_dir().join(key()).join("cairn.sock")
-    }
-
-    /// The socket a client connects to: the one the owner published in the lock file, else the
-    /// one this process would bind.
-    pub fn socket_to_reach(&self) -> PathBuf {
-        crate::roles::lock::read_info(&self.lock())
-            .map(|o| PathBuf::from(o.socket))
-            .filter(|p| p.is_absolute())
-            .unwrap_or_else(|| self.socket())
     }
 }
 

@@ -31,14 +31,16 @@ pub fn machine_name(state_dir: &std::path::Path) -> String {
     format!("{host}-{}", &digest[..8])
 }
 
+impl crate::core::log::LineSink for Outbox {
+    /// One event line (newline included) to ship.
+    fn push(&self, line: &[u8]) {
+        self.lines.lock().unwrap_or_else(|p| p.into_inner()).extend_from_slice(line);
+    }
+}
+
 impl Outbox {
     pub fn new(remote: Remote, machine: String) -> Self {
         Self { remote, machine, lines: Arc::default() }
-    }
-
-    /// One event line (newline included) to ship.
-    pub fn push(&self, line: &[u8]) {
-        self.lines.lock().unwrap_or_else(|p| p.into_inner()).extend_from_slice(line);
     }
 
     /// Ship what waits now (nothing when nothing waits).

@@ -71,6 +71,15 @@ pub fn read_info(lock: &Path) -> Option<OwnerInfo> {
     std::fs::read(lock).ok().and_then(|b| serde_json::from_slice(&b).ok())
 }
 
+/// The socket a client connects to: the one the owner published in the lock file, else the one
+/// this process would bind.
+pub fn socket_to_reach(paths: &DbPaths) -> std::path::PathBuf {
+    read_info(&paths.lock())
+        .map(|o| std::path::PathBuf::from(o.socket))
+        .filter(|p| p.is_absolute())
+        .unwrap_or_else(|| paths.socket())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

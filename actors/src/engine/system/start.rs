@@ -193,7 +193,7 @@ fn open_log(config: &Config, status: &StatusBoard) -> Result<Log> {
                 tracing::error!("event log: {e}; events are not journaled");
                 EventLog::open(None, max, tx.clone(), st.clone()).expect("no file")
             })
-            .shipping(to_ship.clone())
+            .shipping(to_ship.clone().map(|o| Box::new(o) as Box<dyn crate::core::log::LineSink>))
     });
     Ok(Log { emit: Emitter::new(log, tokio::time::Instant::now()), events, first, outbox })
 }
