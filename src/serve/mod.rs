@@ -418,7 +418,7 @@ fn reply<T: serde::Serialize>(answer: cairn_actors::Result<T>) -> Response {
             let remote = cairn_actors::roles::server::as_remote(e);
             let status = match remote.code {
                 ErrorCode::BadRequest | ErrorCode::Usage => StatusCode::BAD_REQUEST,
-                ErrorCode::VersionMismatch => StatusCode::CONFLICT,
+                ErrorCode::VersionMismatch | ErrorCode::NotWriter => StatusCode::CONFLICT,
                 ErrorCode::Busy | ErrorCode::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
                 ErrorCode::Timeout => StatusCode::GATEWAY_TIMEOUT,
                 ErrorCode::Failed => StatusCode::INTERNAL_SERVER_ERROR,

@@ -598,6 +598,14 @@ async fn a_lease_given_back_by_a_clean_stop_is_taken_at_the_standbys_next_look()
     let said = String::from_utf8_lossy(&asked.stderr);
     assert_eq!(asked.status.code(), Some(1), "{said}");
     assert!(said.contains("only reads it") && said.contains("cannot `reconcile`"), "{said}");
+    // The same over HTTP, from a `cairn serve` that allows writes: 409, its own code, not a 500.
+    let (mut serve, serve_log, addr) =
+        crate::serve::listening(on("c", &["serve", "--allow-writes", "--listen", "127.0.0.1:0"]));
+    let asked =
+        crate::serve::ask(&addr, "POST", "/api/reconcile", &[], r#"{"id": "nt", "allow_removals": false}"#);
+    assert_eq!(asked.status, 409, "{}", asked.body);
+    assert_eq!(asked.json()["error"]["code"], "not_writer", "{}", asked.body);
+    crate::serve::stop(&mut serve, &serve_log);
     let pid = a.id().to_string();
     assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
     let stopped = Instant::now();

@@ -73,6 +73,11 @@ pub(crate) fn serve_with(db: &Path, args: &[&str], env: &[(&str, &str)]) -> (Rea
     let mut cmd = Command::new(cairn_bin());
     cmd.args(["serve", "--db", db.to_str().unwrap(), "--listen", "127.0.0.1:0"]).args(args);
     cmd.envs(env.iter().copied());
+    listening(cmd)
+}
+
+/// A `cairn serve` command started, once it listens: the process, its log, its address.
+pub(crate) fn listening(mut cmd: Command) -> (Reaped, Log, String) {
     let mut child = Reaped(cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap());
     let log = Log::of(child.0.stderr.take().unwrap());
     let line = log.first_of(&["listening on http://"]);

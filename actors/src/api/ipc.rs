@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Bumped when a request or reply changes shape (2: `status` answers the owner's whole status,
-/// `reconcile`).
-pub const PROTOCOL_VERSION: u32 = 2;
+/// `reconcile`; 3: the `not_writer` error code).
+pub const PROTOCOL_VERSION: u32 = 3;
 /// Largest request frame the owner reads (a query is at most 4 KB).
 pub const MAX_REQUEST: usize = 1 << 20;
 /// Largest reply frame a client reads (a page's body can be 10 MB).

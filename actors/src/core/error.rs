@@ -165,6 +165,9 @@ pub enum ErrorCode {
     Unavailable,
     /// The request took longer than its limit.
     Timeout,
+    /// A verb only the writer answers, asked of a process that only reads the database: nothing
+    /// is wrong with the request; it must go where the writer is.
+    NotWriter,
     /// The owner failed to do it.
     Failed,
 }

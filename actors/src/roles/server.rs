@@ -345,6 +345,7 @@ pub fn as_remote(e: crate::Error) -> RemoteError {
         E::Query(q) if q.is_usage() => RemoteError::new(ErrorCode::Usage, q.to_string()),
         E::Config(m) => RemoteError::new(ErrorCode::Usage, m),
         E::Stopped => RemoteError::new(ErrorCode::Unavailable, "the owner is stopping; try again"),
+        E::NotWriter(m) => RemoteError::new(ErrorCode::NotWriter, m),
         E::Remote(r) => r,
         other => RemoteError::new(ErrorCode::Failed, other.to_string()),
     }
