@@ -188,8 +188,9 @@ pub fn page(p: &Value, links: Option<&Value>) -> String {
 /// Every source's state, as a table (also refreshed alone while indexing runs).
 pub fn sources_table(status: &Value) -> String {
     let mut t = String::from(
-        "<table><tr><th>source</th><th>state</th><th>pages</th><th>vectors</th><th>pending</th><th>lag</th><th>language</th><th>problems</th></tr>",
+        "<table><tr><th>source</th><th>state</th><th>pages</th><th>vectors</th><th>pending</th><th>lag</th><th>language</th><th>read by</th><th>problems</th></tr>",
     );
+    let readers = list(status, "readers");
     for src in list(status, "sources") {
         let chunks = n(src, "chunks");
         let waiting = n(src, "vectors_pending");
@@ -207,10 +208,19 @@ pub fn sources_table(status: &Value) -> String {
         if let Some(e) = src.get("error").and_then(Value::as_str) {
             problems.push(esc(e));
         }
+        let read_by: Vec<String> = readers
+            .iter()
+            .filter_map(|r| {
+                let v = r["as_of"].get(s(src, "source"))?.as_f64()?;
+                let behind = n(src, "version") - v;
+                let behind = if behind > 0.0 { format!(", {behind:.0} behind") } else { String::new() };
+                Some(format!("pid {} on {}: v{v:.0}{behind}", n(r, "pid"), esc(s(r, "host"))))
+            })
+            .collect();
         let _ = write!(
             t,
             "<tr><td>{}<div class=meta>{}</div></td><td>{}</td><td>{}</td><td><progress max=\"{chunks}\" value=\"{done}\"></progress> \
-{done:.0}/{chunks:.0}{eta}</td><td>{}</td><td>{:.1} s</td><td>{}</td><td>{}</td></tr>",
+{done:.0}/{chunks:.0}{eta}</td><td>{}</td><td>{:.1} s</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             esc(s(src, "source")),
             esc(s(src, "root")),
             esc(s(src, "state")),
@@ -218,6 +228,7 @@ pub fn sources_table(status: &Value) -> String {
             n(src, "pending"),
             n(src, "lag_ms") / 1000.0,
             esc(s(src, "language")),
+            read_by.join("<br>"),
             problems.join("<br>")
         );
     }
@@ -425,5 +436,14 @@ mod tests {
         let t = sources_table(&status);
         assert!(t.contains("<progress max=\"200\" value=\"150\">"), "{t}");
         assert!(t.contains("150/200 · ~2 s left"), "{t}");
+    }
+
+    #[test]
+    fn each_reader_is_shown_with_how_far_behind_the_source_it_is() {
+        let status = json!({"sources": [{"source": "v", "version": 12}, {"source": "w", "version": 4}],
+            "readers": [{"host": "<b>lap</b>", "pid": 7, "machine": "m", "as_of": {"v": 10, "w": 4}, "said_unix_ms": 0}]});
+        let t = sources_table(&status);
+        assert!(t.contains("pid 7 on &lt;b&gt;lap&lt;/b&gt;: v10, 2 behind"), "{t}");
+        assert!(t.contains("pid 7 on &lt;b&gt;lap&lt;/b&gt;: v4</td>"), "{t}");
     }
 }

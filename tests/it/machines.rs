@@ -368,6 +368,23 @@ async fn a_reader_says_what_its_writer_has_seen_and_not_committed_and_what_it_ca
         "{committed:?}"
     );
 
+    // A lists B as a reader of the database, as of the commit B answered from; once B stops,
+    // it is listed no more.
+    let version = committed.sources[0].as_of.as_ref().unwrap().version;
+    let me = std::process::id();
+    let b_as_of = |st: &Value| {
+        st["readers"]
+            .as_array()
+            .and_then(|r| r.iter().find(|r| r["pid"] == me))
+            .map(|r| r["as_of"]["nt"].clone())
+    };
+    let status_on_a =
+        || json_of(&on_machine(&weed, tmp.path(), "a", &db, &["status", "--json"]).output().unwrap());
+    let listed = status_until("B listed as of its commit", &status_on_a, |st| {
+        b_as_of(st).and_then(|v| v.as_u64()).is_some_and(|v| v >= version)
+    });
+    assert!(listed["readers"][0]["host"].is_string(), "{listed}");
+
     // A's folder is gone: B says the source is unavailable there, and gives no count.
     std::fs::remove_dir_all(&vault).unwrap();
     a_events.wait_for("A finds it unavailable", |e| e["event"] == "source_unavailable");
@@ -376,8 +393,22 @@ async fn a_reader_says_what_its_writer_has_seen_and_not_committed_and_what_it_ca
     assert_eq!(away.pending_changes, None, "{away:?}");
     assert!(away.notes.iter().any(|n| n.contains("writer's machine")), "{away:?}");
     b.shutdown().await.unwrap();
+    status_until("B no longer listed once it stopped", &status_on_a, |st| b_as_of(st).is_none());
     drop(a);
     let _ = std::fs::remove_dir_all(cairn_actors::core::paths::DbPaths::of(&db).dir());
+}
+
+/// `status` (as `ask` gets it) until `done` holds of it, for at most 30 s (a reader puts what it
+/// holds at most every 5 s, and a list is kept 5 s).
+fn status_until(what: &str, ask: &dyn Fn() -> Value, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let st = ask();
+        if done(&st) {
+            return st;
+        }
+        assert!(Instant::now() < deadline, "{what}: not within 30 s: {st}");
+    }
 }
 
 /// Machine A's `cairn watch` of `vault` as source `nt`, its edits held `debounce_ms` before they

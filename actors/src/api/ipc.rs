@@ -148,6 +148,10 @@ pub struct Status {
     /// The owner's clients.
     pub clients: Vec<Hello>,
     pub sources: Vec<SourceStatus>,
+    /// On an object store: the readers on any machine heard from lately, and how far each has
+    /// come ([`crate::replication::readers`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub readers: Vec<crate::replication::readers::ReaderSeen>,
 }
 
 /// Who writes and owns the database, its clients, then each source.
@@ -174,6 +178,9 @@ impl std::fmt::Display for Status {
         }
         for c in &self.clients {
             writeln!(f, "  client: pid {} (cairn {})", c.pid, c.purpose)?;
+        }
+        for r in &self.readers {
+            writeln!(f, "reader: {r}")?;
         }
         self.sources.iter().try_for_each(|s| write!(f, "{s}"))
     }

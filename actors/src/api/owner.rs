@@ -25,6 +25,8 @@ pub struct OwnerApi {
     info: OwnerInfo,
     clients: Clients,
     writer: cairn_query::Writer,
+    /// The database's object store (none when it is local).
+    remote: Option<crate::replication::remote::Remote>,
 }
 
 impl OwnerApi {
@@ -38,7 +40,8 @@ impl OwnerApi {
             lock: String::new(),
             machine: crate::replication::machine::machine().to_string(),
         };
-        Self { pipeline, config, info, clients, writer }
+        let remote = crate::replication::remote::Remote::of(&config.db, &config.storage).ok().flatten();
+        Self { pipeline, config, info, clients, writer, remote }
     }
 
     pub fn pipeline(&self) -> &Pipeline {
@@ -114,6 +117,7 @@ impl Handle<Status> for OwnerApi {
                 memory: self.pipeline.memory().await,
                 clients,
                 sources: self.pipeline.status(),
+                readers: crate::replication::readers::listed(self.remote.as_ref()).await,
             })
         })
     }

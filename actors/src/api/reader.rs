@@ -166,6 +166,7 @@ impl Handle<Status> for ReaderApi {
                 memory: crate::core::status::Memory::now(),
                 clients: Vec::new(),
                 sources: self.follower.status(),
+                readers: crate::replication::readers::listed(self.follower.remote()).await,
             })
         })
     }

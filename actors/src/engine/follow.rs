@@ -74,6 +74,8 @@ pub struct Follower {
     track: Mutex<Track>,
     /// One step at a time (a flush and the loop may both ask for one).
     stepping: tokio::sync::Mutex<()>,
+    /// What this reader says of itself in the store (`_cairn/readers/`).
+    publisher: crate::replication::readers::Publisher,
 }
 
 impl std::fmt::Debug for Follower {
@@ -123,6 +125,7 @@ impl Follower {
             host: RwLock::new(Arc::new(host)),
             track: Mutex::new(track),
             stepping: tokio::sync::Mutex::new(()),
+            publisher: Default::default(),
         };
         me.look_at_lease().await;
         Ok(me)
@@ -342,8 +345,35 @@ impl Follower {
                 if let Err(e) = f.step().await {
                     tracing::warn!("following {}: {e}", f.config.db);
                 }
+                f.say_where().await;
             }
         })
+    }
+
+    /// This reader as the store lists it: its host, pid, and the commit each source reflects.
+    fn seen(&self) -> crate::replication::readers::ReaderSeen {
+        let as_of = self.track().applied.iter().map(|(s, t)| (s.clone(), t.version)).collect();
+        crate::replication::readers::ReaderSeen {
+            host: crate::replication::lease::host_name(),
+            pid: std::process::id(),
+            machine: crate::replication::shipping::machine_name(&self.config.paths().state()),
+            as_of,
+            said_unix_ms: crate::core::event::unix_ms(),
+        }
+    }
+
+    /// Say in the store how far this reader has come (when that moved, or as a heartbeat).
+    pub async fn say_where(&self) {
+        if let Some(remote) = &self.remote {
+            self.publisher.publish(remote, self.seen()).await;
+        }
+    }
+
+    /// Take this reader off the store's list (a clean stop).
+    pub async fn stop_saying(&self) {
+        if let Some(remote) = &self.remote {
+            self.publisher.forget(remote, &self.seen()).await;
+        }
     }
 
     /// One look at the head, and whatever it says to apply.

@@ -387,6 +387,14 @@ impl Journal {
                         Ok(_) => {}
                         Err(e) => tracing::warn!("pruning shipped events: {e}"),
                     }
+                    if let Err(e) = crate::replication::readers::prune(
+                        &prune_remote,
+                        crate::replication::readers::FORGET_AFTER,
+                    )
+                    .await
+                    {
+                        tracing::warn!("pruning readers not heard from: {e}");
+                    }
                 }
                 shown = head.sources.iter().map(|(s, t)| ((s.clone(), t.epoch), t.floor)).collect();
                 for (source, epoch, floor) in floors_to_publish(&head, &listed) {

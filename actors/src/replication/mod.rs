@@ -4,5 +4,6 @@
 pub mod journal;
 pub mod lease;
 pub mod machine;
+pub mod readers;
 pub mod remote;
 pub mod shipping;

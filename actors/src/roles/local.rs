@@ -487,7 +487,10 @@ impl Local {
         }
         match self.answerer() {
             Answerer::Owner(o) => o.pipeline().shutdown().await?,
-            Answerer::Reader(r) => r.ship().await,
+            Answerer::Reader(r) => {
+                r.ship().await;
+                r.follower().stop_saying().await;
+            }
         }
         let writing = self.writing.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(w) = writing {

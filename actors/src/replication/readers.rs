@@ -1,0 +1,174 @@
+//! Who reads a database on an object store, and how far each has come: every reader puts
+//! `_cairn/readers/<machine>-<pid>.json` (its host, pid and the commit each source's memory
+//! reflects) when that moves, at most every [`PUT_EVERY`], and at least every [`HEARTBEAT`]; it
+//! deletes it when it stops cleanly. Anyone lists them (`status`, the sources page); a reader not
+//! heard from for [`GONE_AFTER`] is not listed (killed, or cut off), and the writer's upkeep
+//! deletes what is older than [`FORGET_AFTER`].
+
+use crate::replication::remote::Remote;
+use futures::TryStreamExt;
+use object_store::{ObjectStoreExt, PutPayload};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// The most often a reader puts what it holds (its commits can come every second).
+pub const PUT_EVERY: Duration = Duration::from_secs(5);
+/// A reader whose sources did not move says it is still there this often.
+pub const HEARTBEAT: Duration = Duration::from_secs(60);
+/// Not heard from for this long: not listed.
+pub const GONE_AFTER: Duration = Duration::from_secs(3 * 60);
+/// Not heard from for this long: deleted by the writer's upkeep.
+pub const FORGET_AFTER: Duration = Duration::from_secs(86_400);
+/// A list is answered again from memory for this long (the sources page asks on every event).
+const LIST_KEPT: Duration = Duration::from_secs(5);
+
+/// One reader as it last said.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReaderSeen {
+    pub host: String,
+    pub pid: u32,
+    /// Its machine's name in the store (its host and state folder).
+    pub machine: String,
+    /// The commit (the source's table version) each source's memory reflects.
+    pub as_of: BTreeMap<String, u64>,
+    /// When it said so (its own clock).
+    pub said_unix_ms: u64,
+}
+
+impl ReaderSeen {
+    fn key(&self) -> String {
+        format!("readers/{}-{}.json", self.machine, self.pid)
+    }
+}
+
+impl std::fmt::Display for ReaderSeen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let as_of: Vec<String> = self.as_of.iter().map(|(s, v)| format!("{s}@{v}")).collect();
+        write!(f, "pid {} on {}, as of {}", self.pid, self.host, as_of.join(" "))
+    }
+}
+
+/// This process's own entry: what it last put, and when.
+#[derive(Debug, Default)]
+pub struct Publisher {
+    last: Mutex<Option<(BTreeMap<String, u64>, Instant)>>,
+}
+
+impl Publisher {
+    /// Put `me` when its sources moved (and [`PUT_EVERY`] passed) or the heartbeat is due.
+    pub async fn publish(&self, remote: &Remote, me: ReaderSeen) {
+        let due = match &*self.last.lock().unwrap_or_else(|p| p.into_inner()) {
+            None => true,
+            Some((as_of, at)) => {
+                (*as_of != me.as_of && at.elapsed() >= PUT_EVERY) || at.elapsed() >= HEARTBEAT
+            }
+        };
+        if !due {
+            return;
+        }
+        let body = serde_json::to_vec(&me).unwrap_or_default();
+        match remote.store.put(&remote.path(&me.key()), PutPayload::from(body)).await {
+            Ok(_) => *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some((me.as_of, Instant::now())),
+            Err(e) => tracing::debug!("readers: {e}"),
+        }
+    }
+
+    /// Take this reader off the list (a clean stop).
+    pub async fn forget(&self, remote: &Remote, me: &ReaderSeen) {
+        if self.last.lock().unwrap_or_else(|p| p.into_inner()).take().is_some() {
+            let _ = remote.store.delete(&remote.path(&me.key())).await;
+        }
+    }
+}
+
+/// The entries under `_cairn/readers/` with when each was last written (the store's clock).
+async fn entries(remote: &Remote) -> Result<Vec<(object_store::path::Path, u64)>, String> {
+    let prefix = remote.path("readers");
+    let objects: Vec<_> =
+        remote.store.list(Some(&prefix)).try_collect().await.map_err(|e| format!("{prefix}: {e}"))?;
+    Ok(objects.into_iter().map(|o| (o.location, o.last_modified.timestamp_millis().max(0) as u64)).collect())
+}
+
+/// The readers heard from within [`GONE_AFTER`] (by the store's clock, so no machine's own clock
+/// decides), by host and pid. Kept for [`LIST_KEPT`].
+pub async fn list(remote: &Remote) -> Result<Vec<ReaderSeen>, String> {
+    static KEPT: Mutex<Option<(String, Instant, Vec<ReaderSeen>)>> = Mutex::new(None);
+    if let Some((uri, at, kept)) = &*KEPT.lock().unwrap_or_else(|p| p.into_inner())
+        && *uri == remote.uri
+        && at.elapsed() < LIST_KEPT
+    {
+        return Ok(kept.clone());
+    }
+    let now = crate::core::event::unix_ms();
+    let mut seen = Vec::new();
+    for (path, written) in entries(remote).await? {
+        if now.saturating_sub(written) > GONE_AFTER.as_millis() as u64 {
+            continue;
+        }
+        let Ok(got) = remote.store.get(&path).await else { continue };
+        let Ok(bytes) = got.bytes().await else { continue };
+        if let Ok(r) = serde_json::from_slice::<ReaderSeen>(&bytes) {
+            seen.push(r);
+        }
+    }
+    seen.sort_by(|a, b| (&a.host, a.pid).cmp(&(&b.host, b.pid)));
+    *KEPT.lock().unwrap_or_else(|p| p.into_inner()) =
+        Some((remote.uri.clone(), Instant::now(), seen.clone()));
+    Ok(seen)
+}
+
+/// [`list`] where there is a store and it answers: none for a local database, or a store that
+/// cannot be listed now (a status is answered all the same).
+pub async fn listed(remote: Option<&Remote>) -> Vec<ReaderSeen> {
+    match remote {
+        Some(r) => list(r).await.unwrap_or_else(|e| {
+            tracing::debug!("readers: {e}");
+            Vec::new()
+        }),
+        None => Vec::new(),
+    }
+}
+
+/// Delete the entries of readers not heard from for `keep` (the writer's upkeep).
+pub async fn prune(remote: &Remote, keep: Duration) -> Result<usize, String> {
+    let before = crate::core::event::unix_ms().saturating_sub(keep.as_millis() as u64);
+    let mut removed = 0;
+    for (path, _) in entries(remote).await?.into_iter().filter(|(_, t)| *t < before) {
+        remote.store.delete(&path).await.map_err(|e| format!("{path}: {e}"))?;
+        removed += 1;
+    }
+    Ok(removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reader(pid: u32, version: u64) -> ReaderSeen {
+        ReaderSeen {
+            host: "h".into(),
+            pid,
+            machine: "h-1".into(),
+            as_of: BTreeMap::from([("nt".to_string(), version)]),
+            said_unix_ms: 0,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_reader_is_listed_as_it_last_said_and_not_once_it_stops() {
+        let remote = Remote::in_memory();
+        let (a, b) = (Publisher::default(), Publisher::default());
+        a.publish(&remote, reader(1, 3)).await;
+        b.publish(&remote, reader(2, 4)).await;
+        // Moved within PUT_EVERY: not put again yet.
+        a.publish(&remote, reader(1, 5)).await;
+        assert_eq!(entries(&remote).await.unwrap().len(), 2);
+        let got = list(&remote).await.unwrap();
+        assert_eq!(got, vec![reader(1, 3), reader(2, 4)]);
+        a.forget(&remote, &reader(1, 3)).await;
+        assert_eq!(entries(&remote).await.unwrap().len(), 1, "a clean stop deletes its entry");
+        assert_eq!(prune(&remote, Duration::from_secs(60)).await.unwrap(), 0, "a live reader stays");
+    }
+}
