@@ -25,4 +25,6 @@ mod serve;
 mod support;
 mod vanished;
 mod watch;
+#[path = "../shared/webdriver.rs"]
+mod webdriver;
 mod weed;

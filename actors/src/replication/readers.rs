@@ -91,8 +91,9 @@ async fn entries(remote: &Remote) -> Result<Vec<(object_store::path::Path, u64)>
     Ok(objects.into_iter().map(|o| (o.location, o.last_modified.timestamp_millis().max(0) as u64)).collect())
 }
 
-/// The readers heard from within [`GONE_AFTER`] (by the store's clock, so no machine's own clock
-/// decides), by host and pid. Kept for [`LIST_KEPT`].
+/// The readers heard from within [`GONE_AFTER`], by host and pid. Kept for [`LIST_KEPT`]. When
+/// an entry was written is the store's stamp, not the reader's: only this machine's clock is
+/// compared with the store's, and a skew of a minute is small against three.
 pub async fn list(remote: &Remote) -> Result<Vec<ReaderSeen>, String> {
     static KEPT: Mutex<Option<(String, Instant, Vec<ReaderSeen>)>> = Mutex::new(None);
     if let Some((uri, at, kept)) = &*KEPT.lock().unwrap_or_else(|p| p.into_inner())
