@@ -68,13 +68,52 @@ pub fn layout(title: &str, body: &str) -> String {
     )
 }
 
-/// The search form, filled with the last query.
-fn search_form(query: &str, mode: &str) -> String {
-    let option = |m: &str| format!("<option{}>{m}</option>", if m == mode { " selected" } else { "" });
+/// What the search form holds, as typed: the query, its mode, and its filters (lists are
+/// comma-separated: `source`, `tag`, `path`, `type`; days are `YYYY-MM-DD`).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Form<'a> {
+    pub query: &'a str,
+    pub mode: &'a str,
+    pub sources: &'a str,
+    pub tags: &'a str,
+    pub paths: &'a str,
+    pub types: &'a str,
+    pub after: &'a str,
+    pub before: &'a str,
+}
+
+impl Form<'_> {
+    /// The filters as the form names them, with what each holds.
+    fn filters(&self) -> [(&'static str, &'static str, &str); 6] {
+        [
+            ("source", "sources", self.sources),
+            ("tag", "tags", self.tags),
+            ("path", "folders or globs", self.paths),
+            ("type", "types", self.types),
+            ("after", "modified on or after (YYYY-MM-DD)", self.after),
+            ("before", "modified before (YYYY-MM-DD)", self.before),
+        ]
+    }
+}
+
+/// The search form, filled with the last query and its filters (open when any is set).
+fn search_form(form: &Form<'_>) -> String {
+    let option = |m: &str| format!("<option{}>{m}</option>", if m == form.mode { " selected" } else { "" });
+    let filters = form.filters();
+    let open = if filters.iter().any(|(_, _, v)| !v.is_empty()) { " open" } else { "" };
+    let inputs: String = filters
+        .iter()
+        .map(|(name, what, value)| {
+            format!(
+                "<label>{name} <input name={name} value=\"{}\" placeholder=\"{what}\"></label> ",
+                esc(value)
+            )
+        })
+        .collect();
     format!(
         "<form action=\"/\" method=get><input type=search name=q autofocus value=\"{}\" placeholder=\"a page's name, or what it is about\"> \
-<select name=mode>{}{}{}</select> <button>Search</button></form>",
-        esc(query),
+<select name=mode>{}{}{}</select> <button>Search</button><details{open}><summary>Filters</summary>{inputs}</details></form>",
+        esc(form.query),
         option("balanced"),
         option("fast"),
         option("thorough")
@@ -82,8 +121,9 @@ fn search_form(query: &str, mode: &str) -> String {
 }
 
 /// The search page: the form, then the answer (or why there is none).
-pub fn search(query: &str, mode: &str, answer: Option<&Value>, error: Option<&str>) -> String {
-    let mut body = search_form(query, mode);
+pub fn search(form: &Form<'_>, answer: Option<&Value>, error: Option<&str>) -> String {
+    let query = form.query;
+    let mut body = search_form(form);
     if let Some(e) = error {
         let _ = write!(body, "<p class=note>{}</p>", esc(e));
     }
@@ -396,7 +436,10 @@ mod tests {
             "tags": [evil], "body": evil});
         let answer = json!({"results": [{"source": "v", "slug": "s", "title": evil, "create_safety": "exists",
             "evidence": [evil], "score": 1.0, "chunk": {"text": evil, "heading_path": evil}}], "notes": [evil]});
-        for html in [page_html(&page), search(evil, "balanced", Some(&answer), Some(evil))] {
+        for html in [
+            page_html(&page),
+            search(&Form { query: evil, mode: "balanced", ..Form::default() }, Some(&answer), Some(evil)),
+        ] {
             assert!(!html.contains("<script>alert"), "{html}");
             assert!(html.contains("&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;"), "{html}");
         }
@@ -436,6 +479,16 @@ mod tests {
         let t = sources_table(&status);
         assert!(t.contains("<progress max=\"200\" value=\"150\">"), "{t}");
         assert!(t.contains("150/200 · ~2 s left"), "{t}");
+    }
+
+    #[test]
+    fn the_form_keeps_its_filters_as_text_and_opens_when_one_is_set() {
+        let plain = search(&Form { query: "owls", mode: "fast", ..Form::default() }, None, None);
+        assert!(plain.contains("<option selected>fast</option>") && plain.contains("<details>"), "{plain}");
+        let form = Form { query: "owls", mode: "balanced", tags: "\"><b>x", ..Form::default() };
+        let filtered = search(&form, None, None);
+        assert!(filtered.contains("<details open>"), "{filtered}");
+        assert!(filtered.contains("name=tag value=\"&quot;&gt;&lt;b&gt;x\""), "{filtered}");
     }
 
     #[test]

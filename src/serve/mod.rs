@@ -189,7 +189,19 @@ impl Server {
             (Method::GET, "/app.js") => {
                 respond(StatusCode::OK, "text/javascript", html::SCRIPT.as_bytes().to_vec())
             }
-            (Method::GET, "/") => self.search_page(q("q"), q("mode")).await,
+            (Method::GET, "/") => {
+                let form = html::Form {
+                    query: q("q"),
+                    mode: if q("mode").is_empty() { "balanced" } else { q("mode") },
+                    sources: q("source"),
+                    tags: q("tag"),
+                    paths: q("path"),
+                    types: q("type"),
+                    after: q("after"),
+                    before: q("before"),
+                };
+                self.search_page(&form).await
+            }
             (Method::GET, "/page") => self.page(q("source"), q("slug")).await,
             (Method::GET, "/sources") => self.sources(q("part") == "table").await,
             (Method::GET, "/telemetry") => match self.cairn.stats(None).await {
@@ -287,19 +299,36 @@ impl Server {
             .unwrap_or_else(|_| plain(StatusCode::INTERNAL_SERVER_ERROR, "event stream"))
     }
 
-    async fn search_page(&self, query: &str, mode: &str) -> Response {
-        let mode = if mode.is_empty() { "balanced" } else { mode };
-        if query.trim().is_empty() {
-            return page(html::search("", mode, None, None));
+    async fn search_page(&self, form: &html::Form<'_>) -> Response {
+        if form.query.trim().is_empty() {
+            return page(html::search(form, None, None));
         }
-        let mut request = SearchRequest::new(query);
-        match mode.parse::<Mode>() {
+        let list = |text: &str| -> Vec<String> {
+            text.split(',').map(str::trim).filter(|t| !t.is_empty()).map(String::from).collect()
+        };
+        let day = |text: &str| Some(text.trim().to_string()).filter(|t| !t.is_empty());
+        let mut request = SearchRequest::new(form.query);
+        request.sources = list(form.sources);
+        request.filter = cairn_query::Filter {
+            tags: list(form.tags),
+            paths: list(form.paths),
+            types: list(form.types),
+            after: day(form.after),
+            before: day(form.before),
+        };
+        match form.mode.parse::<Mode>() {
             Ok(m) => request.mode = m,
-            Err(e) => return page(html::search(query, "balanced", None, Some(&e.to_string()))),
+            Err(e) => {
+                return page(html::search(
+                    &html::Form { mode: "balanced", ..*form },
+                    None,
+                    Some(&e.to_string()),
+                ));
+            }
         }
         match self.cairn.search(request).await {
-            Ok(answer) => page(html::search(query, mode, Some(&json_of(&answer)), None)),
-            Err(e) => page(html::search(query, mode, None, Some(&e.to_string()))),
+            Ok(answer) => page(html::search(form, Some(&json_of(&answer)), None)),
+            Err(e) => page(html::search(form, None, Some(&e.to_string()))),
         }
     }
 

@@ -179,6 +179,18 @@ async fn serve_answers_agents_and_people_over_http_and_refuses_what_it_must() {
         results.body
     );
     assert!(results.head.contains("content-security-policy: default-src 'self'"), "{}", results.head);
+    // The form's filters restrict the search, and come back filled in.
+    let within = ask(&addr, "GET", "/?q=hall+of+light&path=venues%2F&source=notes", &person, "");
+    assert!(within.body.contains("Indoor Greek Amphitheater"), "{}", within.body);
+    assert!(
+        within.body.contains("<details open>") && within.body.contains("value=\"venues/\""),
+        "{}",
+        within.body
+    );
+    let outside = ask(&addr, "GET", "/?q=hall+of+light&path=elsewhere%2F", &person, "");
+    assert!(!outside.body.contains("Indoor Greek Amphitheater"), "{}", outside.body);
+    let bad_day = ask(&addr, "GET", "/?q=owls&after=yesterday", &person, "");
+    assert!(bad_day.body.contains("class=note") && bad_day.body.contains("yesterday"), "{}", bad_day.body);
     let venue = ask(&addr, "GET", "/page?source=notes&slug=venues%2Famphitheater", &person, "");
     assert!(venue.body.contains("Four hundred seats"), "{}", venue.body);
     assert!(venue.body.contains("<a href=\"/page?source=notes&slug=evil\">"), "a backlink: {}", venue.body);
