@@ -17,6 +17,7 @@ pub use cairn_actors::{Cairn, Config, OpenOptions, ReconcileReport, Role, Source
 
 pub mod eval;
 pub mod mcp;
+pub mod search_args;
 pub mod selftest;
 pub mod serve;
 pub mod swamp;

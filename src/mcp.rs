@@ -4,7 +4,8 @@
 //! owner (no model, no index of its own) and stands by to take over. Logs go to stderr; stdout
 //! carries only protocol.
 
-use cairn_actors::{Cairn, Mode, SearchRequest};
+use crate::search_args::SearchArgs;
+use cairn_actors::Cairn;
 use cairn_query::shape::Detail;
 use rmcp::handler::server::{router::tool::ToolRouter, wrapper::Parameters};
 use rmcp::model::{ServerCapabilities, ServerConfig};
@@ -23,29 +24,11 @@ notes say what to do; do not create pages for its subjects until it is back.";
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[schemars(crate = "rmcp::schemars")]
-pub struct SearchArgs {
+pub struct SearchToolArgs {
     /// What to look for: a page's title, one of its names, or a question about its subject.
     pub query: String,
-    /// Only these source ids (default: every source).
-    #[serde(default)]
-    pub sources: Vec<String>,
-    /// `fast` (keyword, title, alias; no embedding), `balanced` (default) or `thorough`.
-    pub mode: Option<String>,
-    /// Results to return (default 10, at most 100).
-    pub limit: Option<usize>,
-    /// Only pages with one of these tags (a nested tag matches its children).
-    #[serde(default)]
-    pub tags: Vec<String>,
-    /// Only pages under one of these folders (`meetings/`) or matching one of these globs.
-    #[serde(default)]
-    pub paths: Vec<String>,
-    /// Only pages of one of these frontmatter types.
-    #[serde(default)]
-    pub types: Vec<String>,
-    /// Only pages modified on or after this day (YYYY-MM-DD).
-    pub after: Option<String>,
-    /// Only pages modified before this day (YYYY-MM-DD).
-    pub before: Option<String>,
+    #[serde(flatten)]
+    pub search: SearchArgs,
     /// `ids` (source, slug, title, create_safety, evidence), `snippets` (default: plus the best
     /// chunk, cut) or `full`.
     pub detail: Option<String>,
@@ -98,13 +81,9 @@ pub struct DiagnoseArgs {
     pub query: String,
     /// The page that should have been found: `SOURCE:SLUG`.
     pub target: String,
-    /// The search as it was run: only these source ids (default: every source).
-    #[serde(default)]
-    pub sources: Vec<String>,
-    /// `fast`, `balanced` (default) or `thorough`.
-    pub mode: Option<String>,
-    /// Results the search returned (default 10).
-    pub limit: Option<usize>,
+    /// The search as it was run.
+    #[serde(flatten)]
+    pub search: SearchArgs,
 }
 
 /// The MCP server over a running cairn.
@@ -125,19 +104,6 @@ impl std::fmt::Debug for CairnTools {
 /// execution error, which the agent reads), not a protocol error.
 fn bad(e: impl std::fmt::Display) -> String {
     e.to_string()
-}
-
-fn request(
-    query: String,
-    sources: Vec<String>,
-    mode: Option<&str>,
-    limit: Option<usize>,
-) -> Result<SearchRequest, String> {
-    let mut req = SearchRequest::new(query);
-    req.sources = sources;
-    req.mode = mode.unwrap_or("balanced").parse::<Mode>().map_err(bad)?;
-    req.limit = limit.unwrap_or(10);
-    Ok(req)
 }
 
 fn json(v: &impl serde::Serialize) -> Result<String, String> {
@@ -167,15 +133,8 @@ impl CairnTools {
 results (source, slug, title, evidence, create_safety, best chunk as a snippet), freshness and notes. \
 create_safety = \"exists\" means the page is there: update it instead of writing a new one. An answer \
 with pending_changes > 0 or vectors_pending > 0 is not proof of absence. Use `get` to read a page.")]
-    async fn search(&self, Parameters(a): Parameters<SearchArgs>) -> Result<String, String> {
-        let mut req = request(a.query, a.sources, a.mode.as_deref(), a.limit)?;
-        req.filter = cairn_query::Filter {
-            tags: a.tags,
-            paths: a.paths,
-            types: a.types,
-            after: a.after,
-            before: a.before,
-        };
+    async fn search(&self, Parameters(a): Parameters<SearchToolArgs>) -> Result<String, String> {
+        let req = a.search.request(a.query).map_err(bad)?;
         let resp = self.cairn.search(req).await.map_err(bad)?;
         sized(&resp, "results", a.detail.as_deref(), a.max_tokens)
     }
@@ -212,7 +171,7 @@ only the section a result's chunk.section names (slug `SLUG#ANCHOR`): read a sec
         let Some((source, slug)) = a.target.split_once(':') else {
             return Err(bad(format!("target `{}`: expected SOURCE:SLUG", a.target)));
         };
-        let req = request(a.query, a.sources, a.mode.as_deref(), a.limit)?;
+        let req = a.search.request(a.query).map_err(bad)?;
         let d = self.cairn.diagnose(req, source, slug).await.map_err(bad)?;
         json(&d)
     }

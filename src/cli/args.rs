@@ -1,7 +1,6 @@
 //! The command line's words: the verbs and their flags.
 
-use super::Usage;
-use anyhow::Result;
+use cairn::search_args::SearchArgs;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
@@ -36,36 +35,6 @@ pub struct SourcesArg {
     pub sources: Vec<String>,
 }
 
-/// How a search runs (search, diagnose).
-#[derive(Args, Debug, Clone)]
-pub struct SearchArgs {
-    /// Only these sources (repeatable).
-    #[arg(long = "source", value_name = "ID")]
-    sources: Vec<String>,
-    /// fast (no embedding), balanced, thorough.
-    #[arg(long, default_value = "balanced")]
-    mode: String,
-    #[arg(long, default_value_t = 10)]
-    limit: usize,
-    /// Only pages with this tag (a nested tag matches its children: `project` finds
-    /// `project/alpha`); repeatable: any of them.
-    #[arg(long = "tag", value_name = "TAG")]
-    tags: Vec<String>,
-    /// Only pages under this folder (`meetings/`) or matching this glob (`**/2024-*.md`);
-    /// repeatable: any of them.
-    #[arg(long = "path", value_name = "FOLDER|GLOB")]
-    paths: Vec<String>,
-    /// Only pages of this frontmatter `type`; repeatable: any of them.
-    #[arg(long = "type", value_name = "TYPE")]
-    types: Vec<String>,
-    /// Only pages modified on or after this day (YYYY-MM-DD).
-    #[arg(long, value_name = "YYYY-MM-DD")]
-    after: Option<String>,
-    /// Only pages modified before this day (YYYY-MM-DD).
-    #[arg(long, value_name = "YYYY-MM-DD")]
-    before: Option<String>,
-}
-
 /// How much an answer printed with `--json` carries.
 #[derive(Args, Debug, Clone)]
 pub struct Sizing {
@@ -76,26 +45,6 @@ pub struct Sizing {
     /// end, `truncated: true` and `left_out` saying how many).
     #[arg(long)]
     pub max_tokens: Option<usize>,
-}
-
-impl SearchArgs {
-    pub fn request(&self, query: String, explain: bool) -> Result<cairn_query::SearchRequest, Usage> {
-        Ok(cairn_query::SearchRequest {
-            query,
-            sources: self.sources.clone(),
-            mode: super::mode(&self.mode)?,
-            limit: self.limit,
-            explain,
-            filter: cairn_query::Filter {
-                tags: self.tags.clone(),
-                paths: self.paths.clone(),
-                types: self.types.clone(),
-                after: self.after.clone(),
-                before: self.before.clone(),
-            },
-            ..cairn_query::SearchRequest::new("")
-        })
-    }
 }
 
 #[derive(Subcommand, Debug)]

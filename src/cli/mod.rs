@@ -73,7 +73,7 @@ pub async fn run(command: Command, common: Common) -> Result<ExitCode> {
             state::reconcile(&common, &id, allow_removals, json).await
         }
         C::Search { query, search, json, explain, sizing } => {
-            search::search(&common, search.request(query, explain)?, json, &sizing).await.map(ok)
+            search::search(&common, searched(&search, query, explain)?, json, &sizing).await.map(ok)
         }
         C::Check { title, aliases, body, body_file, sources, json, sizing } => {
             let body = match (body, body_file) {
@@ -87,7 +87,7 @@ pub async fn run(command: Command, common: Common) -> Result<ExitCode> {
             search::check(&common, &draft, json, &sizing).await.map(ok)
         }
         C::Diagnose { query, target: t, search, json } => {
-            search::diagnose(&common, search.request(query, false)?, &t, json).await.map(ok)
+            search::diagnose(&common, searched(&search, query, false)?, &t, json).await.map(ok)
         }
         C::SwampStubs { dir, n } => tools::swamp_stubs(&dir, n).map(ok),
         C::Eval(a) if a.exists => eval::exists(a).await,
@@ -143,6 +143,17 @@ fn target(t: &str) -> Result<(String, String)> {
 }
 
 /// `fast`, `balanced` or `thorough`.
+/// The request `args` make for `query` (a bad mode is bad usage).
+fn searched(
+    args: &cairn::search_args::SearchArgs,
+    query: String,
+    explain: bool,
+) -> Result<cairn_query::SearchRequest, Usage> {
+    let mut request = args.request(query).map_err(|e| Usage(e.to_string()))?;
+    request.explain = explain;
+    Ok(request)
+}
+
 fn mode(m: &str) -> Result<cairn_query::Mode, Usage> {
     m.parse().map_err(|e: cairn_query::QueryError| Usage(e.to_string()))
 }

@@ -19,7 +19,7 @@ mod html;
 use bytes::Bytes;
 use cairn_actors::api::Request as Verb;
 use cairn_actors::api::ipc::ErrorCode;
-use cairn_actors::{Cairn, Mode, SearchRequest};
+use cairn_actors::{Cairn, SearchRequest};
 use futures::StreamExt;
 use guard::{Guard, Refusal};
 use http_body_util::{BodyExt, Full, Limited, StreamBody, combinators::BoxBody};
@@ -307,17 +307,18 @@ impl Server {
             text.split(',').map(str::trim).filter(|t| !t.is_empty()).map(String::from).collect()
         };
         let day = |text: &str| Some(text.trim().to_string()).filter(|t| !t.is_empty());
-        let mut request = SearchRequest::new(form.query);
-        request.sources = list(form.sources);
-        request.filter = cairn_query::Filter {
+        let args = crate::search_args::SearchArgs {
+            sources: list(form.sources),
+            mode: Some(form.mode.to_string()),
+            limit: None,
             tags: list(form.tags),
             paths: list(form.paths),
             types: list(form.types),
             after: day(form.after),
             before: day(form.before),
         };
-        match form.mode.parse::<Mode>() {
-            Ok(m) => request.mode = m,
+        let request = match args.request(form.query) {
+            Ok(r) => r,
             Err(e) => {
                 return page(html::search(
                     &html::Form { mode: "balanced", ..*form },
@@ -325,7 +326,7 @@ impl Server {
                     Some(&e.to_string()),
                 ));
             }
-        }
+        };
         match self.cairn.search(request).await {
             Ok(answer) => page(html::search(form, Some(&json_of(&answer)), None)),
             Err(e) => page(html::search(form, None, Some(&e.to_string()))),
