@@ -80,7 +80,21 @@ impl Lang {
 
     /// The language of a sample of a source's text, when it can be told (whatlang, by trigrams and
     /// scripts): `None` when the sample is too short or too mixed to say.
+    ///
+    /// A sample whose CJK characters outnumber its words in other scripts is CJK first: a
+    /// character of Han or kana carries about what a word does, so that is where most of its
+    /// meaning is written. (whatlang weighs scripts by characters, so Japanese manual pages,
+    /// full of options and commands in Latin letters, read as English, and every sentence of
+    /// theirs became one unsearchable token.)
     pub fn detect(sample: &str) -> Option<Self> {
+        let cjk = sample.chars().filter(|c| is_cjk(*c)).count();
+        let other_words = sample
+            .split(|c: char| !c.is_alphanumeric() || is_cjk(c))
+            .filter(|w| w.chars().any(char::is_alphabetic))
+            .count();
+        if cjk > 0 && cjk >= other_words {
+            return Some(Lang::Cjk);
+        }
         let info = whatlang::detect(sample)?;
         if !info.is_reliable() {
             return None;
@@ -258,5 +272,12 @@ mod tests {
         assert_eq!(Lang::detect(english), Some(Lang::English));
         assert_eq!(Lang::detect("東京都の天気予報によると、明日は雨が降るでしょう。"), Some(Lang::Cjk));
         assert_eq!(Lang::detect("ok"), None, "too short to say");
+        // A Japanese manual page: more Latin letters than kana and Han, fewer Latin words.
+        let manual = "ls - ディレクトリの内容をリスト表示する\n-a, --all . で始まる要素も表示する。\n\
+                      -l 詳細リスト形式で表示する。--color[=WHEN] ファイルの種類を色で区別する。";
+        assert_eq!(Lang::detect(manual), Some(Lang::Cjk));
+        let visit = "We flew to 東京 in the spring and walked through the old gardens while the cherry \
+                     trees were in bloom, then took the train north to see the mountains.";
+        assert_eq!(Lang::detect(visit), Some(Lang::English), "two Han characters among many words");
     }
 }
