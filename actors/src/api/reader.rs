@@ -39,11 +39,13 @@ impl ReaderApi {
         Self { follower, config, local, told: None, outbox }
     }
 
-    /// Ship what waits (a reader that stops).
-    pub async fn ship(&self) {
+    /// This process stops reading (it stops, or takes over as the writer): what waits is
+    /// shipped, and it is taken off the store's list of readers.
+    pub async fn leave(&self) {
         if let Some((o, _)) = &self.outbox {
             o.ship().await;
         }
+        self.follower.stop_saying().await;
     }
 
     /// Folders given to this reader (`add_source`) are sent to `told`: the machine's process

@@ -455,7 +455,7 @@ impl Local {
                 let was = self.answerer();
                 self.swap(Answerer::Owner(Arc::new(api)));
                 if let Answerer::Reader(r) = was {
-                    r.ship().await;
+                    r.leave().await;
                 }
                 tracing::info!(
                     "{}: this process writes now (its pipeline opened in {} ms)",
@@ -487,10 +487,7 @@ impl Local {
         }
         match self.answerer() {
             Answerer::Owner(o) => o.pipeline().shutdown().await?,
-            Answerer::Reader(r) => {
-                r.ship().await;
-                r.follower().stop_saying().await;
-            }
+            Answerer::Reader(r) => r.leave().await,
         }
         let writing = self.writing.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(w) = writing {
