@@ -23,6 +23,18 @@ pub const GONE_AFTER: Duration = Duration::from_secs(3 * 60);
 pub const FORGET_AFTER: Duration = Duration::from_secs(86_400);
 /// A list is answered again from memory for this long (the sources page asks on every event).
 const LIST_KEPT: Duration = Duration::from_secs(5);
+/// How long a status waits for the list.
+const LIST_WITHIN: Duration = Duration::from_secs(2);
+
+type Kept = Option<(String, Instant, Vec<ReaderSeen>)>;
+static KEPT: Mutex<Kept> = Mutex::new(None);
+
+/// `seen` as the list of `remote`'s readers for the next [`LIST_KEPT`].
+fn keep(remote: &Remote, seen: Vec<ReaderSeen>) -> Vec<ReaderSeen> {
+    *KEPT.lock().unwrap_or_else(|p| p.into_inner()) =
+        Some((remote.uri.clone(), Instant::now(), seen.clone()));
+    seen
+}
 
 /// One reader as it last said.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -95,7 +107,6 @@ async fn entries(remote: &Remote) -> Result<Vec<(object_store::path::Path, u64)>
 /// an entry was written is the store's stamp, not the reader's: only this machine's clock is
 /// compared with the store's, and a skew of a minute is small against three.
 pub async fn list(remote: &Remote) -> Result<Vec<ReaderSeen>, String> {
-    static KEPT: Mutex<Option<(String, Instant, Vec<ReaderSeen>)>> = Mutex::new(None);
     if let Some((uri, at, kept)) = &*KEPT.lock().unwrap_or_else(|p| p.into_inner())
         && *uri == remote.uri
         && at.elapsed() < LIST_KEPT
@@ -115,20 +126,25 @@ pub async fn list(remote: &Remote) -> Result<Vec<ReaderSeen>, String> {
         }
     }
     seen.sort_by(|a, b| (&a.host, a.pid).cmp(&(&b.host, b.pid)));
-    *KEPT.lock().unwrap_or_else(|p| p.into_inner()) =
-        Some((remote.uri.clone(), Instant::now(), seen.clone()));
-    Ok(seen)
+    Ok(keep(remote, seen))
 }
 
-/// [`list`] where there is a store and it answers: none for a local database, or a store that
-/// cannot be listed now (a status is answered all the same).
+/// [`list`] where there is a store and it answers within [`LIST_WITHIN`]: none for a local
+/// database, or a store that cannot be listed now. A status never waits on a store that hangs
+/// (it is how a person finds out that it does), and asked again within [`LIST_KEPT`] it does not
+/// wait again.
 pub async fn listed(remote: Option<&Remote>) -> Vec<ReaderSeen> {
-    match remote {
-        Some(r) => list(r).await.unwrap_or_else(|e| {
+    let Some(r) = remote else { return Vec::new() };
+    match tokio::time::timeout(LIST_WITHIN, list(r)).await {
+        Ok(Ok(seen)) => seen,
+        Ok(Err(e)) => {
             tracing::debug!("readers: {e}");
-            Vec::new()
-        }),
-        None => Vec::new(),
+            keep(r, Vec::new())
+        }
+        Err(_) => {
+            tracing::debug!("readers: {} did not list them within {LIST_WITHIN:?}", r.uri);
+            keep(r, Vec::new())
+        }
     }
 }
 

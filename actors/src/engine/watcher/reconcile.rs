@@ -184,10 +184,14 @@ async fn scan_and_judge(
     let present: HashSet<String> = scan.files.iter().map(|f| rel_string(&f.rel)).collect();
     // A placeholder's note is there, only not on this machine: not gone, not read.
     let away: HashSet<String> = scan.placeholders.iter().map(|p| rel_string(p)).collect();
+    // A note renamed to its cloud stub while the scan read the folder can be in neither list (the
+    // listing passed the stub's name before it was made, the note was gone when it was read):
+    // looked at again now, it is not gone.
     let gone: Vec<&str> = states
         .values()
         .filter(|st| !present.contains(&st.path) && !away.contains(&st.path))
         .map(|st| st.path.as_str())
+        .filter(|p| !evicted_now(&h.root, p))
         .collect();
     let recorded = h.folders.get(&h.id).and_then(|r| r.identity);
     let (gone, shielded, identity) = shield(&scan, &present, gone, recorded.as_ref(), identity, consent);
@@ -314,4 +318,9 @@ fn changed(scan: &ScanReport, states: &HashMap<String, PageState>) -> Vec<PathBu
         }
     };
     scan.files.iter().filter(|f| !unchanged(f)).map(|f| f.rel.clone()).collect()
+}
+
+/// Whether the note at `rel` stands in the folder as a cloud stub now.
+fn evicted_now(root: &std::path::Path, rel: &str) -> bool {
+    cairn_ingest::placeholder::stub_for(std::path::Path::new(rel)).is_some_and(|s| root.join(s).is_file())
 }
