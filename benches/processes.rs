@@ -34,6 +34,8 @@
 //! Works in `CAIRN_BENCH_DIR` (default `/tmp/cairn-bench-processes`); the shared data is never
 //! written. Run by `scripts/bench/processes`.
 
+#[path = "../tests/shared/http.rs"]
+mod http;
 #[path = "../tests/shared/webdriver.rs"]
 mod webdriver;
 

@@ -12,6 +12,8 @@ mod flaky;
 mod handover;
 mod history;
 mod hostile;
+#[path = "../shared/http.rs"]
+mod http;
 mod index;
 mod machines;
 mod mcp;

@@ -5,7 +5,6 @@
 use crate::machines::Reaped;
 use crate::support::{Log, cairn_bin, three_notes, write};
 use serde_json::{Value, json};
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -24,42 +23,7 @@ impl Answer {
 
 /// One request on its own connection; `headers` may replace `Host`.
 pub(crate) fn ask(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Answer {
-    let mut stream = std::net::TcpStream::connect(addr).unwrap();
-    let mut req = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
-    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
-        req.push_str(&format!("Host: {addr}\r\n"));
-    }
-    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("content-length")) {
-        req.push_str(&format!("Content-Length: {}\r\n", body.len()));
-    }
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    req.push_str(body);
-    stream.write_all(req.as_bytes()).unwrap();
-    // The head, then a body of its Content-Length (a server may keep the connection open), or
-    // to the end.
-    let mut reader = std::io::BufReader::new(stream);
-    let mut head = String::new();
-    while !head.ends_with("\r\n\r\n") && std::io::BufRead::read_line(&mut reader, &mut head).unwrap() > 0 {}
-    let length = head.lines().find_map(|l| {
-        let (k, v) = l.split_once(':')?;
-        k.eq_ignore_ascii_case("content-length").then(|| v.trim().parse::<usize>().ok()).flatten()
-    });
-    let mut bytes = Vec::new();
-    match length {
-        Some(n) => {
-            bytes.resize(n, 0);
-            reader.read_exact(&mut bytes).unwrap();
-        }
-        None => {
-            reader.read_to_end(&mut bytes).unwrap();
-        }
-    }
-    let body = String::from_utf8_lossy(&bytes).into_owned();
-    let head = head.trim_end();
-    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let (status, head, body) = crate::http::exchange(addr, method, path, headers, body);
     Answer { status, head: head.to_ascii_lowercase(), body }
 }
 

@@ -1,12 +1,13 @@
 //! A headless Chromium under its ChromeDriver, in one WebDriver session (Debian's `chromium` and
 //! `chromium-driver`, installed by scripts/test; `CAIRN_CHROMIUM` and `CAIRN_CHROMEDRIVER` name
 //! others). Shared by the browser tests (`tests/it/browser.rs`) and the serve bench's paint
-//! timing (`benches/processes.rs`), so both drive one browser with one set of flags.
+//! timing (`benches/processes.rs`), so both drive one browser with one set of flags. Its
+//! includer includes `tests/shared/http.rs` as `crate::http` too.
 #![allow(dead_code)]
 
 use base64::Engine;
 use serde_json::{Value, json};
-use std::io::{BufRead, Read, Write};
+use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
@@ -22,32 +23,10 @@ pub fn program(var: &str, default: &str) -> PathBuf {
 
 /// One WebDriver request on its own connection: the status and the JSON answered.
 fn request(addr: &str, method: &str, path: &str, body: &str) -> (u16, Value) {
-    let mut stream = std::net::TcpStream::connect(addr).unwrap();
-    let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(req.as_bytes()).unwrap();
-    let mut reader = std::io::BufReader::new(stream);
-    let mut head = String::new();
-    while !head.ends_with("\r\n\r\n") && reader.read_line(&mut head).unwrap() > 0 {}
-    let length = head.lines().find_map(|l| {
-        let (k, v) = l.split_once(':')?;
-        k.eq_ignore_ascii_case("content-length").then(|| v.trim().parse::<usize>().ok()).flatten()
-    });
-    let mut bytes = Vec::new();
-    match length {
-        Some(n) => {
-            bytes.resize(n, 0);
-            reader.read_exact(&mut bytes).unwrap();
-        }
-        None => {
-            reader.read_to_end(&mut bytes).unwrap();
-        }
-    }
-    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let value = serde_json::from_slice(&bytes)
-        .unwrap_or_else(|e| panic!("{method} {path}: not JSON ({e}): {}", String::from_utf8_lossy(&bytes)));
+    let (status, _, answer) =
+        crate::http::exchange(addr, method, path, &[("Content-Type", "application/json")], body);
+    let value =
+        serde_json::from_str(&answer).unwrap_or_else(|e| panic!("{method} {path}: not JSON ({e}): {answer}"));
     (status, value)
 }
 
