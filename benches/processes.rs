@@ -215,18 +215,9 @@ fn main() {
 /// One HTTP/1.1 request on a new connection (as the socket client makes one per call): the
 /// body of the answer, which must be 200.
 fn http(addr: &str, method: &str, path: &str, body: &str) -> String {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(addr).unwrap();
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(format!("{head}{body}").as_bytes()).unwrap();
-    let mut raw = String::new();
-    stream.read_to_string(&mut raw).unwrap();
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
-    assert!(head.starts_with("HTTP/1.1 200"), "{method} {path}: {head}\n{body}");
-    body.to_string()
+    let (status, head, body) = http::exchange(addr, method, path, &[], body);
+    assert_eq!(status, 200, "{method} {path}: {head}\n{body}");
+    body
 }
 
 /// `cairn serve` on `db` with `args`, once it listens: the process and its address.
