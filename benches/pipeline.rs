@@ -22,6 +22,24 @@ use futures::StreamExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+/// The owner's read verbs over `cairn` (a pipeline keeps the sources; the API answers from them,
+/// as for `cairn search`).
+fn owner(cairn: &Cairn, config: &Config) -> cairn_actors::api::OwnerApi {
+    let info = cairn_actors::api::ipc::OwnerInfo {
+        pid: std::process::id(),
+        purpose: "bench".into(),
+        started_unix_ms: 0,
+        socket: String::new(),
+        version: String::new(),
+    };
+    cairn_actors::api::OwnerApi::new(cairn.clone(), config.clone(), info, Default::default())
+}
+
+async fn search(owner: &cairn_actors::api::OwnerApi, request: SearchRequest) -> cairn_actors::SearchResponse {
+    use cairn_actors::api::{Handle, Search};
+    owner.handle(Search { request }).await.unwrap()
+}
+
 fn copy_dir(from: &Path, to: &Path) {
     for e in walkdir::WalkDir::new(from) {
         let e = e.unwrap();
@@ -114,6 +132,7 @@ async fn main() {
     // 1. Full index through the pipeline.
     let t_open = Instant::now();
     let cairn = Cairn::open(config.clone()).await.unwrap();
+    let answers = owner(&cairn, &config);
     let loaded = t_open.elapsed();
     let mut events = cairn.subscribe();
     let mut refreshed = cairn.subscribe();
@@ -191,7 +210,7 @@ async fn main() {
         let Ok(Some(slug)) = e else { panic!("edit {i} of {rel}: not searchable within 60 s") };
         let mut req = SearchRequest::new(marker);
         req.mode = Mode::Fast;
-        if cairn.search(req).await.unwrap().results.first().is_some_and(|r| r.slug == slug) {
+        if search(&answers, req).await.results.first().is_some_and(|r| r.slug == slug) {
             found += 1;
         }
     }
@@ -246,7 +265,7 @@ async fn restart(config: &Config) -> Restart {
     let t = Instant::now();
     let cairn = Cairn::open(config.clone()).await.unwrap();
     let mut events = cairn.subscribe();
-    let first = cairn.search(SearchRequest::new("functional programming language")).await.unwrap();
+    let first = search(&owner(&cairn, config), SearchRequest::new("functional programming language")).await;
     let first_answer = t.elapsed().as_secs_f64();
     cairn.flush().await.unwrap();
     let caught_up = t.elapsed().as_secs_f64();
@@ -288,7 +307,8 @@ async fn query_latency(work: &Path, config: Config) -> Vec<String> {
     three.sources.push(source("cranfield", &shared("cranfield/vault")));
     three.sources.push(source("stubs", &stubs));
     let t = Instant::now();
-    let cairn = Cairn::open(three).await.unwrap();
+    let cairn = Cairn::open(three.clone()).await.unwrap();
+    let answers = owner(&cairn, &three);
     let (mut refreshed, mut committed) = (cairn.subscribe(), cairn.subscribe());
     cairn.flush().await.unwrap();
     let indexed_two = t.elapsed().as_secs_f64();
@@ -312,7 +332,7 @@ async fn query_latency(work: &Path, config: Config) -> Vec<String> {
         // Warm-up, in `fast` mode so that `balanced` below embeds every query afresh.
         let mut req = SearchRequest::new(q.clone());
         req.mode = Mode::Fast;
-        cairn.search(req).await.unwrap();
+        search(&answers, req).await;
     }
     for mode in [Mode::Fast, Mode::Balanced, Mode::Thorough] {
         let mut ms = Vec::new();
@@ -320,7 +340,7 @@ async fn query_latency(work: &Path, config: Config) -> Vec<String> {
             let mut req = SearchRequest::new(q.clone());
             req.mode = mode;
             let t = Instant::now();
-            cairn.search(req).await.unwrap();
+            search(&answers, req).await;
             ms.push(t.elapsed().as_secs_f64() * 1000.0);
         }
         let note = match mode {

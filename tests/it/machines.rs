@@ -448,7 +448,7 @@ async fn an_answer_searched_while_its_reader_applies_a_commit_does_not_say_nothi
     let on = |m: &str, args: &[&str]| on_machine(&weed, tmp.path(), m, &db, args);
     let armed = tmp.path().join("armed");
     let mut b = on("b", &["mcp"]);
-    b.env("CAIRN_TEST_FAULTS", "reader.searched@1")
+    b.env("CAIRN_TEST_FAULTS", "reads.searched@1")
         .env("CAIRN_TEST_FAULTS_DELAY_MS", "6000")
         .env("CAIRN_TEST_FAULTS_WHILE", &armed)
         .env("RUST_LOG", "info");
@@ -474,7 +474,7 @@ async fn an_answer_searched_while_its_reader_applies_a_commit_does_not_say_nothi
     assert_eq!(seen["pending_changes"], 1, "B knows A holds the edit: {seen}");
     std::fs::write(&armed, "").unwrap();
     let mut held = Reaped(search("quill9x").stdout(Stdio::piped()).spawn().unwrap());
-    b_log.wait_for("injected delay of 6000 ms at reader.searched");
+    b_log.wait_for("injected delay of 6000 ms at reads.searched");
     a_events.wait_for("A's commit of the edit", |e| e["event"] == "page_indexed" && e["slug"] == "note-9");
     let deadline = Instant::now() + Duration::from_secs(30);
     while !has(&json_of(&search("quill9x").output().unwrap()), "note-9") {

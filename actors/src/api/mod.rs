@@ -12,13 +12,17 @@
 //! - a **reader** ([`ReaderApi`]: no owner runs, this process reads the tables) serves the `read`
 //!   verbs; the `write` ones are refused with what to start.
 //!
-//! So a new verb is two places: its line in the list (with its struct), and the owner's
-//! [`Handle`] implementation (plus the reader's, when it is a `read` verb).
+//! The verbs that read the index (`search`, `get`, `diagnose`, `links`, `duplicates`) are
+//! answered once, in [`reads`], for both the owner and a reader: each says only what it has
+//! ([`reads::Reads`]). So a new verb is two places: its line in the list (with its struct), and
+//! its [`Handle`] implementation (in [`reads`] when it reads the index; else the owner's, plus the
+//! reader's when it is a `read` verb).
 //! [`crate::Cairn::ask`] calls any verb on whichever role this process has now.
 
 pub mod ipc;
 pub mod owner;
 mod reader;
+pub mod reads;
 
 pub use owner::OwnerApi;
 pub use reader::ReaderApi;

@@ -1,10 +1,8 @@
 //! The owner's answers: from its pipeline (watchers, writers, the resident indexes), its event
 //! log and its socket's clients.
 
-use super::{
-    AddSource, Diagnose, Duplicates, Flush, Get, Handle, Links, Reconcile, Reindex, RemoveSource, Search,
-    Stats, Status,
-};
+use super::reads::Reads;
+use super::{AddSource, Flush, Handle, Reconcile, Reindex, RemoveSource, Stats, Status};
 use crate::api::ipc::{Hello, OwnerInfo};
 use crate::core::config::Config;
 use crate::engine::system::Pipeline;
@@ -58,50 +56,28 @@ impl OwnerApi {
     }
 }
 
-impl OwnerApi {
+impl Reads for OwnerApi {
+    fn host(&self) -> std::sync::Arc<crate::engine::host::QueryHost> {
+        self.pipeline.host()
+    }
+
     /// This process, as the writer that answered.
     fn served_by(&self) -> ServedBy {
         ServedBy { writer: Some(self.writer.clone()), ..ServedBy::here(Role::Owner) }
     }
-}
 
-impl Handle<Search> for OwnerApi {
-    fn handle(&self, v: Search) -> BoxFuture<'_, Result<cairn_query::SearchResponse>> {
-        Box::pin(async move {
-            let mut resp = self.pipeline.search(v.request).await?;
-            resp.served_by = Some(self.served_by());
-            Ok(resp)
-        })
+    fn runtime(&self) -> tokio::runtime::Handle {
+        self.pipeline.runtime().clone()
     }
-}
 
-impl Handle<Get> for OwnerApi {
-    fn handle(&self, v: Get) -> BoxFuture<'_, Result<Option<crate::PageWithBody>>> {
-        Box::pin(async move {
-            let page = self.pipeline.get(&v.source, &v.slug).await?;
-            Ok(page.map(|p| crate::PageWithBody { served_by: Some(self.served_by()), ..p }))
-        })
+    fn freshness_before(
+        &self,
+    ) -> (std::collections::BTreeSet<String>, crate::engine::query::FreshnessOf<'_>) {
+        self.pipeline.freshness_before()
     }
-}
 
-impl Handle<Diagnose> for OwnerApi {
-    fn handle(&self, v: Diagnose) -> BoxFuture<'_, Result<cairn_query::Diagnosis>> {
-        Box::pin(async move {
-            let d = self.pipeline.diagnose(v.request, &v.source, &v.slug).await?;
-            Ok(cairn_query::Diagnosis { served_by: Some(self.served_by()), ..d })
-        })
-    }
-}
-
-impl Handle<Links> for OwnerApi {
-    fn handle(&self, v: Links) -> BoxFuture<'_, Result<Option<cairn_query::links::Links>>> {
-        Box::pin(async move { self.pipeline.links(&v.source, &v.slug).await })
-    }
-}
-
-impl Handle<Duplicates> for OwnerApi {
-    fn handle(&self, v: Duplicates) -> BoxFuture<'_, Result<Vec<cairn_query::duplicates::DuplicateGroup>>> {
-        Box::pin(self.pipeline.duplicates(v.threshold))
+    fn answered(&self, answered: crate::core::event::QueryAnswered) -> BoxFuture<'_, ()> {
+        Box::pin(self.pipeline.answered(answered))
     }
 }
 

@@ -3,7 +3,8 @@
 //! following the writer's commits where there is one to follow ([`crate::engine::follow`]), and answers
 //! the `read` verbs from them. The `write` verbs need the writer.
 
-use super::{AddSource, Diagnose, Duplicates, Flush, Get, Handle, Links, Search, Stats, Status};
+use super::reads::Reads;
+use super::{AddSource, Flush, Handle, Stats, Status};
 use crate::api::ipc::OwnerInfo;
 use crate::core::config::Config;
 use crate::engine::follow::Follower;
@@ -75,32 +76,43 @@ impl ReaderApi {
             )),
         }
     }
+}
+
+impl Reads for ReaderApi {
+    fn host(&self) -> Arc<crate::engine::host::QueryHost> {
+        self.follower.host()
+    }
 
     /// This process, as the reader that answered.
     fn served_by(&self) -> ServedBy {
         ServedBy { writer: self.follower.writer(), ..ServedBy::here(Role::Reader) }
     }
-}
 
-impl Handle<Search> for ReaderApi {
-    fn handle(&self, v: Search) -> BoxFuture<'_, Result<cairn_query::SearchResponse>> {
+    fn asked(&self) -> BoxFuture<'_, ()> {
+        Box::pin(self.follower.asked())
+    }
+
+    fn freshness_before(
+        &self,
+    ) -> (std::collections::BTreeSet<String>, crate::engine::query::FreshnessOf<'_>) {
+        self.follower.freshness_before()
+    }
+
+    fn note(&self, answer: &mut cairn_query::SearchResponse) {
+        if self.follower.writer().is_none() && self.local.is_none() {
+            answer.notes.push(format!(
+                "no cairn process owns {}: answered read-only by this process (pid {}) from the tables",
+                self.config.db,
+                std::process::id()
+            ));
+        }
+    }
+
+    /// Journaled like the owner's answers (`cairn stats` counts them): in this machine's event
+    /// log, and shipped to the store.
+    fn answered(&self, answered: crate::core::event::QueryAnswered) -> BoxFuture<'_, ()> {
         Box::pin(async move {
-            let f = &self.follower;
-            f.asked().await;
-            let freshness = f.freshness_before();
-            let mut resp = f.host().search(&v.request, &f.unavailable_ids()).await?;
-            cairn_index::fault::point_async("reader.searched").await;
-            resp.served_by = Some(self.served_by());
-            crate::engine::query::apply_freshness(&mut resp, freshness);
-            if f.writer().is_none() && self.local.is_none() {
-                resp.notes.push(format!(
-                    "no cairn process owns {}: answered read-only by this process (pid {}) from the tables",
-                    self.config.db,
-                    std::process::id()
-                ));
-            }
-            // Journaled like the owner's answers (`cairn stats` counts it).
-            let kind = crate::EventKind::QueryAnswered(Box::new(crate::engine::query::telemetry(&resp)));
+            let kind = crate::EventKind::QueryAnswered(Box::new(answered));
             if let Some((outbox, task)) = &self.outbox {
                 let event = crate::Event {
                     seq: 0,
@@ -122,38 +134,7 @@ impl Handle<Search> for ReaderApi {
             {
                 tracing::warn!("event log {}: {e}; this answer is not journaled", dir.display());
             }
-            Ok(resp)
         })
-    }
-}
-
-impl Handle<Get> for ReaderApi {
-    fn handle(&self, v: Get) -> BoxFuture<'_, Result<Option<crate::PageWithBody>>> {
-        Box::pin(async move {
-            let page = self.follower.host().get(&v.source, &v.slug).await?;
-            Ok(page.map(|p| crate::PageWithBody { served_by: Some(self.served_by()), ..p }))
-        })
-    }
-}
-
-impl Handle<Diagnose> for ReaderApi {
-    fn handle(&self, v: Diagnose) -> BoxFuture<'_, Result<cairn_query::Diagnosis>> {
-        Box::pin(async move {
-            let d = self.follower.host().diagnose(&v.request, &v.source, &v.slug).await?;
-            Ok(cairn_query::Diagnosis { served_by: Some(self.served_by()), ..d })
-        })
-    }
-}
-
-impl Handle<Links> for ReaderApi {
-    fn handle(&self, v: Links) -> BoxFuture<'_, Result<Option<cairn_query::links::Links>>> {
-        Box::pin(async move { self.follower.host().links(&v.source, &v.slug) })
-    }
-}
-
-impl Handle<Duplicates> for ReaderApi {
-    fn handle(&self, v: Duplicates) -> BoxFuture<'_, Result<Vec<cairn_query::duplicates::DuplicateGroup>>> {
-        Box::pin(crate::engine::host::duplicates_job(self.follower.host(), v.threshold))
     }
 }
 

@@ -24,7 +24,7 @@ use crate::replication::lease::{Holder, LeaseStore};
 use cairn_index::{Database, Embedder, Prepared, VectorKey};
 use cairn_query::AsOf;
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How often the head is looked at while the reader is asked (a query in the last
@@ -70,7 +70,7 @@ pub struct Follower {
     folders: FolderBook,
     feed: Option<tokio::sync::Mutex<Feed>>,
     lease: Option<LeaseStore>,
-    host: RwLock<Arc<QueryHost>>,
+    host: crate::engine::host::HostCell,
     track: Mutex<Track>,
     /// One step at a time (a flush and the loop may both ask for one).
     stepping: tokio::sync::Mutex<()>,
@@ -122,7 +122,7 @@ impl Follower {
             folders,
             feed: feed.map(tokio::sync::Mutex::new),
             lease: remote.as_ref().map(LeaseStore::of),
-            host: RwLock::new(Arc::new(host)),
+            host: crate::engine::host::HostCell::new(host),
             track: Mutex::new(track),
             stepping: tokio::sync::Mutex::new(()),
             publisher: Default::default(),
@@ -137,11 +137,11 @@ impl Follower {
 
     /// The sources as they are now.
     pub fn host(&self) -> Arc<QueryHost> {
-        self.host.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.host.now()
     }
 
     fn set_host(&self, host: QueryHost) {
-        *self.host.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(host);
+        self.host.replace(host);
     }
 
     /// The writer, when one holds the database (as the head and the lease say).
@@ -272,8 +272,9 @@ impl Follower {
 
     /// Each source's freshness as it is now, for an answer about to be searched: taken before
     /// the answer reads the sources, so a commit applied while it runs only makes it newer than
-    /// it says (read after, a pending count of 0 could speak for a commit the search did not see).
-    pub fn freshness_before(&self) -> impl Fn(&str) -> (Freshness, Option<AsOf>) + '_ {
+    /// it says (read after, a pending count of 0 could speak for a commit the search did not see);
+    /// and the sources whose folder cannot be read here.
+    pub fn freshness_before(&self) -> (BTreeSet<String>, crate::engine::query::FreshnessOf<'_>) {
         let mut ids: BTreeSet<String> = self.host().source_ids().into_iter().collect();
         {
             let t = self.track();
@@ -282,7 +283,8 @@ impl Follower {
         let taken: BTreeMap<String, (Freshness, Option<AsOf>)> =
             ids.into_iter().map(|id| (id.clone(), self.freshness(&id))).collect();
         // A source loaded since (new here) is served at least as new as its tip says.
-        move |id| taken.get(id).cloned().unwrap_or_else(|| self.freshness(id))
+        let lookup = move |id: &str| taken.get(id).cloned().unwrap_or_else(|| self.freshness(id));
+        (self.unavailable_ids(), Box::new(lookup))
     }
 
     /// Every source held, as a status: `following` a live writer (with the commit it reflects),
@@ -323,7 +325,7 @@ impl Follower {
     }
 
     /// The sources whose results cannot be checked against a folder here.
-    pub fn unavailable_ids(&self) -> BTreeSet<String> {
+    fn unavailable_ids(&self) -> BTreeSet<String> {
         let host = self.host();
         host.source_ids().into_iter().filter(|id| host.unavailable(id).is_some()).collect()
     }

@@ -143,19 +143,6 @@ impl QueryHost {
         self.unavailable.get(id)
     }
 
-    /// How current each source of an answer is, for a process that only reads.
-    pub fn freshness(&self, id: &str) -> crate::engine::query::Freshness {
-        match self.unavailable.get(id) {
-            Some((_, message)) => crate::engine::query::Freshness::Unavailable(message.clone()),
-            None => crate::engine::query::Freshness::Unwatched,
-        }
-    }
-
-    /// The sources this reader cannot read the folder of.
-    pub fn unavailable_ids(&self) -> std::collections::BTreeSet<String> {
-        self.unavailable.keys().cloned().collect()
-    }
-
     /// Parse with these bounds when checking whether a result's file changed.
     pub fn with_parse_options(mut self, parse: cairn_ingest::ParseOptions) -> Self {
         self.parse = parse;
@@ -438,6 +425,39 @@ fn staleness(
     match cairn_ingest::content_hash_of(&bytes, parse) {
         Some(h) if h == page.content_hash => None,
         _ => Some(Stale::Modified),
+    }
+}
+
+/// The sources a process answers from, shared by what keeps them current (the owner's
+/// `QueryActor`, a reader's follower) and what answers from them (the read verbs,
+/// [`crate::api`]'s `Reads`). An answer reads the sources as they are when it starts; a change
+/// makes a new set (the sources are handles, cheap to copy) and swaps it in.
+#[derive(Debug, Default)]
+pub struct HostCell(std::sync::RwLock<Arc<QueryHost>>);
+
+impl HostCell {
+    pub fn new(host: QueryHost) -> Self {
+        Self(std::sync::RwLock::new(Arc::new(host)))
+    }
+
+    /// The sources as they are now.
+    pub fn now(&self) -> Arc<QueryHost> {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Swap in `host`.
+    pub fn replace(&self, host: QueryHost) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(host);
+    }
+
+    /// Change the sources with `f` (one change at a time; answers under way keep the set they
+    /// started with).
+    pub fn update<T>(&self, f: impl FnOnce(&mut QueryHost) -> T) -> T {
+        let mut held = self.0.write().unwrap_or_else(|p| p.into_inner());
+        let mut host = QueryHost::clone(&held);
+        let out = f(&mut host);
+        *held = Arc::new(host);
+        out
     }
 }
 

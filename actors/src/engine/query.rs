@@ -1,81 +1,62 @@
-//! `QueryActor`: owns every source's resident index (the source in memory: pages, chunks with
-//! vectors, keyword and name indexes; LanceDB stays the store of record), kept current by the
-//! writers after each commit. Answers `Search` with the full query engine (`cairn-query`), adds
-//! each source's freshness (pending changes, lag), and records a `query_answered` event.
-//!
-//! Searches run as tasks on the runtime's worker threads (they embed the query and score in memory),
-//! so the actor itself only routes; concurrent searches do not queue behind each other.
+//! `QueryActor`: holds every source the owner answers from (each in memory: its resident index,
+//! with pages, chunks with vectors, keyword and name indexes; LanceDB stays the store of record),
+//! kept current by the writers after each commit, and publishes them to the [`HostCell`] the
+//! read verbs answer from ([`crate::api`]'s `Reads`: one read path for the owner and a reader).
+//! Here too: what an answer says of each source's freshness, and its `query_answered` event.
 
-use crate::core::event::{EventKind, QUERY_STREAM, QueryAnswered, TopResult};
-use crate::core::log::Emitter;
+use crate::core::event::{QueryAnswered, TopResult};
 use crate::core::status::StatusBoard;
-use crate::engine::host::{LiveSource, PageWithBody, QueryHost};
+use crate::engine::host::{HostCell, LiveSource};
 use actix::prelude::*;
-use cairn_index::{Embedder, Resident, SourceStore};
-use cairn_query::{Role, SearchRequest, SearchResponse, ServedBy};
+use cairn_index::{Resident, SourceStore};
+use cairn_query::{AsOf, SearchResponse};
+use std::collections::BTreeSet;
 use std::sync::Arc;
-
-/// Mailbox bound: searches are routed at once (the work runs as tasks), so this only smooths
-/// bursts; a caller beyond it waits.
-const MAILBOX: usize = 64;
 
 /// The query actor.
 pub struct QueryActor {
-    host: QueryHost,
-    emit: Emitter,
-    status: StatusBoard,
+    host: Arc<HostCell>,
 }
 
 impl std::fmt::Debug for QueryActor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("QueryActor").field("sources", &self.host.source_ids()).finish()
+        f.debug_struct("QueryActor").field("sources", &self.host.now().source_ids()).finish()
     }
 }
 
 impl QueryActor {
-    /// `embedder` answers query vectors (a separate model instance from the indexing one, so a
-    /// query never waits behind a batch being embedded); `None` serves `fast` mode only.
-    pub fn new(
-        embedder: Option<Arc<dyn Embedder>>,
-        emit: Emitter,
-        status: StatusBoard,
-        log_dir: Option<std::path::PathBuf>,
-        parse: cairn_ingest::ParseOptions,
-    ) -> Self {
-        Self { host: QueryHost::new(embedder, log_dir).with_parse_options(parse), emit, status }
+    /// Keeps `host` current.
+    pub fn new(host: Arc<HostCell>) -> Self {
+        Self { host }
     }
 }
 
 impl Actor for QueryActor {
     type Context = Context<Self>;
-
-    fn started(&mut self, ctx: &mut Context<Self>) {
-        ctx.set_mailbox_capacity(MAILBOX);
-    }
 }
 
 /// A source is open: serve it from its resident index (a writer that restarts sends this again
 /// with the index it reloaded).
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
-pub struct AddSource {
+pub struct Serve {
     pub store: SourceStore,
     pub resident: Resident,
     /// The folder, for reading page bodies.
     pub root: Option<std::path::PathBuf>,
 }
 
-impl Handler<AddSource> for QueryActor {
+impl Handler<Serve> for QueryActor {
     type Result = ();
 
-    fn handle(&mut self, msg: AddSource, _: &mut Context<Self>) {
-        self.host.add(LiveSource { store: msg.store, resident: msg.resident, root: msg.root });
+    fn handle(&mut self, msg: Serve, _: &mut Context<Self>) {
+        self.host.update(|h| h.add(LiveSource { store: msg.store, resident: msg.resident, root: msg.root }));
     }
 }
 
 /// A source whose tables cannot be opened (`why`): answers say so (`source_damaged:ID`, or
 /// `source_unreachable:ID` while its store does not answer), with
-/// what it held when it last opened, until an [`AddSource`] of it.
+/// what it held when it last opened, until a [`Serve`] of it.
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
 pub struct CannotOpen {
@@ -87,59 +68,48 @@ impl Handler<CannotOpen> for QueryActor {
     type Result = ();
 
     fn handle(&mut self, msg: CannotOpen, _: &mut Context<Self>) {
-        self.host.cannot_open(msg.id, msg.why);
+        self.host.update(|h| h.cannot_open(msg.id, msg.why));
     }
 }
 
-/// Stop serving a source (it was removed from the database).
+/// Stop serving a source (it was removed from the database); whether it was served.
 #[derive(Debug, Message)]
 #[rtype(result = "bool")]
-pub struct RemoveSource(pub String);
+pub struct StopServing(pub String);
 
-impl Handler<RemoveSource> for QueryActor {
+impl Handler<StopServing> for QueryActor {
     type Result = bool;
 
-    fn handle(&mut self, msg: RemoveSource, _: &mut Context<Self>) -> bool {
-        self.host.remove(&msg.0)
+    fn handle(&mut self, msg: StopServing, _: &mut Context<Self>) -> bool {
+        self.host.update(|h| h.remove(&msg.0))
     }
 }
 
-/// Answer a query.
-#[derive(Debug, Message)]
-#[rtype(result = "Result<SearchResponse, cairn_query::QueryError>")]
-pub struct Search(pub SearchRequest);
+/// A source's freshness in an answer, and the commit it reflects.
+pub type FreshnessOf<'a> = Box<dyn Fn(&str) -> (Freshness, Option<AsOf>) + Send + Sync + 'a>;
 
-impl Handler<Search> for QueryActor {
-    type Result = ResponseFuture<Result<SearchResponse, cairn_query::QueryError>>;
-
-    fn handle(&mut self, msg: Search, _: &mut Context<Self>) -> Self::Result {
-        let req = msg.0;
-        let (host, emit, status) = (self.host.clone(), self.emit.clone(), self.status.clone());
-        Box::pin(async move {
-            // The pending counts are read before the search: a commit that lands while it runs
-            // only makes the answer newer than its counts say (read after, a count of 0 could
-            // speak for a commit the search did not see).
-            let unavailable = status.unavailable();
-            let before = Before { status: status.all(), uncompared: status.uncompared() };
-            let away: std::collections::BTreeSet<String> = unavailable.keys().cloned().collect();
-            // On the runtime's worker threads: the query is embedded and scored in memory, and
-            // concurrent searches do not queue behind each other.
-            let task = tokio::spawn(async move { host.search(&req, &away).await });
-            let mut resp = task.await.map_err(|e| cairn_query::QueryError::Internal(e.to_string()))??;
-            add_freshness(&mut resp, &before, &unavailable);
-            resp.served_by = Some(ServedBy::here(Role::Owner));
-            emit.emit(QUERY_STREAM, vec![EventKind::QueryAnswered(Box::new(telemetry(&resp)))]).await;
-            Ok(resp)
-        })
-    }
-}
-
-/// The sources' status as read before a search.
-#[derive(Debug)]
-pub struct Before {
-    pub status: Vec<crate::core::status::SourceStatus>,
-    /// Sources whose folder this process has not compared with the index yet.
-    pub uncompared: std::collections::BTreeSet<String>,
+/// Each source's freshness as this process's status board says now, for an answer about to be
+/// searched, and the sources whose folder cannot be read now. Read before the search: a commit
+/// that lands while it runs only makes the answer newer than its counts say (read after, a count
+/// of 0 could speak for a commit the search did not see).
+pub fn watched_before(status: &StatusBoard) -> (BTreeSet<String>, FreshnessOf<'static>) {
+    let unavailable = status.unavailable();
+    let (all, uncompared) = (status.all(), status.uncompared());
+    let away = unavailable.keys().cloned().collect();
+    let lookup = move |s: &str| {
+        let st = all.iter().find(|st| st.source == s);
+        let as_of = st
+            .filter(|st| st.committed_unix_ms > 0)
+            .map(|st| AsOf { version: st.version, committed_unix_ms: st.committed_unix_ms });
+        let freshness = match (unavailable.get(s), st) {
+            (Some(why), _) => Freshness::Unavailable(why.clone()),
+            (None, Some(_)) if uncompared.contains(s) => scanning(s, "this process"),
+            (None, Some(st)) => Freshness::Watched { pending: st.pending, lag_ms: st.lag_ms },
+            (None, None) => Freshness::Unwatched,
+        };
+        (freshness, as_of)
+    };
+    (away, Box::new(lookup))
 }
 
 /// What an answer says of a source whose folder its writer has not compared with the index yet
@@ -152,29 +122,6 @@ pub fn scanning(id: &str, whose: &str) -> Freshness {
              while nothing watched it are not known yet; wait before creating a page it may hold"
         ),
     }
-}
-
-/// Each source's pending changes and lag (from `before`, as read before the search), and the
-/// warning an agent must not miss.
-pub fn add_freshness(
-    resp: &mut SearchResponse,
-    before: &Before,
-    unavailable: &std::collections::BTreeMap<String, String>,
-) {
-    apply_freshness(resp, |s| {
-        let st = before.status.iter().find(|st| st.source == s);
-        let as_of = st
-            .as_ref()
-            .filter(|st| st.committed_unix_ms > 0)
-            .map(|st| cairn_query::AsOf { version: st.version, committed_unix_ms: st.committed_unix_ms });
-        let freshness = match (unavailable.get(s), st) {
-            (Some(why), _) => Freshness::Unavailable(why.clone()),
-            (None, Some(_)) if before.uncompared.contains(s) => scanning(s, "this process"),
-            (None, Some(st)) => Freshness::Watched { pending: st.pending, lag_ms: st.lag_ms },
-            (None, None) => Freshness::Unwatched,
-        };
-        (freshness, as_of)
-    });
 }
 
 /// How current a source's part of an answer is.
@@ -272,73 +219,5 @@ pub fn telemetry(resp: &SearchResponse) -> QueryAnswered {
         latency_ms: resp.latency_ms,
         pending_changes: resp.pending_changes,
         unix_ms: Some(crate::core::event::unix_ms()),
-    }
-}
-
-/// Read one page.
-#[derive(Debug, Message)]
-#[rtype(result = "crate::Result<Option<PageWithBody>>")]
-pub struct Get {
-    pub source: String,
-    pub slug: String,
-}
-
-impl Handler<Get> for QueryActor {
-    type Result = ResponseFuture<crate::Result<Option<PageWithBody>>>;
-
-    fn handle(&mut self, msg: Get, _: &mut Context<Self>) -> Self::Result {
-        let host = self.host.clone();
-        Box::pin(async move { host.get(&msg.source, &msg.slug).await })
-    }
-}
-
-/// Where one page stands at every layer for a request (`cairn diagnose`).
-#[derive(Debug, Message)]
-#[rtype(result = "Result<cairn_query::Diagnosis, cairn_query::QueryError>")]
-pub struct Diagnose {
-    pub request: SearchRequest,
-    pub source: String,
-    pub slug: String,
-}
-
-impl Handler<Diagnose> for QueryActor {
-    type Result = ResponseFuture<Result<cairn_query::Diagnosis, cairn_query::QueryError>>;
-
-    fn handle(&mut self, msg: Diagnose, _: &mut Context<Self>) -> Self::Result {
-        let host = self.host.clone();
-        Box::pin(async move {
-            let task = tokio::spawn(async move { host.diagnose(&msg.request, &msg.source, &msg.slug).await });
-            task.await.map_err(|e| cairn_query::QueryError::Internal(e.to_string()))?
-        })
-    }
-}
-
-/// A page's links both ways.
-#[derive(Debug, Message)]
-#[rtype(result = "crate::Result<Option<cairn_query::links::Links>>")]
-pub struct Links {
-    pub source: String,
-    pub slug: String,
-}
-
-impl Handler<Links> for QueryActor {
-    type Result = crate::Result<Option<cairn_query::links::Links>>;
-
-    fn handle(&mut self, msg: Links, _: &mut Context<Self>) -> Self::Result {
-        self.host.links(&msg.source, &msg.slug)
-    }
-}
-
-/// The sources as they are now, for a long job that runs in its caller's task (off the actor,
-/// and dropped with its caller: see [`crate::engine::host::duplicates_job`]).
-#[derive(Debug, Message)]
-#[rtype(result = "std::sync::Arc<QueryHost>")]
-pub struct HostNow;
-
-impl Handler<HostNow> for QueryActor {
-    type Result = MessageResult<HostNow>;
-
-    fn handle(&mut self, _: HostNow, _: &mut Context<Self>) -> Self::Result {
-        MessageResult(std::sync::Arc::new(self.host.clone()))
     }
 }

@@ -14,8 +14,8 @@ use crate::core::folders::FolderBook;
 use crate::core::log::{Emitter, SyncLog};
 use crate::core::poison::PoisonBook;
 use crate::core::status::{SourceStatus, StatusBoard};
-use crate::engine::host::PageWithBody;
-use crate::engine::query::{Get, QueryActor, RemoveSource, Search};
+use crate::engine::host::{HostCell, QueryHost};
+use crate::engine::query::{FreshnessOf, QueryActor, StopServing};
 use crate::engine::watcher::{
     Flush, Inject, Reconcile, ReconcileReport, StopWatching, Watcher, WatcherOptions,
 };
@@ -24,7 +24,6 @@ use crate::engine::writer::{AwaitVectors, SourceWriter, WriterParts};
 use actix::prelude::*;
 use cairn_index::{Embedder, OrtEmbedder, fault};
 use cairn_ingest::RawEvent;
-use cairn_query::{SearchRequest, SearchResponse};
 use futures::stream::BoxStream;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -93,6 +92,10 @@ struct Shared {
 
 struct Inner {
     query: Addr<QueryActor>,
+    /// The sources answered from (the query actor keeps them current).
+    host: Arc<HostCell>,
+    /// The pipeline's runtime: searches run on its worker threads.
+    runtime: tokio::runtime::Handle,
     sources: Mutex<BTreeMap<String, Running>>,
     shared: Shared,
     emit: Emitter,
@@ -270,7 +273,7 @@ impl Pipeline {
     /// remembered as failed in it (`cairn forget`).
     pub async fn remove_source(&self, id: &str, forget: bool) -> Result<()> {
         let running = self.inner.sources.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
-        let served = self.inner.query.send(RemoveSource(id.to_string())).await.map_err(|_| Error::Stopped)?;
+        let served = self.inner.query.send(StopServing(id.to_string())).await.map_err(|_| Error::Stopped)?;
         if running.is_none() && !served && !forget {
             return Err(Error::Config(format!(
                 "unknown source `{id}`; sources: {}",
@@ -332,45 +335,27 @@ impl Pipeline {
         self.add_source(config).await
     }
 
-    /// Answer a query over the live index (with each source's pending changes).
-    pub async fn search(&self, req: SearchRequest) -> Result<SearchResponse> {
-        Ok(self.inner.query.send(Search(req)).await.map_err(|_| Error::Stopped)??)
+    /// The sources this process answers from, as they are now.
+    pub fn host(&self) -> Arc<QueryHost> {
+        self.inner.host.now()
     }
 
-    /// Where one page stands at every layer of the query engine for `request`.
-    pub async fn diagnose(
-        &self,
-        request: SearchRequest,
-        source: &str,
-        slug: &str,
-    ) -> Result<cairn_query::Diagnosis> {
-        let msg = crate::engine::query::Diagnose { request, source: source.into(), slug: slug.into() };
-        Ok(self.inner.query.send(msg).await.map_err(|_| Error::Stopped)??)
+    /// Where searches run: the pipeline's runtime (its worker threads embed and score, whatever
+    /// runtime the caller is on).
+    pub fn runtime(&self) -> &tokio::runtime::Handle {
+        &self.inner.runtime
     }
 
-    /// A page's links both ways (`None`: no such page).
-    pub async fn links(&self, source: &str, slug: &str) -> Result<Option<cairn_query::links::Links>> {
-        self.inner
-            .query
-            .send(crate::engine::query::Links { source: source.into(), slug: slug.into() })
-            .await
-            .map_err(|_| Error::Stopped)?
+    /// Each source's freshness now, for an answer about to be searched, and the sources whose
+    /// folder cannot be read (see [`crate::engine::query::watched_before`]).
+    pub fn freshness_before(&self) -> (std::collections::BTreeSet<String>, FreshnessOf<'static>) {
+        crate::engine::query::watched_before(&self.inner.status)
     }
 
-    /// Groups of pages that look like one subject (see [`cairn_query::duplicates`]).
-    pub async fn duplicates(&self, threshold: f32) -> Result<Vec<cairn_query::duplicates::DuplicateGroup>> {
-        // In this task, not the actor's: a caller that goes (its client left) stops the job.
-        let host = self.inner.query.send(crate::engine::query::HostNow).await.map_err(|_| Error::Stopped)?;
-        crate::engine::host::duplicates_job(host, threshold).await
-    }
-
-    /// One page with its body; `None` when the source has no such slug.
-    pub async fn get(&self, source: &str, slug: &str) -> Result<Option<PageWithBody>> {
-        self.inner
-            .query
-            .send(Get { source: source.into(), slug: slug.into() })
-            .await
-            .map_err(|_| Error::Stopped)?
+    /// Journal an answer (its `query_answered` event).
+    pub async fn answered(&self, answered: crate::core::event::QueryAnswered) {
+        let kind = EventKind::QueryAnswered(Box::new(answered));
+        self.inner.emit.emit(crate::core::event::QUERY_STREAM, vec![kind]).await;
     }
 
     /// Every source: pages, pending changes, lag, vectors to go, failures.

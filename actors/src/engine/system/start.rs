@@ -11,7 +11,8 @@ use crate::core::log::{Emitter, EventLog};
 use crate::core::poison::PoisonBook;
 use crate::core::status::StatusBoard;
 use crate::engine::embedding::EmbedScheduler;
-use crate::engine::query::{AddSource, QueryActor};
+use crate::engine::host::HostCell;
+use crate::engine::query::{QueryActor, Serve};
 use crate::engine::watcher::{Watcher, WatcherOptions};
 use crate::engine::workers::Parser;
 use crate::engine::writer::{Ready, SourceWriter, WriterOptions, WriterParts};
@@ -85,14 +86,11 @@ impl Pipeline {
             SyncArbiter::start(1, move || Parser::new(opts.clone(), book.clone()))
         };
         let scheduler = EmbedScheduler::start(embedders.index.clone(), OrtOptions::default().batch_size)?;
-        let query = QueryActor::new(
-            Some(embedders.query.clone()),
-            emit.clone(),
-            status.clone(),
-            config.event_log_dir(),
-            config.limits.parse_options(),
-        )
-        .start();
+        let host = Arc::new(HostCell::new(
+            crate::engine::host::QueryHost::new(Some(embedders.query.clone()), config.event_log_dir())
+                .with_parse_options(config.limits.parse_options()),
+        ));
+        let query = QueryActor::new(host.clone()).start();
         let manifest = Manifest::current(embedders.index.model_id(), embedders.index.dim());
         let parts = WriterParts {
             db: db.clone(),
@@ -113,6 +111,8 @@ impl Pipeline {
         let cairn = Pipeline {
             inner: Arc::new(Inner {
                 query: query.clone(),
+                host,
+                runtime: tokio::runtime::Handle::current(),
                 sources: Mutex::new(BTreeMap::new()),
                 shared,
                 emit,
@@ -162,7 +162,7 @@ impl Pipeline {
             status.register(&info.id, info.root.as_deref().unwrap_or_default());
             status.set_pages(&info.id, resident.read().page_count());
             status.set_unavailable(&info.id, Some(cairn_ingest::Unavailable::NotHere));
-            let add = AddSource { store, resident, root: None };
+            let add = Serve { store, resident, root: None };
             self.inner.query.send(add).await.map_err(|_| Error::Stopped)?;
             tracing::info!(
                 "source `{}`: its folder was not given on this machine; served as stored",

@@ -7,7 +7,7 @@ use super::{LAPSED_RETRY, Origin, SourceWriter};
 use crate::core::error::{Part, PipelineError, Refusal};
 use crate::core::event::EventKind;
 use crate::engine::embedding::Priority;
-use crate::engine::query::AddSource;
+use crate::engine::query::Serve;
 use crate::replication::journal::Change;
 use actix::prelude::*;
 use cairn_index::{Loaded, Resident, SourceStore};
@@ -100,7 +100,7 @@ impl SourceWriter {
                 began.elapsed().as_millis()
             );
             query
-                .send(AddSource { store: store.clone(), resident: resident.clone(), root: Some(root) })
+                .send(Serve { store: store.clone(), resident: resident.clone(), root: Some(root) })
                 .await
                 .map_err(|_| PipelineError::Stopped(Part::Query))?;
             let (pages, vectors_pending) = (loaded.states.len(), resident.read().unembedded_count());
