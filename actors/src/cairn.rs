@@ -286,7 +286,17 @@ impl Cairn {
         }
     }
 
+    /// Answer a query. Rules turned off (`request.ablation`, an evaluation's) hold only where this
+    /// process reads the index: they are not sent to an owner (the wire carries none).
     pub async fn search(&self, request: SearchRequest) -> Result<SearchResponse> {
+        if !request.ablation.is_none() && matches!(self.state(), State::Client(_)) {
+            return Err(Error::Config(format!(
+                "{} is served by another process (`cairn watch`?), which runs every rule: turning one off \
+                 (`cairn eval --ablate`, `--pooled-baseline`) needs the index read here; stop that process, \
+                 or measure a copy (`--vault`)",
+                self.inner.config.db
+            )));
+        }
         self.ask(api::Search { request }).await
     }
 

@@ -21,8 +21,8 @@ pub use filter::{Allowed, Filter, PageFilter, day_start_ms};
 pub use layers::{CreateSafety, Evidence, ExactKind};
 pub use reader::SourceReader;
 pub use search::{
-    AsOf, Health, Mode, Role, SearchRequest, SearchResponse, SearchResult, ServedBy, SourceHealth, Stale,
-    Writer, mark_stale, note_vectors_pending, search,
+    Ablation, AsOf, Health, Mode, Role, SearchRequest, SearchResponse, SearchResult, ServedBy, SourceHealth,
+    Stale, Writer, mark_stale, note_vectors_pending, search,
 };
 
 #[cfg(test)]

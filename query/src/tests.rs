@@ -308,7 +308,11 @@ fn glaciers() -> MemoryReader {
 }
 
 async fn order_of(notes: &MemoryReader, query: &str, without_feedback: bool) -> Vec<(String, Option<f32>)> {
-    let req = SearchRequest { without_feedback, explain: true, ..SearchRequest::new(query) };
+    let req = SearchRequest {
+        ablation: crate::Ablation { without_feedback, ..Default::default() },
+        explain: true,
+        ..SearchRequest::new(query)
+    };
     let resp = run(&[notes], req).await.unwrap();
     resp.results.into_iter().map(|r| (r.slug, r.explain.and_then(|e| e.feedback_cosine))).collect()
 }
@@ -368,7 +372,10 @@ async fn a_typo_of_a_name_finds_the_page_as_probable_never_as_existing() {
         assert!(resp.results.iter().all(|r| r.create_safety != CreateSafety::Exists), "{typo}");
     }
     // Off, the typo is no name.
-    let off = SearchRequest { without_fuzzy_names: true, ..SearchRequest::new("Kubernets") };
+    let off = SearchRequest {
+        ablation: crate::Ablation { without_fuzzy_names: true, ..Default::default() },
+        ..SearchRequest::new("Kubernets")
+    };
     let resp = run(&[&notes], off).await.unwrap();
     assert!(resp.results.iter().all(|r| !r.evidence.contains(&Evidence::FuzzyName)), "{:#?}", resp.results);
     // Two characters are never a typo; three may be one edit from a name; five words never.
@@ -401,4 +408,16 @@ async fn an_exact_name_of_another_page_beats_a_fuzzy_one() {
     let other = MemoryReader::new("other", vec![page("parsers", "Parsers", &[], &["Plural."])]);
     let resp = run(&[&other, &notes], SearchRequest::new("parsec")).await.unwrap();
     assert_eq!((resp.results[0].source.as_str(), resp.results[0].slug.as_str()), ("notes", "parsec"));
+}
+
+#[test]
+fn an_evaluations_switches_never_reach_the_wire() {
+    let off = crate::Ablation { without_feedback: true, pooled_baseline: true, ..Default::default() };
+    let req = SearchRequest { ablation: off, ..SearchRequest::new("hall") };
+    let json = serde_json::to_value(&req).unwrap();
+    assert!(json.get("ablation").is_none() && json.get("without_feedback").is_none(), "{json}");
+    // A caller that names one is answered with every rule on.
+    let sent = serde_json::json!({"query": "hall", "without_feedback": true, "pooled_baseline": true});
+    let got: SearchRequest = serde_json::from_value(sent).unwrap();
+    assert!(got.ablation.is_none());
 }

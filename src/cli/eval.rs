@@ -108,7 +108,7 @@ pub async fn eval(common: &Common, a: EvalArgs) -> Result<ExitCode> {
         sources: a.sources.clone(),
         mode,
         limit: a.k,
-        pooled_baseline: a.pooled_baseline,
+        ablation: cairn_query::Ablation { pooled_baseline: a.pooled_baseline, ..Default::default() },
         ..SearchRequest::new("")
     };
     // A query file names pages by path; the subject and typo questions by the slugs of a scan.

@@ -196,8 +196,12 @@ pub async fn link_names(vault: &Path, work: &Path, every: u64, mode: Mode) -> Re
     for without in [false, true] {
         let mut s = LinkScores::default();
         for (q, slug) in &asked {
-            let req =
-                SearchRequest { mode, limit: 10, without_learnt_names: without, ..SearchRequest::new(q) };
+            let req = SearchRequest {
+                mode,
+                limit: 10,
+                ablation: cairn_query::Ablation { without_learnt_names: without, ..Default::default() },
+                ..SearchRequest::new(q)
+            };
             let resp = cairn.search(req).await?;
             let rank = resp.results.iter().position(|x| x.slug == *slug);
             s.hit_at_1 += f64::from(rank == Some(0));

@@ -206,11 +206,11 @@ impl Rule {
     pub fn off(self, request: &SearchRequest) -> SearchRequest {
         let mut r = request.clone();
         match self {
-            Rule::Subjects => r.without_subjects = true,
-            Rule::LearntNames => r.without_learnt_names = true,
-            Rule::Fields => r.without_fields = true,
-            Rule::Feedback => r.without_feedback = true,
-            Rule::FuzzyNames => r.without_fuzzy_names = true,
+            Rule::Subjects => r.ablation.without_subjects = true,
+            Rule::LearntNames => r.ablation.without_learnt_names = true,
+            Rule::Fields => r.ablation.without_fields = true,
+            Rule::Feedback => r.ablation.without_feedback = true,
+            Rule::FuzzyNames => r.ablation.without_fuzzy_names = true,
         }
         r
     }

@@ -46,7 +46,9 @@ pub(super) fn rocchio(query: &[f32], feedback: &[Vec<f32>]) -> Option<Vec<f32>> 
 /// it (exactly, or by a phrase of it). A query that names a page is answered by the name;
 /// feeding back around that page would only bring the pages nearest it up to its level.
 fn applies(req: &SearchRequest, qvec: Option<&[f32]>, union: &[Candidate]) -> bool {
-    qvec.is_some() && !req.without_feedback && !union.iter().any(|c| c.exact.is_some() || c.subject.is_some())
+    qvec.is_some()
+        && !req.ablation.without_feedback
+        && !union.iter().any(|c| c.exact.is_some() || c.subject.is_some())
 }
 
 /// Give each candidate its best chunk's cosine with the query moved toward the best chunks of

@@ -83,7 +83,7 @@ pub async fn search<R: SourceReader>(
 
     // Gather: every source's own K slots; the exact and subject lookups do not depend on the
     // arms and run alongside.
-    let learnt_names = !req.without_learnt_names;
+    let learnt_names = !req.ablation.without_learnt_names;
     let (gathered, (exact, learnt), subjects) = futures::join!(
         futures::future::join_all(readers.iter().map(|r| gather_source(
             *r,
@@ -93,9 +93,9 @@ pub async fn search<R: SourceReader>(
             filter.as_ref(),
             req.fields(),
         ))),
-        named_pages(&readers, &req.query, learnt_names, !req.without_fuzzy_names),
+        named_pages(&readers, &req.query, learnt_names, !req.ablation.without_fuzzy_names),
         async {
-            if req.without_subjects {
+            if req.ablation.without_subjects {
                 Vec::new()
             } else {
                 subject_pages(&readers, &req.query, learnt_names).await
@@ -108,7 +108,7 @@ pub async fn search<R: SourceReader>(
         exact.into_iter().filter(|(_, p, _)| passes(p)).collect();
     let subjects: Vec<_> = subjects.into_iter().filter(|s| passes(&s.page)).collect();
     let (mut union, statuses) = merge_sources(&readers, gathered, &mut degraded)?;
-    if req.pooled_baseline {
+    if req.ablation.pooled_baseline {
         union = pool_globally(union, k);
     }
     let collisions = alias_collisions(&req.query, &exact);

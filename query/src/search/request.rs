@@ -35,6 +35,36 @@ impl std::str::FromStr for Mode {
     }
 }
 
+/// What `cairn eval` turns off to measure a rule or a baseline on the same index (all off: the
+/// product's search).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Ablation {
+    /// One candidate pool of K pages for all sources together (each arm ranked by its raw
+    /// scores across sources, fused, cut to K), as a single shared index would do: the failure
+    /// per-source gather exists to prevent.
+    pub pooled_baseline: bool,
+    /// No names learnt from the vault (what `cairn eval --links` measures against).
+    pub without_learnt_names: bool,
+    /// No subject pages (pages a phrase of the query names are not lifted above the pages that
+    /// mention them).
+    pub without_subjects: bool,
+    /// The keyword arm scores a chunk's heading path and text run together (plain BM25), not
+    /// as two fields (BM25F).
+    pub without_fields: bool,
+    /// No feedback (candidates scored by the query's own vector).
+    pub without_feedback: bool,
+    /// No fuzzy name lane (a query a typo away from a page's name finds it only through the
+    /// other arms).
+    pub without_fuzzy_names: bool,
+}
+
+impl Ablation {
+    /// Whether every rule runs (the product's search).
+    pub fn is_none(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
 /// A search call.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct SearchRequest {
@@ -51,30 +81,11 @@ pub struct SearchRequest {
     /// Restrictions: tags, folders, types, dates.
     #[serde(default, skip_serializing_if = "Filter::is_empty")]
     pub filter: Filter,
-    /// Evaluation baseline only: one candidate pool of K pages for all sources together (each
-    /// arm ranked by its raw scores across sources, fused, cut to K), as a single shared index
-    /// would do: the failure per-source gather exists to prevent.
-    #[serde(default)]
-    pub pooled_baseline: bool,
-    /// Evaluation baseline only: no names learnt from the vault (what `cairn eval --links`
-    /// measures against).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub without_learnt_names: bool,
-    /// Evaluation baseline only: no subject pages (pages a phrase of the query names are not
-    /// lifted above the pages that mention them).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub without_subjects: bool,
-    /// Evaluation baseline only: the keyword arm scores a chunk's heading path and text run
-    /// together (plain BM25), not as two fields (BM25F).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub without_fields: bool,
-    /// Evaluation baseline only: no feedback (candidates scored by the query's own vector).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub without_feedback: bool,
-    /// Evaluation baseline only: no fuzzy name lane (a query a typo away from a page's name
-    /// finds it only through the other arms).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub without_fuzzy_names: bool,
+    /// Rules an evaluation turns off. Never on the wire: an answer over a socket or HTTP runs
+    /// every rule, and an evaluation that turns one off runs in the process that reads the
+    /// index.
+    #[serde(skip)]
+    pub ablation: Ablation,
 }
 
 fn default_limit() -> usize {
@@ -90,17 +101,12 @@ impl SearchRequest {
             limit: 10,
             explain: false,
             filter: Filter::default(),
-            pooled_baseline: false,
-            without_learnt_names: false,
-            without_subjects: false,
-            without_fields: false,
-            without_feedback: false,
-            without_fuzzy_names: false,
+            ablation: Ablation::default(),
         }
     }
 
     /// How the keyword arm scores a chunk's heading path and text.
     pub fn fields(&self) -> Fields {
-        if self.without_fields { Fields::Together } else { Fields::Apart }
+        if self.ablation.without_fields { Fields::Together } else { Fields::Apart }
     }
 }

@@ -263,7 +263,11 @@ mod tests {
     async fn ask(query: &str, without_subjects: bool) -> SearchResponse {
         let (c, t) = vault();
         let e = HashEmbedder::default();
-        let req = SearchRequest { without_subjects, explain: true, ..SearchRequest::new(query) };
+        let req = SearchRequest {
+            ablation: crate::Ablation { without_subjects, ..Default::default() },
+            explain: true,
+            ..SearchRequest::new(query)
+        };
         search(&[&t, &c], Some(&e as &dyn Embedder), &req).await.unwrap()
     }
 
