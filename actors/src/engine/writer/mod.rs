@@ -27,6 +27,8 @@ mod janitor;
 mod language;
 mod plan;
 mod start;
+#[cfg(test)]
+mod tests;
 mod upkeep;
 mod vectors;
 

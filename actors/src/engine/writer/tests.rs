@@ -1,0 +1,197 @@
+//! The writer alone, in memory: LanceDB's `memory://` tables, the deterministic test embedder,
+//! an event log that only broadcasts. What it decides (when to commit, what it refuses, what
+//! waits for vectors, what a reader of the served sources sees) is tested here, below the
+//! process tests that run the whole pipeline with the real model.
+
+use super::*;
+use crate::core::event::Event;
+use crate::core::log::EventLog;
+use crate::engine::embedding::EmbedScheduler;
+use crate::engine::host::{HostCell, QueryHost};
+use cairn_index::Embedder;
+use cairn_index::embed::testing::HashEmbedder;
+use std::sync::Arc;
+use tokio::sync::broadcast;
+
+/// One source's writer with everything it talks to.
+struct Rig {
+    writer: Addr<SourceWriter>,
+    served: Arc<HostCell>,
+    status: StatusBoard,
+    events: broadcast::Receiver<Arc<Event>>,
+}
+
+const SOURCE: &str = "notes";
+
+impl Rig {
+    /// A writer of a new source `notes` in its own in-memory database.
+    async fn new(db: &str, opts: WriterOptions) -> Self {
+        let db = Database::open(&format!("memory://{db}")).await.unwrap();
+        let embedder: Arc<dyn Embedder> = Arc::new(HashEmbedder::default());
+        let manifest = Manifest::current(embedder.model_id(), embedder.dim());
+        let served = Arc::new(HostCell::new(QueryHost::new(Some(embedder.clone()), None)));
+        let status = StatusBoard::default();
+        let (tx, events) = broadcast::channel(4096);
+        let st = status.clone();
+        let log = SyncArbiter::start(1, move || {
+            EventLog::open(None, u64::MAX, tx.clone(), st.clone()).expect("a log without a file")
+        });
+        let parts = WriterParts {
+            db,
+            manifest,
+            embedder: EmbedScheduler::start(embedder, 16).unwrap(),
+            query: crate::engine::query::QueryActor::new(served.clone()).start(),
+            emit: Emitter::new(log, tokio::time::Instant::now()),
+            status: status.clone(),
+            opts,
+        };
+        // No folder: the source's language is not told from its text (English).
+        let root = PathBuf::from("/nonexistent/cairn-writer-test");
+        status.register(SOURCE, &root.display().to_string());
+        let info = SourceInfo { id: SOURCE.into(), ..SourceInfo::default() };
+        // Supervised, as in the pipeline: a writer that fails is restarted.
+        let writer = actix::Supervisor::start(move |_| SourceWriter::new(info, root, parts));
+        let mut rig = Self { writer, served, status, events };
+        rig.wait_for("the source to start", |k| matches!(k, EventKind::SourceStarted { .. })).await;
+        rig
+    }
+
+    /// The next event of the source matching `want`, skipping the others.
+    async fn wait_for(&mut self, what: &str, want: impl Fn(&EventKind) -> bool) -> EventKind {
+        let found = tokio::time::timeout(Duration::from_secs(30), async {
+            loop {
+                let e = self.events.recv().await.expect("the event log is open");
+                if e.source == SOURCE && want(&e.kind) {
+                    return e.kind.clone();
+                }
+            }
+        });
+        found.await.unwrap_or_else(|_| panic!("no event for {what} within 30 s"))
+    }
+
+    /// Whatever was emitted so far, without waiting.
+    fn emitted(&mut self) -> Vec<EventKind> {
+        std::iter::from_fn(|| self.events.try_recv().ok()).map(|e| e.kind.clone()).collect()
+    }
+
+    async fn ingest(&self, parsed: Vec<Parsed>, removed: Vec<&str>, origin: Origin) {
+        let removed = removed.into_iter().map(|r| (PathBuf::from(r), false)).collect();
+        self.writer.send(Ingest { parsed, removed, renamed: vec![], origin }).await.unwrap();
+    }
+
+    /// The slugs the served sources hold now (what an answer reads).
+    fn served_slugs(&self) -> Vec<String> {
+        let host = self.served.now();
+        let Some(live) = host.live(SOURCE) else { return vec![] };
+        let mut slugs: Vec<String> = live.resident.read().records().map(|p| p.slug.clone()).collect();
+        slugs.sort();
+        slugs
+    }
+}
+
+/// A page at `rel` with `paragraphs` paragraphs of distinct text (a chunk or more each).
+fn page(rel: &str, paragraphs: usize) -> Parsed {
+    let mut text = format!("# {rel}\n\n");
+    for i in 0..paragraphs {
+        text.push_str(&format!("Paragraph {i} of {rel} speaks of marble halls, number {i}.\n\n"));
+    }
+    let opts = cairn_ingest::ParseOptions::default();
+    let page = cairn_ingest::parse_page(SOURCE, std::path::Path::new(rel), text.as_bytes(), &opts).unwrap();
+    Parsed::Page { page: Box::new(page), mtime_ms: 1 }
+}
+
+fn committed(k: &EventKind) -> bool {
+    matches!(k, EventKind::Committed { .. })
+}
+
+#[actix::test]
+async fn an_edit_is_committed_within_its_deadline_and_served_at_once() {
+    let mut rig = Rig::new("edit", WriterOptions::default()).await;
+    rig.ingest(vec![page("hall.md", 1)], vec![], Origin::Edit).await;
+    // Below the batch size: nothing is written until the deadline (50 ms) fires.
+    assert!(!rig.emitted().iter().any(committed), "an edit below the batch size waits for its deadline");
+    let EventKind::Committed { pages, version, .. } = rig.wait_for("the commit", committed).await else {
+        unreachable!()
+    };
+    assert_eq!(pages, 1);
+    // The page is in the served sources before anyone hears of the commit.
+    assert_eq!(rig.served_slugs(), ["hall"]);
+    // A commit holds the writer: the next message is handled once its status is set.
+    assert_eq!(rig.writer.send(Commit).await.unwrap().unwrap(), version);
+    let st = rig.status.get(SOURCE).unwrap();
+    assert_eq!((st.pages, st.version), (1, version));
+}
+
+#[actix::test]
+async fn a_batch_that_reaches_its_size_is_committed_before_the_ingest_is_answered() {
+    let opts =
+        WriterOptions { commit_chunks: 4, commit_after: Duration::from_secs(3600), ..Default::default() };
+    let mut rig = Rig::new("batch", opts).await;
+    rig.ingest(vec![page("a.md", 1)], vec![], Origin::Scan).await;
+    assert!(!rig.emitted().iter().any(committed), "one page of four chunks' room waits");
+    let big: Vec<Parsed> = (0..4).map(|i| page(&format!("p{i}.md"), 1)).collect();
+    rig.ingest(big, vec![], Origin::Scan).await;
+    // The ingest's reply came after its commit: no deadline was waited for.
+    let events = rig.emitted();
+    let commits: Vec<&EventKind> = events.iter().filter(|k| committed(k)).collect();
+    assert_eq!(commits.len(), 1, "{events:?}");
+    assert!(matches!(commits[0], EventKind::Committed { pages: 5, .. }), "{commits:?}");
+    assert_eq!(rig.served_slugs(), ["a", "p0", "p1", "p2", "p3"]);
+}
+
+#[actix::test]
+async fn vectors_follow_the_pages_and_a_waiter_is_answered_once_every_chunk_has_one() {
+    let mut rig = Rig::new("vectors", WriterOptions::default()).await;
+    rig.ingest(vec![page("hall.md", 3), page("yard.md", 2)], vec![], Origin::Edit).await;
+    rig.writer.send(Commit).await.unwrap().unwrap();
+    rig.writer.send(AwaitVectors).await.unwrap().unwrap();
+    let host = rig.served.now();
+    let index = host.live(SOURCE).unwrap().resident.read();
+    assert!(index.chunk_count() >= 2, "a page is a chunk at least");
+    assert_eq!(index.unembedded_count(), 0, "AwaitVectors answered before every vector was in");
+    drop(index);
+    let embedded: Vec<String> = rig
+        .emitted()
+        .into_iter()
+        .filter_map(|k| match k {
+            EventKind::PageEmbedded { slug, .. } => Some(slug),
+            _ => None,
+        })
+        .collect();
+    assert!(embedded.contains(&"hall".to_string()) && embedded.contains(&"yard".to_string()), "{embedded:?}");
+    assert_eq!(rig.status.get(SOURCE).unwrap().vectors_pending, 0);
+}
+
+#[actix::test]
+async fn a_removal_leaves_the_served_sources_and_a_bad_page_is_reported_while_the_others_go_in() {
+    let mut rig = Rig::new("removal", WriterOptions::default()).await;
+    rig.ingest(vec![page("hall.md", 1), page("yard.md", 1)], vec![], Origin::Edit).await;
+    rig.writer.send(Commit).await.unwrap().unwrap();
+    let bad = Parsed::Failed {
+        rel: PathBuf::from("bad.md"),
+        error: cairn_ingest::Error::UnclosedFrontmatter { path: PathBuf::from("bad.md") },
+    };
+    rig.ingest(vec![bad, page("tower.md", 1)], vec!["yard.md"], Origin::Edit).await;
+    rig.writer.send(Commit).await.unwrap().unwrap();
+    assert_eq!(rig.served_slugs(), ["hall", "tower"]);
+    let st = rig.status.get(SOURCE).unwrap();
+    assert_eq!(st.pages, 2);
+    assert_eq!(st.failures.len(), 1, "{:?}", st.failures);
+    assert!(st.failures[0].path.ends_with("bad.md"), "{:?}", st.failures);
+    rig.wait_for("the removal", |k| matches!(k, EventKind::PageRemoved { slug, .. } if slug == "yard")).await;
+}
+
+#[actix::test]
+async fn a_retired_writer_refuses_to_commit() {
+    let rig = Rig::new("retired", WriterOptions::default()).await;
+    rig.ingest(vec![page("hall.md", 1)], vec![], Origin::Edit).await;
+    rig.writer.send(Commit).await.unwrap().unwrap();
+    rig.writer.send(AwaitVectors).await.unwrap().unwrap();
+    let before = rig.writer.send(Commit).await.unwrap().unwrap();
+    rig.writer.send(Retire).await.unwrap();
+    rig.ingest(vec![page("yard.md", 1)], vec![], Origin::Edit).await;
+    let refused = rig.writer.send(Commit).await.unwrap();
+    assert!(matches!(refused, Err(PipelineError::Refused { why: Refusal::Retired, .. })), "{refused:?}");
+    assert_eq!(rig.served_slugs(), ["hall"]);
+    assert_eq!(rig.status.get(SOURCE).unwrap().version, before, "nothing was written after the retirement");
+}
