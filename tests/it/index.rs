@@ -360,6 +360,48 @@ async fn another_model_configuration_rebuilds_the_source_instead_of_mixing_vecto
     assert!(old.is_err(), "no vector of the default settings is left in the source");
 }
 
+/// A model brought through `[model]`'s folder, not the provisioned one: another width, another
+/// tokenizer, and a language the provisioned model does not read. The toy model
+/// (`fixtures/models/toy-bilingual`, made by the script beside it) gives an English word and its
+/// German translation one vector, so a German question finds an English page by meaning alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_brought_through_its_folder_indexes_and_answers_in_the_languages_it_reads() {
+    let (vault, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    write(vault.path(), "garden.md", "# Garden\n\nThe garden has flowers and trees.\n");
+    write(vault.path(), "kitchen.md", "# Kitchen\n\nThe kitchen has an oven and bread.\n");
+    write(vault.path(), "car.md", "# Car\n\nThe car has an engine and a road to drive.\n");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/models/toy-bilingual");
+    let model = cairn_actors::ModelConfig { dir: Some(dir.clone()), ..Default::default() };
+    let specs = [spec("notes", vault.path())];
+    let uri = db.path().to_str().unwrap();
+    let config =
+        Config { model: model.clone(), ..Config::new(uri, specs.iter().map(SourceSpec::config).collect()) };
+    let first = cairn::index(config.clone(), false, false).await.unwrap();
+    assert_eq!((first.counts.pages_indexed, first.counts.chunks_embedded), (3, 3));
+
+    // The tables record this model: its id and its width (32), not the provisioned one's.
+    let toy =
+        OrtEmbedder::from_files(&cairn_index::provision_with(Some(&dir)).unwrap(), model.ort_options(1))
+            .unwrap();
+    assert_eq!(toy.dim(), 32);
+    let database = Database::open(uri).await.unwrap();
+    database.open_source("notes", &Manifest::current(toy.model_id(), 32)).await.unwrap();
+
+    // No word of the question is in any page: only the model's reading of it finds the garden.
+    let reader = cairn::Cairn::attach(config, "test", true).await.unwrap();
+    let answer = reader.search(cairn_query::SearchRequest::new("Blumen und Bäume im Garten")).await.unwrap();
+    let top = &answer.results[0];
+    assert_eq!(top.slug, "garden", "{:?}", answer.results.iter().map(|r| &r.slug).collect::<Vec<_>>());
+    assert!(
+        !top.evidence.iter().any(|e| matches!(e, cairn_query::Evidence::KeywordExact)),
+        "{:?}",
+        top.evidence
+    );
+    let german = reader.search(cairn_query::SearchRequest::new("Ofen und Brot")).await.unwrap();
+    assert_eq!(german.results[0].slug, "kitchen");
+    reader.shutdown().await.unwrap();
+}
+
 /// Feedback reads its first answers' vectors exact on either path: from memory while it holds
 /// them, and from the stored vectors once it holds only their int8 codes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
