@@ -25,35 +25,17 @@ mod weed;
 
 use cairn_actors::api::Search;
 use cairn_actors::roles::client::Client;
-use common::{pct, shared};
+use common::{bin, copy_dir, pct, shared};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io::{BufRead, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 use weed::{BUCKET, Weed};
-
-fn bin() -> PathBuf {
-    std::env::var_os("CAIRN_BENCH_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_cairn")))
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    for e in walkdir::WalkDir::new(from) {
-        let e = e.unwrap();
-        let dest = to.join(e.path().strip_prefix(from).unwrap());
-        if e.file_type().is_dir() {
-            std::fs::create_dir_all(&dest).unwrap();
-        } else {
-            std::fs::copy(e.path(), &dest).unwrap();
-        }
-    }
-}
 
 fn env_num(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -373,8 +355,8 @@ fn main() {
     println!("| edits | p50 s | p99 s (goal ≤ 1) | max s |\n|---|---|---|---|");
     println!(
         "| {edits} | {:.3} | {:.3} | {:.3} |\n",
-        pct(&mut lags, 0.5),
-        pct(&mut lags, 0.99),
+        pct(&lags, 0.5),
+        pct(&lags, 0.99),
         lags.iter().copied().fold(0.0, f64::max)
     );
 
@@ -428,7 +410,7 @@ fn main() {
     println!(
         "| {} | {:.1} | {:.1} |\n",
         times.len(),
-        pct(&mut times, 0.5),
+        pct(&times, 0.5),
         times.iter().copied().fold(0.0, f64::max)
     );
     for p in procs.iter_mut().flatten() {

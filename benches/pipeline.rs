@@ -17,7 +17,7 @@
 mod common;
 use cairn_actors::core::event::EventKind;
 use cairn_actors::{Config, Mode, Pipeline as Cairn, SearchRequest, SourceConfig};
-use common::{pct, shared};
+use common::{Better, Figures, copy_dir, pct, shared};
 use futures::StreamExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -38,19 +38,6 @@ fn owner(cairn: &Cairn, config: &Config) -> cairn_actors::api::OwnerApi {
 async fn search(owner: &cairn_actors::api::OwnerApi, request: SearchRequest) -> cairn_actors::SearchResponse {
     use cairn_actors::api::{Handle, Search};
     owner.handle(Search { request }).await.unwrap()
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    for e in walkdir::WalkDir::new(from) {
-        let e = e.unwrap();
-        let rel = e.path().strip_prefix(from).unwrap();
-        let dest = to.join(rel);
-        if e.file_type().is_dir() {
-            std::fs::create_dir_all(&dest).unwrap();
-        } else if e.file_type().is_file() {
-            std::fs::copy(e.path(), &dest).unwrap();
-        }
-    }
 }
 
 fn source(id: &str, root: &Path) -> SourceConfig {
@@ -214,8 +201,8 @@ async fn main() {
             found += 1;
         }
     }
-    let (p50, p99) = (pct(&mut lat.clone(), 0.5), pct(&mut lat, 0.99));
-    let (v50, v99) = (pct(&mut lat_vectors.clone(), 0.5), pct(&mut lat_vectors, 0.99));
+    let (p50, p99) = (pct(&lat, 0.5), pct(&lat, 0.99));
+    let (v50, v99) = (pct(&lat_vectors, 0.5), pct(&lat_vectors, 0.99));
 
     cairn.shutdown().await.unwrap();
     let embed = embed_ms as f64 / 1000.0;
@@ -334,6 +321,7 @@ async fn query_latency(work: &Path, config: Config) -> Vec<String> {
         req.mode = Mode::Fast;
         search(&answers, req).await;
     }
+    let mut figures = Figures::new("pipeline-query-latency");
     for mode in [Mode::Fast, Mode::Balanced, Mode::Thorough] {
         let mut ms = Vec::new();
         for q in &qs {
@@ -348,8 +336,12 @@ async fn query_latency(work: &Path, config: Config) -> Vec<String> {
             Mode::Balanced => " (every query embedded afresh)",
             Mode::Thorough => " (query vectors cached by the balanced run)",
         };
-        println!("| {mode:?}{note} | {:.1} | {:.1} |", pct(&mut ms.clone(), 0.5), pct(&mut ms, 0.99));
+        println!("| {mode:?}{note} | {:.1} | {:.1} |", pct(&ms, 0.5), pct(&ms, 0.99));
+        let mode = mode.to_string();
+        figures.add(&format!("{mode}.p50_ms"), pct(&ms, 0.5), "ms", Better::Lower);
+        figures.add(&format!("{mode}.p99_ms"), pct(&ms, 0.99), "ms", Better::Lower);
     }
+    figures.finish();
     cairn.shutdown().await.unwrap();
     qs
 }
@@ -416,11 +408,11 @@ async fn lancedb_floor(db: &Path, qs: &[String]) {
                 }
             }
         }
-        println!("| {label} | {:.1} | {:.1} |", pct(&mut read_ms.clone(), 0.5), pct(&mut read_ms, 0.99));
+        println!("| {label} | {:.1} | {:.1} |", pct(&read_ms, 0.5), pct(&read_ms, 0.99));
     }
     println!(
         "| query embedding, uncached (1 ort thread) | {:.1} | {:.1} |",
-        pct(&mut embed_ms.clone(), 0.5),
-        pct(&mut embed_ms, 0.99)
+        pct(&embed_ms, 0.5),
+        pct(&embed_ms, 0.99)
     );
 }

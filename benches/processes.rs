@@ -34,62 +34,19 @@
 //! Works in `CAIRN_BENCH_DIR` (default `/tmp/cairn-bench-processes`); the shared data is never
 //! written. Run by `scripts/bench/processes`.
 
+mod common;
 #[path = "../tests/shared/http.rs"]
 mod http;
 #[path = "../tests/shared/webdriver.rs"]
 mod webdriver;
 
+use common::{Better, Figures, bin, copy_dir, du_mib, pct, shared};
 use serde_json::Value;
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-
-fn bin() -> PathBuf {
-    std::env::var_os("CAIRN_BENCH_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_cairn")))
-}
-
-fn shared(rel: &str) -> PathBuf {
-    let p = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("run by cargo"))
-        .join("../shared/eval")
-        .join(rel);
-    assert!(p.exists(), "bench: {} is missing (the shared eval data is required)", p.display());
-    p
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    for e in walkdir::WalkDir::new(from) {
-        let e = e.unwrap();
-        let dest = to.join(e.path().strip_prefix(from).unwrap());
-        if e.file_type().is_dir() {
-            std::fs::create_dir_all(&dest).unwrap();
-        } else if e.file_type().is_file() {
-            std::fs::copy(e.path(), &dest).unwrap();
-        }
-    }
-}
-
-fn pct(v: &[f64], p: f64) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v[((v.len() as f64 - 1.0) * p).round() as usize]
-}
-
-fn du_mib(path: &Path) -> f64 {
-    walkdir::WalkDir::new(path)
-        .into_iter()
-        .filter_map(Result::ok)
-        .filter(|e| e.file_type().is_file())
-        .map(|e| e.metadata().map_or(0, |m| m.len()))
-        .sum::<u64>() as f64
-        / (1024.0 * 1024.0)
-}
 
 /// A `cairn watch --json` child: its events, timestamped as they arrive, and its stderr lines.
 struct Watch {
@@ -341,6 +298,18 @@ each a fresh navigation): p50 {:.1} ms, p99 {:.1} ms (goal ≤ 200; {:.2} of it 
     println!("| `cairn serve` | {serve_warm:.1} | {serve_after:.1} |");
     println!("| `cairn mcp` | {mcp_rss:.1} | |");
     println!("\nWhat `serve` adds over a client `mcp`: {:.1} MiB warm (goal ≤ 40)\n", serve_warm - mcp_rss);
+    let mut f = Figures::new("processes-serve");
+    for (role, (h, s, _)) in [("owner", &as_owner), ("client", &as_client)] {
+        for (q, p) in [("p50", 0.5), ("p99", 0.99)] {
+            f.add(&format!("{role}.http_{q}_ms"), pct(h, p), "ms", Better::Lower);
+            f.add(&format!("{role}.socket_{q}_ms"), pct(s, p), "ms", Better::Lower);
+            f.add(&format!("{role}.http_over_socket_{q}"), pct(h, p) / pct(s, p), "×", Better::Lower);
+        }
+    }
+    f.add("page.first_paint_p50_ms", pct(&painted, 0.5), "ms", Better::Lower);
+    f.add("page.first_paint_p99_ms", pct(&painted, 0.99), "ms", Better::Lower);
+    f.add("client.serve_over_mcp_mib", serve_warm - mcp_rss, "MiB", Better::Lower);
+    f.finish();
 }
 
 /// The search page's first contentful paint for each query (the second of two rounds; the

@@ -31,7 +31,7 @@ use cairn_index::{
 };
 use cairn_ingest::{ParseOptions, parse_page};
 use cairn_query::{Mode, SearchRequest};
-use common::{pct, shared};
+use common::{du_mib, pct, shared};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use weed::{BUCKET, Weed};
@@ -213,7 +213,7 @@ async fn measure(db: &str) {
             }
             assert!(!answer.results.is_empty(), "`{q}` found nothing");
         }
-        modes.insert(name.into(), serde_json::json!({ "p50": pct(&mut ms, 0.5), "p99": pct(&mut ms, 0.99) }));
+        modes.insert(name.into(), serde_json::json!({ "p50": pct(&ms, 0.5), "p99": pct(&ms, 0.99) }));
     }
     // One page edited (one section changed), committed as the writer does: the tables, then
     // the resident index.
@@ -249,9 +249,9 @@ async fn measure(db: &str) {
         "modes": modes,
         "commit_ms": commit_ms.iter().map(|m| m.round()).collect::<Vec<_>>(),
         "tables_ms": tables_ms.iter().map(|m| m.round()).collect::<Vec<_>>(),
-        "commit_p50_ms": pct(&mut commit_ms.clone(), 0.5),
-        "commit_max_ms": pct(&mut commit_ms, 1.0),
-        "tables_p50_ms": pct(&mut tables_ms, 0.5),
+        "commit_p50_ms": pct(&commit_ms, 0.5),
+        "commit_max_ms": pct(&commit_ms, 1.0),
+        "tables_p50_ms": pct(&tables_ms, 0.5),
         "restored": restored,
         "save_s": save_s,
     });
@@ -321,18 +321,6 @@ fn main() {
             .collect();
         report(*n, "SeaweedFS", &db, write_s, du_mib(&weed_dir.join("data")), &env);
     }
-}
-
-/// Bytes under a folder, in MiB.
-fn du_mib(dir: &Path) -> f64 {
-    walkdir::WalkDir::new(dir)
-        .into_iter()
-        .filter_map(Result::ok)
-        .filter_map(|e| e.metadata().ok())
-        .filter(|m| m.is_file())
-        .map(|m| m.len())
-        .sum::<u64>() as f64
-        / 1048576.0
 }
 
 /// Measure `db` in a fresh process (its environment plus `env`), once per vector path that
