@@ -132,17 +132,20 @@ impl Drop for Guard {
     }
 }
 
-/// A running cairn: watches its sources, keeps their index current, answers queries.
+/// A running cairn: watches its sources and keeps their index current. Queries are answered from
+/// the sources it keeps ([`Pipeline::host`]) by the API's read verbs ([`crate::api::reads`]);
+/// most callers want the [`crate::Cairn`] handle, which runs a pipeline when no other process
+/// owns the database:
 ///
 /// ```no_run
-/// use cairn_actors::{Pipeline, Config, SourceConfig, SearchRequest};
+/// use cairn_actors::{Cairn, Config, SourceConfig, SearchRequest};
 ///
 /// # async fn demo() -> Result<(), cairn_actors::Error> {
 /// let config = Config::new(
 ///     "/tmp/cairn-db",
 ///     vec![SourceConfig { id: "notes".into(), root: "/home/me/vault".into(), include: vec![], exclude: vec![], language: None }],
 /// );
-/// let cairn = Pipeline::open(config).await?;
+/// let cairn = Cairn::open(config).await?;
 /// cairn.flush().await?; // everything on disk now is searchable
 /// let answer = cairn.search(SearchRequest::new("hall of light")).await?;
 /// for r in &answer.results {
