@@ -44,9 +44,16 @@ pub trait Reads: Send + Sync {
     fn answered(&self, answered: QueryAnswered) -> BoxFuture<'_, ()>;
 }
 
-/// A task's failure, as a query error.
+/// A task's end: cancelled (the owner's runtime stopped under it: the process is stopping), or
+/// failed (a panic), as the errors callers know.
 fn joined<T>(r: std::result::Result<T, tokio::task::JoinError>) -> Result<T> {
-    r.map_err(|e| cairn_query::QueryError::Internal(e.to_string()).into())
+    r.map_err(|e| {
+        if e.is_cancelled() {
+            crate::Error::Stopped
+        } else {
+            cairn_query::QueryError::Internal(e.to_string()).into()
+        }
+    })
 }
 
 impl<R: Reads> Handle<Search> for R {
