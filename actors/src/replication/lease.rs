@@ -321,6 +321,13 @@ impl Lease {
         }
     }
 
+    /// As if not renewed for the whole TTL (a store that did not answer, a process that was
+    /// stopped), for tests of what a lapsed lease refuses.
+    #[cfg(test)]
+    pub(crate) fn lapse(&self) {
+        self.lock().renewed = boot_clock().saturating_sub(TTL);
+    }
+
     /// Give it back (a clean stop): a standby takes it at its next look.
     pub async fn release(&self) {
         let etag = {
@@ -407,11 +414,6 @@ mod tests {
         }
     }
 
-    /// Not renewed for the whole TTL (a store that did not answer, a process that was stopped).
-    fn lapse(lease: &Lease) {
-        lease.lock().renewed = boot_clock().saturating_sub(TTL);
-    }
-
     #[tokio::test]
     async fn a_lease_changes_hands_only_through_its_etag_or_its_release() {
         let store = LeaseStore::of(&crate::replication::remote::Remote::in_memory());
@@ -443,12 +445,12 @@ mod tests {
         let store = LeaseStore::of(&crate::replication::remote::Remote::in_memory());
         let (a, b) = (on_another_machine(1, "a"), on_another_machine(2, "b"));
         let lease = take(&store, &a, &mut Watching::default()).await.unwrap();
-        lapse(&lease);
+        lease.lapse();
         assert!(!lease.valid() && !lease.lost(), "lapsed, not lost: writing pauses");
         assert!(lease.renew().await.unwrap(), "nobody took it: the renewal lands");
         assert!(lease.valid(), "writing resumes");
         // Lapsed again, and a standby took it over meanwhile.
-        lapse(&lease);
+        lease.lapse();
         let (etag, _) = store.look().await.unwrap();
         assert!(take(&store, &b, &mut Watching::stood_still(&etag)).await.is_some());
         assert!(!lease.renew().await.unwrap(), "its ETag moved: the lease is lost");

@@ -195,3 +195,60 @@ async fn a_retired_writer_refuses_to_commit() {
     assert_eq!(rig.served_slugs(), ["hall"]);
     assert_eq!(rig.status.get(SOURCE).unwrap().version, before, "nothing was written after the retirement");
 }
+
+/// A writer lease on an in-memory object store, taken by this process, and the journal written
+/// under it; the store, for another process to take the lease over.
+async fn publishing() -> (crate::replication::journal::Publishing, crate::replication::lease::LeaseStore) {
+    use crate::replication::lease::{LeaseStore, Taken, Watching};
+    let remote = crate::replication::remote::Remote::in_memory();
+    let store = LeaseStore::of(&remote);
+    let me = crate::replication::lease::me("test", std::path::Path::new("/state/a/cairn.lock"));
+    let Taken::Mine(lease) = store.try_take(&me, &mut Watching::default()).await.unwrap() else {
+        panic!("a free lease is taken")
+    };
+    let journal = crate::replication::journal::Journal::start(remote, lease.clone()).await;
+    (crate::replication::journal::Publishing { lease, journal }, store)
+}
+
+#[actix::test]
+async fn a_commit_while_the_lease_is_lapsed_is_kept_and_lands_after_the_renewal() {
+    let (publishing, _) = publishing().await;
+    let lease = publishing.lease.clone();
+    let mut rig =
+        Rig::new("lapsed", WriterOptions { publishing: Some(publishing), ..Default::default() }).await;
+    lease.lapse();
+    rig.ingest(vec![page("hall.md", 1)], vec![], Origin::Edit).await;
+    let refused = rig.writer.send(Commit).await.unwrap();
+    assert!(matches!(refused, Err(PipelineError::Refused { why: Refusal::LeaseLapsed, .. })), "{refused:?}");
+    assert!(rig.served_slugs().is_empty(), "nothing is written under a lapsed lease");
+    // The store answers again: the renewal lands, and the page the writer kept goes in.
+    assert!(lease.renew().await.unwrap());
+    rig.wait_for("the commit after the renewal", committed).await;
+    assert_eq!(rig.served_slugs(), ["hall"]);
+}
+
+#[actix::test]
+async fn a_writer_whose_lease_was_taken_over_commits_nothing_more() {
+    use crate::replication::lease::{Taken, Watching};
+    let (publishing, store) = publishing().await;
+    let lease = publishing.lease.clone();
+    let rig = Rig::new("taken", WriterOptions { publishing: Some(publishing), ..Default::default() }).await;
+    rig.ingest(vec![page("hall.md", 1)], vec![], Origin::Edit).await;
+    rig.writer.send(Commit).await.unwrap().unwrap();
+    rig.writer.send(AwaitVectors).await.unwrap().unwrap();
+    let before = rig.writer.send(Commit).await.unwrap().unwrap();
+    // Not renewed for its TTL, and another machine's standby took it over.
+    lease.lapse();
+    let (etag, _) = store.look().await.unwrap();
+    let other = crate::replication::lease::me("test", std::path::Path::new("/state/b/cairn.lock"));
+    assert!(matches!(
+        store.try_take(&other, &mut Watching::stood_still(&etag)).await.unwrap(),
+        Taken::Mine(_)
+    ));
+    assert!(!lease.renew().await.unwrap(), "its renewal finds the lease gone");
+    rig.ingest(vec![page("yard.md", 1)], vec![], Origin::Edit).await;
+    let refused = rig.writer.send(Commit).await.unwrap();
+    assert!(matches!(refused, Err(PipelineError::Refused { why: Refusal::LeaseLost, .. })), "{refused:?}");
+    assert_eq!(rig.served_slugs(), ["hall"]);
+    assert_eq!(rig.status.get(SOURCE).unwrap().version, before);
+}
