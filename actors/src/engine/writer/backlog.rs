@@ -1,7 +1,9 @@
 //! The embedding backlog: the chunks waiting for vectors (an edit's ahead of bulk work), the
 //! requests out to the model, and the vectors on their way to the tables. Pure bookkeeping, with
-//! its own tests; the writer sends the requests and commits the answers.
+//! its own tests; the writer sends the requests and commits the answers, through the methods
+//! below only.
 
+use crate::core::error::PipelineError;
 use crate::core::event::EventKind;
 use crate::engine::embedding::Priority;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -17,37 +19,178 @@ const FRESH_VECTORS: usize = 4096;
 /// The embedding rate is measured over this window.
 const RATE_WINDOW: Duration = Duration::from_secs(30);
 
+/// What a vector commit writes: the vectors (chunk id, vector), how many texts the model embedded
+/// for them and its time, and the warnings told with it.
+pub(super) struct Ready {
+    pub(super) vectors: Vec<(String, Vec<f32>)>,
+    pub(super) embedded: usize,
+    pub(super) model: Duration,
+    pub(super) warnings: Vec<EventKind>,
+}
+
 /// The chunks waiting for vectors, and the vectors on their way to the tables.
 #[derive(Debug, Default)]
 pub(super) struct Backlog {
-    pub(super) edits: VecDeque<String>,
-    pub(super) bulk: VecDeque<String>,
-    pub(super) queued: HashSet<String>,
+    edits: VecDeque<String>,
+    bulk: VecDeque<String>,
+    queued: HashSet<String>,
     /// Requests out to the model.
-    pub(super) out: usize,
+    out: usize,
     /// Of those, requests of edits (one may go out beyond [`MAX_EMBEDS_OUT`]).
-    pub(super) edits_out: usize,
+    edits_out: usize,
     /// Vector commits under way.
-    pub(super) committing: usize,
+    committing: usize,
     /// Embedded (or found by text hash) and not yet committed: (chunk id, vector).
-    pub(super) ready: Vec<(String, Vec<f32>)>,
+    ready: Vec<(String, Vec<f32>)>,
     /// Of those, the texts the model embedded, and its time for them.
-    pub(super) embedded: usize,
-    pub(super) model: Duration,
+    embedded: usize,
+    model: Duration,
     /// Warnings about those (chunks longer than the model's window), told with their commit.
-    pub(super) warnings: Vec<EventKind>,
-    pub(super) fresh: HashMap<String, Vec<f32>>,
+    warnings: Vec<EventKind>,
+    fresh: HashMap<String, Vec<f32>>,
     /// Chunks still waiting, per page (for `page_embedded`).
-    pub(super) left: HashMap<String, usize>,
+    left: HashMap<String, usize>,
     /// `flush` callers waiting for every vector (told a failure that lasts, too).
-    pub(super) waiters: Vec<oneshot::Sender<Result<(), crate::core::error::PipelineError>>>,
+    waiters: Vec<oneshot::Sender<Result<(), PipelineError>>>,
     /// Recent vector commits: (when, chunks).
-    pub(super) recent: VecDeque<(Instant, usize)>,
+    recent: VecDeque<(Instant, usize)>,
     /// A commit of `ready` is due again (the writer lease lapsed: it waits for a renewal).
-    pub(super) retry_due: bool,
+    retry_due: bool,
 }
 
 impl Backlog {
+    /// Chunks queued for the model.
+    pub(super) fn waiting(&self) -> usize {
+        self.queued.len()
+    }
+
+    /// A `flush` caller, answered once nothing waits for a vector (or told a failure that lasts).
+    pub(super) fn wait(&mut self, tx: oneshot::Sender<Result<(), PipelineError>>) {
+        self.waiters.push(tx);
+    }
+
+    /// Answer every waiting caller with `result`.
+    pub(super) fn tell_waiters(&mut self, result: Result<(), PipelineError>) {
+        for w in self.waiters.drain(..) {
+            let _ = w.send(result.clone());
+        }
+    }
+
+    /// The source opened again (a start, or a restart after a failure): what was queued, out or
+    /// ready is known again from the tables; only the callers waiting stay.
+    pub(super) fn reopened(&mut self) {
+        *self = Backlog { waiters: std::mem::take(&mut self.waiters), ..Backlog::default() };
+    }
+
+    /// The actor restarted: the requests it had out were cancelled with its old context.
+    pub(super) fn restarted(&mut self) {
+        (self.out, self.edits_out) = (0, 0);
+    }
+
+    /// The vector of a text embedded moments ago.
+    pub(super) fn fresh(&self, hash: &str) -> Option<Vec<f32>> {
+        self.fresh.get(hash).cloned()
+    }
+
+    /// A chunk's vector, known without the model: ready for the next vector commit.
+    pub(super) fn ready(&mut self, chunk_id: String, vector: Vec<f32>) {
+        self.ready.push((chunk_id, vector));
+    }
+
+    /// The model's answer for one text (`made`: embedded now, not reused): every chunk of that
+    /// text gets the vector, and it is remembered for chunks of the same text queued meanwhile.
+    pub(super) fn embedded(&mut self, hash: String, vector: &[f32], chunk_ids: Vec<String>, made: bool) {
+        self.embedded += usize::from(made);
+        self.remember(hash, vector.to_vec());
+        self.ready.extend(chunk_ids.into_iter().map(|id| (id, vector.to_vec())));
+    }
+
+    /// The model's time for a request.
+    pub(super) fn model_time(&mut self, took: Duration) {
+        self.model += took;
+    }
+
+    /// Warnings told with the next vector commit.
+    pub(super) fn warn(&mut self, warnings: impl IntoIterator<Item = EventKind>) {
+        self.warnings.extend(warnings);
+    }
+
+    /// Vectors wait to be committed.
+    pub(super) fn has_ready(&self) -> bool {
+        !self.ready.is_empty()
+    }
+
+    /// Vectors wait and no request is out: their commit is due now.
+    pub(super) fn commit_due(&self) -> bool {
+        !self.ready.is_empty() && self.out == 0
+    }
+
+    /// What is ready, for a vector commit counted as under way from now.
+    pub(super) fn take_ready(&mut self) -> Ready {
+        self.committing += 1;
+        Ready {
+            vectors: std::mem::take(&mut self.ready),
+            embedded: std::mem::take(&mut self.embedded),
+            model: std::mem::take(&mut self.model),
+            warnings: std::mem::take(&mut self.warnings),
+        }
+    }
+
+    /// A vector commit ended: `Some(n)` when it wrote `n` chunks' vectors.
+    pub(super) fn committed(&mut self, chunks: Option<usize>) {
+        self.committing -= 1;
+        if let Some(n) = chunks {
+            self.recent.push_back((Instant::now(), n));
+        }
+    }
+
+    /// A refused vector commit is to be tried again: `true` for the caller that must schedule it
+    /// (one retry at a time).
+    pub(super) fn retry_once(&mut self) -> bool {
+        !std::mem::replace(&mut self.retry_due, true)
+    }
+
+    /// The scheduled retry runs.
+    pub(super) fn retrying(&mut self) {
+        self.retry_due = false;
+    }
+
+    /// A page committed with `chunks` of its chunks still waiting for vectors (0: none).
+    pub(super) fn page_waits(&mut self, slug: &str, chunks: usize) {
+        if chunks == 0 {
+            self.left.remove(slug);
+        } else {
+            self.left.insert(slug.to_string(), chunks);
+        }
+    }
+
+    /// One more chunk of a page waits (counted as the source opens).
+    pub(super) fn chunk_waits(&mut self, slug: String) {
+        *self.left.entry(slug).or_default() += 1;
+    }
+
+    /// A page removed: nothing of it waits.
+    pub(super) fn forget_page(&mut self, slug: &str) {
+        self.left.remove(slug);
+    }
+
+    /// `n` more of a page's chunks have their vectors: whether that was its last.
+    pub(super) fn page_embedded(&mut self, slug: &str, n: usize) -> bool {
+        let Some(left) = self.left.get_mut(slug) else { return false };
+        *left = left.saturating_sub(n);
+        if *left > 0 {
+            return false;
+        }
+        self.left.remove(slug);
+        true
+    }
+
+    /// Vectors are queued, out to the model or being committed (upkeep that rewrites the chunks
+    /// table waits).
+    pub(super) fn busy(&self) -> bool {
+        self.out > 0 || self.committing > 0 || !self.edits.is_empty() || !self.bulk.is_empty()
+    }
+
     /// Queue a chunk for its vector; an edit's chunk already queued as bulk work moves up.
     pub(super) fn queue(&mut self, chunk_id: String, priority: Priority) {
         if self.queued.insert(chunk_id.clone()) {
@@ -75,7 +218,7 @@ impl Backlog {
     }
 
     /// A vector just embedded, for chunks of the same text queued meanwhile.
-    pub(super) fn remember(&mut self, hash: String, v: Vec<f32>) {
+    fn remember(&mut self, hash: String, v: Vec<f32>) {
         if self.fresh.len() >= FRESH_VECTORS {
             self.fresh.clear();
         }

@@ -110,7 +110,7 @@ impl SourceWriter {
         (self.failures, self.failing) = (0, None);
         self.plan.committed(&batch, tokio::time::Instant::now());
         for s in &batch.removals {
-            self.vectors.left.remove(s);
+            self.vectors.forget_page(s);
         }
         let mut chunks = 0;
         for (w, origin) in batch.upserts.into_iter().zip(origins) {
@@ -119,11 +119,7 @@ impl SourceWriter {
             self.status.cleared(&self.id, &p.path);
             let waiting: Vec<&cairn_ingest::Chunk> =
                 p.chunks.iter().zip(&w.vectors).filter(|(_, v)| v.is_none()).map(|(c, _)| c).collect();
-            if waiting.is_empty() {
-                self.vectors.left.remove(&p.slug);
-            } else {
-                self.vectors.left.insert(p.slug.clone(), waiting.len());
-            }
+            self.vectors.page_waits(&p.slug, waiting.len());
             for c in waiting {
                 self.vectors.queue(c.id.clone(), origin.priority());
             }

@@ -58,11 +58,7 @@ impl SourceWriter {
         // commit after the backfill; the key indexes follow the table meanwhile (see
         // [`super::upkeep::Upkeep::run`]). (Queued or in flight: a chunk the model refused
         // stays without a vector for good and must not hold compaction off for ever.)
-        let vectors_busy = self.vectors.out > 0
-            || self.vectors.committing > 0
-            || !self.vectors.edits.is_empty()
-            || !self.vectors.bulk.is_empty();
-        let work = self.upkeep_due.run(vectors_busy);
+        let work = self.upkeep_due.run(self.vectors.busy());
         let run = Run {
             phase: match work {
                 Work::Compact => Phase::Compact,

@@ -175,7 +175,7 @@ impl std::fmt::Debug for SourceWriter {
             .field("buffered_pages", &self.plan.buffered_pages())
             .field("buffered_chunks", &self.plan.buffered_chunks())
             .field("removals", &self.plan.pending_removals())
-            .field("vectors_waiting", &self.vectors.queued.len())
+            .field("vectors_waiting", &self.vectors.waiting())
             .finish()
     }
 }
@@ -250,9 +250,7 @@ impl SourceWriter {
     fn fail(&mut self, ctx: &mut Context<Self>, stage: &str, error: PipelineError) {
         self.report_failure(stage, &format!("{stage} failed"), &error.to_string());
         if self.failures >= TELL_AFTER {
-            for w in self.vectors.waiters.drain(..) {
-                let _ = w.send(Err(error.clone()));
-            }
+            self.vectors.tell_waiters(Err(error.clone()));
         }
         self.failing = Some(error);
         ctx.stop();
@@ -344,11 +342,7 @@ impl SourceWriter {
 
     /// The vector of a text, if one is known (committed, or embedded moments ago).
     fn known_vector(&self, hash: &str) -> Option<Vec<f32>> {
-        self.vectors
-            .fresh
-            .get(hash)
-            .cloned()
-            .or_else(|| self.resident.as_ref().and_then(|r| r.read().vector_of(hash)))
+        self.vectors.fresh(hash).or_else(|| self.resident.as_ref().and_then(|r| r.read().vector_of(hash)))
     }
 }
 
@@ -362,8 +356,7 @@ impl Actor for SourceWriter {
             return;
         }
         // Requests out before a restart were cancelled with the old context.
-        self.vectors.out = 0;
-        self.vectors.edits_out = 0;
+        self.vectors.restarted();
         // A restart (after a failed commit) waits its backoff, holding what was sent meanwhile.
         let delay = if self.failures > 0 { crate::core::retry::after(self.failures) } else { Duration::ZERO };
         self.open_tables(delay, ctx);
@@ -461,7 +454,7 @@ impl Handler<AwaitVectors> for SourceWriter {
             return Box::pin(async move { Err(e) });
         }
         let (tx, rx) = oneshot::channel();
-        self.vectors.waiters.push(tx);
+        self.vectors.wait(tx);
         self.pump(ctx);
         Box::pin(async move { rx.await.map_err(|_| PipelineError::Stopped(Part::Writer))? })
     }
@@ -567,9 +560,7 @@ impl Handler<Close> for SourceWriter {
 
     fn handle(&mut self, _: Close, ctx: &mut Context<Self>) {
         self.closed = true;
-        for w in self.vectors.waiters.drain(..) {
-            let _ = w.send(Ok(()));
-        }
+        self.vectors.tell_waiters(Ok(()));
         ctx.stop();
     }
 }

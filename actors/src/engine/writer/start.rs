@@ -1,7 +1,6 @@
 //! The writer's start-up (and restart): open or rebuild the source's tables, load its resident
 //! index (from a snapshot when one matches), and resume what a stop interrupted.
 
-use super::backlog::Backlog;
 use super::upkeep::Upkeep;
 use super::{LAPSED_RETRY, Origin, SourceWriter};
 use crate::core::error::{Part, PipelineError, Refusal};
@@ -125,12 +124,12 @@ impl SourceWriter {
         self.store = Some(store);
         self.status.set_version(&self.id, version);
         self.plan.load(loaded.states, loaded.orphans);
-        self.vectors = Backlog { waiters: std::mem::take(&mut self.vectors.waiters), ..Backlog::default() };
+        self.vectors.reopened();
         {
             let index = resident.read();
             for (chunk, _, _) in index.unembedded() {
                 if let Some((slug, _, _)) = index.waiting(&chunk) {
-                    *self.vectors.left.entry(slug).or_default() += 1;
+                    self.vectors.chunk_waits(slug);
                 }
                 self.vectors.queue(chunk, Priority::Bulk);
             }

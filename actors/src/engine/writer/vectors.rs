@@ -25,9 +25,8 @@ impl SourceWriter {
                 let index = resident.read();
                 for id in ids {
                     let Some((_, hash, text)) = index.waiting(&id) else { continue };
-                    if let Some(v) = self.vectors.fresh.get(&hash).cloned().or_else(|| index.vector_of(&hash))
-                    {
-                        self.vectors.ready.push((id, v));
+                    if let Some(v) = self.vectors.fresh(&hash).or_else(|| index.vector_of(&hash)) {
+                        self.vectors.ready(id, v);
                         continue;
                     }
                     match by_text.get_mut(&hash) {
@@ -57,7 +56,7 @@ impl SourceWriter {
                 act.pump(ctx);
             }));
         }
-        if !self.vectors.ready.is_empty() && self.vectors.out == 0 {
+        if self.vectors.commit_due() {
             self.commit_vectors(ctx);
         }
         self.settle_waiters();
@@ -70,14 +69,12 @@ impl SourceWriter {
         by_text: HashMap<String, (usize, Vec<String>)>,
         ctx: &mut Context<Self>,
     ) {
-        self.vectors.model += reply.model;
+        self.vectors.model_time(reply.model);
         self.warn_truncated(&reply.truncated, &by_text);
         for (hash, (i, ids)) in by_text {
             match &reply.vectors[i] {
                 Some(v) => {
-                    self.vectors.embedded += usize::from(!reply.reused.contains(&i));
-                    self.vectors.remember(hash, v.clone());
-                    self.vectors.ready.extend(ids.into_iter().map(|id| (id, v.clone())));
+                    self.vectors.embedded(hash, v, ids, !reply.reused.contains(&i));
                 }
                 None => {
                     let why = reply.failed.iter().find(|(j, _)| *j == i).map_or("", |(_, w)| w.as_str());
@@ -121,7 +118,7 @@ impl SourceWriter {
                 .map(|(slug, n)| (paths.get(&slug).cloned().unwrap_or(slug), n))
                 .collect();
         }
-        self.vectors.warnings.extend(per_page.into_iter().map(|(path, n)| EventKind::PageWarning {
+        self.vectors.warn(per_page.into_iter().map(|(path, n)| EventKind::PageWarning {
             path,
             kind: "chunk_truncated".into(),
             reason: format!(
@@ -134,7 +131,7 @@ impl SourceWriter {
 
     /// Commit the vectors that are ready (ordered with every other write of this source).
     fn commit_vectors(&mut self, ctx: &mut Context<Self>) {
-        if self.vectors.ready.is_empty() || self.store.is_none() || self.resident.is_none() {
+        if !self.vectors.has_ready() || self.store.is_none() || self.resident.is_none() {
             return;
         }
         let sink = match self.sink() {
@@ -142,9 +139,9 @@ impl SourceWriter {
             // A lapsed lease (the store not answering): the vectors stay ready and are committed
             // once it is renewed, rather than reloading the source to embed them again.
             Err(PipelineError::Refused { why: Refusal::LeaseLapsed, .. }) => {
-                if !std::mem::replace(&mut self.vectors.retry_due, true) {
+                if self.vectors.retry_once() {
                     ctx.run_later(super::LAPSED_RETRY, |act, ctx| {
-                        act.vectors.retry_due = false;
+                        act.vectors.retrying();
                         act.commit_vectors(ctx);
                     });
                 }
@@ -152,24 +149,19 @@ impl SourceWriter {
             }
             Err(refused) => return self.fail(ctx, "writer", refused),
         };
-        let ready = std::mem::take(&mut self.vectors.ready);
+        let taken = self.vectors.take_ready();
+        let ready = taken.vectors;
         let complete = self.complete_pages(&sink.resident, &ready);
         let n = ready.len();
-        let done = Embedded {
-            embedded: std::mem::take(&mut self.vectors.embedded),
-            model: std::mem::take(&mut self.vectors.model),
-            warnings: std::mem::take(&mut self.vectors.warnings),
-            complete,
-        };
-        self.vectors.committing += 1;
+        let done =
+            Embedded { embedded: taken.embedded, model: taken.model, warnings: taken.warnings, complete };
         let write = write_vectors(sink, ready, done);
         ctx.wait(actix::fut::wrap_future::<_, Self>(write).map(move |res, act, ctx| {
-            act.vectors.committing -= 1;
+            act.vectors.committed(res.is_ok().then_some(n));
             match res {
                 Ok((pending, version)) => {
                     (act.failures, act.failing) = (0, None);
                     act.status.set_version(&act.id, version);
-                    act.vectors.recent.push_back((Instant::now(), n));
                     act.publish_vectors();
                     debug_assert!(
                         pending == act.resident.as_ref().map_or(0, |r| r.read().unembedded_count())
@@ -196,12 +188,8 @@ impl SourceWriter {
         }
         let mut complete: Vec<String> = Vec::new();
         for (slug, n) in &per_page {
-            if let Some(left) = self.vectors.left.get_mut(slug) {
-                *left = left.saturating_sub(*n);
-                if *left == 0 {
-                    self.vectors.left.remove(slug);
-                    complete.push(slug.clone());
-                }
+            if self.vectors.page_embedded(slug, *n) {
+                complete.push(slug.clone());
             }
         }
         complete.sort();
@@ -219,9 +207,7 @@ impl SourceWriter {
     /// Answer `flush` callers once nothing waits for a vector.
     pub(super) fn settle_waiters(&mut self) {
         if self.vectors.idle() && self.plan.is_empty() {
-            for w in self.vectors.waiters.drain(..) {
-                let _ = w.send(Ok(()));
-            }
+            self.vectors.tell_waiters(Ok(()));
         }
     }
 }
