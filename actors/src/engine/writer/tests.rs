@@ -252,3 +252,23 @@ async fn a_writer_whose_lease_was_taken_over_commits_nothing_more() {
     assert_eq!(rig.served_slugs(), ["hall"]);
     assert_eq!(rig.status.get(SOURCE).unwrap().version, before);
 }
+
+/// Upkeep runs in the writer's own sequence: due after its commits (a run while vectors are
+/// still being written only brings the key indexes up to date), and once the writer is idle a
+/// run compacts. Waits for that run's event (the idle run comes `KEEP_VERSIONS` after the last
+/// commit: about 12 s).
+#[actix::test]
+async fn once_the_writer_is_idle_its_upkeep_compacts_and_keeps_what_is_served() {
+    let mut rig = Rig::new("upkeep", WriterOptions::default()).await;
+    for i in 0..super::upkeep::UPKEEP_EVERY {
+        rig.ingest(vec![page(&format!("p{i}.md"), 1)], vec![], Origin::Edit).await;
+        rig.writer.send(Commit).await.unwrap().unwrap();
+        rig.writer.send(AwaitVectors).await.unwrap().unwrap();
+    }
+    let compacting = |k: &EventKind| matches!(k, EventKind::Optimized { compacted: true, .. });
+    rig.wait_for("a compacting upkeep", compacting).await;
+    // The writer still answers, and what it serves is what was committed.
+    rig.ingest(vec![page("after.md", 1)], vec![], Origin::Edit).await;
+    rig.writer.send(Commit).await.unwrap().unwrap();
+    assert_eq!(rig.served_slugs().len(), super::upkeep::UPKEEP_EVERY + 1);
+}
