@@ -308,7 +308,11 @@ each a fresh navigation): p50 {:.1} ms, p99 {:.1} ms (goal ≤ 200; {:.2} of it 
     }
     f.add("page.first_paint_p50_ms", pct(&painted, 0.5), "ms", Better::Lower);
     f.add("page.first_paint_p99_ms", pct(&painted, 0.99), "ms", Better::Lower);
-    f.add("client.serve_over_mcp_mib", serve_warm - mcp_rss, "MiB", Better::Lower);
+    // Each process's own memory: their difference (what `serve` adds) can be near 0 or below,
+    // where a ratio to a baseline says nothing.
+    f.add("client.serve_rss_mib", serve_warm, "MiB", Better::Lower);
+    f.add("client.serve_rss_after_mib", serve_after, "MiB", Better::Lower);
+    f.add("client.mcp_rss_mib", mcp_rss, "MiB", Better::Lower);
     f.finish();
 }
 
