@@ -62,34 +62,53 @@ impl std::fmt::Display for ReaderSeen {
     }
 }
 
-/// This process's own entry: what it last put, and when.
+/// This process's own entry: what it last put, and when; and whether it stopped saying.
 #[derive(Debug, Default)]
 pub struct Publisher {
-    last: Mutex<Option<(BTreeMap<String, u64>, Instant)>>,
+    /// Held across a put, so that a stop waits for a put in flight before it deletes.
+    said: tokio::sync::Mutex<Said>,
+    /// Set first by a stop: no put starts after it (the follow loop can outlive the stop).
+    stopped: std::sync::atomic::AtomicBool,
 }
 
+#[derive(Debug, Default)]
+struct Said {
+    last: Option<(BTreeMap<String, u64>, Instant)>,
+}
+
+/// How long a stop waits for a put in flight before it deletes anyway.
+const STOP_WAITS: Duration = Duration::from_secs(5);
+
 impl Publisher {
-    /// Put `me` when its sources moved (and [`PUT_EVERY`] passed) or the heartbeat is due.
+    /// Put `me` when its sources moved (and [`PUT_EVERY`] passed) or the heartbeat is due; never
+    /// once this reader stopped saying.
     pub async fn publish(&self, remote: &Remote, me: ReaderSeen) {
-        let due = match &*self.last.lock().unwrap_or_else(|p| p.into_inner()) {
+        let mut said = self.said.lock().await;
+        let due = match &said.last {
             None => true,
             Some((as_of, at)) => {
                 (*as_of != me.as_of && at.elapsed() >= PUT_EVERY) || at.elapsed() >= HEARTBEAT
             }
         };
-        if !due {
+        if !due || self.stopped.load(std::sync::atomic::Ordering::SeqCst) {
             return;
         }
         let body = serde_json::to_vec(&me).unwrap_or_default();
         match remote.store.put(&remote.path(&me.key()), PutPayload::from(body)).await {
-            Ok(_) => *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some((me.as_of, Instant::now())),
+            Ok(_) => said.last = Some((me.as_of, Instant::now())),
             Err(e) => tracing::debug!("readers: {e}"),
         }
     }
 
-    /// Take this reader off the list (a clean stop).
+    /// Take this reader off the list (a clean stop), for good: a put in flight ends first (for
+    /// at most [`STOP_WAITS`]), and none starts after.
     pub async fn forget(&self, remote: &Remote, me: &ReaderSeen) {
-        if self.last.lock().unwrap_or_else(|p| p.into_inner()).take().is_some() {
+        self.stopped.store(true, std::sync::atomic::Ordering::SeqCst);
+        let put = match tokio::time::timeout(STOP_WAITS, self.said.lock()).await {
+            Ok(mut said) => said.last.take().is_some(),
+            Err(_) => true,
+        };
+        if put {
             let _ = remote.store.delete(&remote.path(&me.key())).await;
         }
     }
@@ -186,6 +205,9 @@ mod tests {
         assert_eq!(got, vec![reader(1, 3), reader(2, 4)]);
         a.forget(&remote, &reader(1, 3)).await;
         assert_eq!(entries(&remote).await.unwrap().len(), 1, "a clean stop deletes its entry");
+        // The follow loop can say where it is after the stop: it is not listed again.
+        a.publish(&remote, reader(1, 6)).await;
+        assert_eq!(entries(&remote).await.unwrap().len(), 1, "no put after a stop");
         assert_eq!(prune(&remote, Duration::from_secs(60)).await.unwrap(), 0, "a live reader stays");
     }
 }
