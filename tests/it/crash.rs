@@ -198,12 +198,14 @@ fn watch_config(config: &Path, once: bool, faults: Option<&str>) -> (Option<i32>
 }
 
 /// kill -9 inside a snapshot save (the temporary file torn after its N-th chunk slot) or inside a
-/// chunk-file append (its N-th record torn), 20 trials, the buffered bytes put on disk first as a
-/// kill leaves them: a restart brings the database to a clean index's state, the tables row for
-/// row, and the answers of its resident index (int8 vectors and the chunk file: the source is past
-/// `exact_vectors_up_to`).
+/// chunk-file append (its N-th record torn), at the first, a middle and the last place of each,
+/// the buffered bytes put on disk first as a kill leaves them: a restart brings the database to a
+/// clean index's state, the tables row for row, and the answers of its resident index (int8
+/// vectors and the chunk file: the source is past `exact_vectors_up_to`). A tear at every other
+/// byte is the index crate's unit tests' (`resident::tests`, `chunk_file::tests`): a restart only
+/// meets the file a kill left, and they read every length of it.
 #[test]
-fn a_kill_inside_a_snapshot_save_or_a_chunk_file_append_converges_on_restart_twenty_trials() {
+fn a_kill_inside_a_snapshot_save_or_a_chunk_file_append_converges_on_restart() {
     let tmp = tempfile::tempdir().unwrap();
     let vault = tmp.path().join("vault");
     write_pages(&vault, 60);
@@ -234,10 +236,8 @@ fn a_kill_inside_a_snapshot_save_or_a_chunk_file_append_converges_on_restart_twe
     // The snapshot is saved by a watch at rest (a run that is not `--once`); chunk records are
     // appended as vectors are committed.
     // The snapshot's slots are 60 (one per page); records as many (the N-th torn of each).
-    let trials: [(&str, bool, &[u64]); 2] = [
-        ("snapshot.save", false, &[1, 7, 13, 19, 25, 31, 37, 43, 49, 58]),
-        ("chunk_file.append", true, &[1, 3, 6, 10, 15, 21, 28, 36, 45, 50]),
-    ];
+    let trials: [(&str, bool, &[u64]); 2] =
+        [("snapshot.save", false, &[1, 31, 58]), ("chunk_file.append", true, &[1, 21, 50])];
     for (point, once, passes) in trials {
         for &pass in passes {
             let (path, db) = config(&format!("{}-{pass}", point.replace('.', "-")));

@@ -18,7 +18,7 @@ use std::process::{Command, Stdio};
 fn toml(tmp: &Path, db: &str, root: &Path) -> std::path::PathBuf {
     let path = tmp.join(format!("{}.toml", db.replace(['/', ':'], "_")));
     let text = format!(
-        "db = {db:?}\nexact_vectors_up_to = 3\n\n[storage]\ntimeout = \"15s\"\nconnect_timeout = \"5s\"\n\n\
+        "db = {db:?}\nexact_vectors_up_to = 3\n\n[storage]\ntimeout = \"6s\"\nconnect_timeout = \"3s\"\n\n\
          [[sources]]\nid = \"vault\"\nroot = {:?}\n",
         root.display().to_string()
     );

@@ -277,4 +277,32 @@ mod tests {
         unnamed.flush().unwrap();
         assert_eq!(unnamed.read(at, "e#0"), Some(("nameless".to_string(), vec![1.0])));
     }
+
+    /// A kill tears an append anywhere in its record: whatever length the file was left at past
+    /// what the snapshot named, the reopen reads every named record back and appends after them.
+    #[test]
+    fn a_file_torn_at_any_byte_after_its_snapshot_reopens_as_the_snapshot_named_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.chunks");
+        let mut f = ChunkFile::create(Some(&path)).unwrap();
+        let a = f.append("a#0", &[0.6, 0.8], "alpha").unwrap();
+        f.flush().unwrap();
+        f.sync().unwrap();
+        let (id, saved) = (f.id(), f.len());
+        f.append("b#0", &[1.0, 0.0], "torn here").unwrap();
+        f.append("c#0", &[0.0, 1.0], "and here").unwrap();
+        f.flush().unwrap();
+        drop(f);
+        let whole = std::fs::read(&path).unwrap();
+        for cut in saved as usize..=whole.len() {
+            std::fs::write(&path, &whole[..cut]).unwrap();
+            let mut f =
+                ChunkFile::reopen(&path, id, saved, 0).unwrap_or_else(|e| panic!("torn at {cut}: {e}"));
+            assert_eq!(f.read(a, "a#0"), Some(("alpha".to_string(), vec![0.6, 0.8])), "torn at {cut}");
+            assert_eq!(f.read(saved, "b#0"), None, "torn at {cut}: the record after the snapshot is cut");
+            let d = f.append("d#0", &[0.5, 0.5], "next").unwrap();
+            f.flush().unwrap();
+            assert_eq!((d, f.read(d, "d#0")), (saved, Some(("next".to_string(), vec![0.5, 0.5]))), "{cut}");
+        }
+    }
 }
