@@ -73,9 +73,18 @@ pub struct ModelConfig {
     /// Whether each chunk is embedded after its heading path (the page title, then its
     /// headings; default true) or alone.
     pub heading_context: Option<bool>,
+    /// A folder where each chunk text's vector is kept once embedded (per model and settings),
+    /// so that a later index of the same texts (an index made anew, a copy, an evaluation run
+    /// again) reads it instead of running the model; default none, or `CAIRN_KEEP_VECTORS`.
+    pub keep_vectors: Option<PathBuf>,
 }
 
 impl ModelConfig {
+    /// Where indexing keeps its vectors by text: `keep_vectors`, else `CAIRN_KEEP_VECTORS`.
+    pub fn kept_vectors(&self) -> Option<PathBuf> {
+        self.keep_vectors.clone().or_else(|| std::env::var_os("CAIRN_KEEP_VECTORS").map(PathBuf::from))
+    }
+
     /// The embedder's options for these settings, with `threads` ONNX Runtime threads.
     pub fn ort_options(&self, threads: usize) -> cairn_index::OrtOptions {
         let d = cairn_index::OrtOptions::default();
@@ -269,6 +278,7 @@ impl Config {
         }
         c.event_log = c.event_log.map(|p| resolve(base, &p));
         c.model.dir = c.model.dir.map(|p| resolve(base, &p));
+        c.model.keep_vectors = c.model.keep_vectors.map(|p| resolve(base, &p));
         c.validate()?;
         Ok(c)
     }

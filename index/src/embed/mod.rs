@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
 
 mod cache;
+mod kept;
 pub use cache::QueryCache;
+pub use kept::Kept;
 
 /// Vectors for a batch of texts, with which inputs were cut to the model's length limit.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -54,7 +54,8 @@ impl std::fmt::Debug for Embedders {
 }
 
 impl Embedders {
-    /// The real model, provisioned (or from `config.model.dir`), loaded twice.
+    /// The real model, provisioned (or from `config.model.dir`), loaded twice; the indexing one's
+    /// vectors kept by text where `[model] keep_vectors` (or `CAIRN_KEEP_VECTORS`) says.
     pub async fn load(config: &Config) -> Result<Self> {
         let model = config.model.clone();
         let threads =
@@ -67,7 +68,12 @@ impl Embedders {
         })
         .await
         .map_err(|e| Error::Pipeline(format!("loading the model: {e}")))??;
-        Ok(Self { index: Arc::new(index), query: Arc::new(query) })
+        let index: Arc<dyn Embedder> = Arc::new(index);
+        let index = match config.model.kept_vectors() {
+            Some(dir) => Arc::new(cairn_index::embed::Kept::new(index, &dir)?),
+            None => index,
+        };
+        Ok(Self { index, query: Arc::new(query) })
     }
 }
 
