@@ -65,15 +65,11 @@ impl std::fmt::Display for ReaderSeen {
 /// This process's own entry: what it last put, and when; and whether it stopped saying.
 #[derive(Debug, Default)]
 pub struct Publisher {
-    /// Held across a put, so that a stop waits for a put in flight before it deletes.
-    said: tokio::sync::Mutex<Said>,
+    /// What it last put, and when; held across a put, so that a stop waits for a put in flight
+    /// before it deletes.
+    last: tokio::sync::Mutex<Option<(BTreeMap<String, u64>, Instant)>>,
     /// Set first by a stop: no put starts after it (the follow loop can outlive the stop).
     stopped: std::sync::atomic::AtomicBool,
-}
-
-#[derive(Debug, Default)]
-struct Said {
-    last: Option<(BTreeMap<String, u64>, Instant)>,
 }
 
 /// How long a stop waits for a put in flight before it deletes anyway.
@@ -83,8 +79,8 @@ impl Publisher {
     /// Put `me` when its sources moved (and [`PUT_EVERY`] passed) or the heartbeat is due; never
     /// once this reader stopped saying.
     pub async fn publish(&self, remote: &Remote, me: ReaderSeen) {
-        let mut said = self.said.lock().await;
-        let due = match &said.last {
+        let mut last = self.last.lock().await;
+        let due = match &*last {
             None => true,
             Some((as_of, at)) => {
                 (*as_of != me.as_of && at.elapsed() >= PUT_EVERY) || at.elapsed() >= HEARTBEAT
@@ -95,7 +91,7 @@ impl Publisher {
         }
         let body = serde_json::to_vec(&me).unwrap_or_default();
         match remote.store.put(&remote.path(&me.key()), PutPayload::from(body)).await {
-            Ok(_) => said.last = Some((me.as_of, Instant::now())),
+            Ok(_) => *last = Some((me.as_of, Instant::now())),
             Err(e) => tracing::debug!("readers: {e}"),
         }
     }
@@ -104,8 +100,8 @@ impl Publisher {
     /// at most [`STOP_WAITS`]), and none starts after.
     pub async fn forget(&self, remote: &Remote, me: &ReaderSeen) {
         self.stopped.store(true, std::sync::atomic::Ordering::SeqCst);
-        let put = match tokio::time::timeout(STOP_WAITS, self.said.lock()).await {
-            Ok(mut said) => said.last.take().is_some(),
+        let put = match tokio::time::timeout(STOP_WAITS, self.last.lock()).await {
+            Ok(mut last) => last.take().is_some(),
             Err(_) => true,
         };
         if put {
