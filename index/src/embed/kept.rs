@@ -66,7 +66,7 @@ impl Kept {
         let name: String = scope[..8].iter().map(|b| format!("{b:02x}")).collect();
         let path = dir.join(format!("{name}.vectors"));
         let record = 16 + 1 + 4 * inner.dim() + 8;
-        let mut file = OpenOptions::new()
+        let file = OpenOptions::new()
             .read(true)
             .append(true)
             .create(true)
@@ -79,14 +79,15 @@ impl Kept {
         if whole != len {
             file.set_len(whole).map_err(|e| io("cutting a torn record", e))?;
         }
-        let mut bytes = Vec::with_capacity(whole as usize);
-        (&mut file).take(whole).read_to_end(&mut bytes).map_err(|e| io("reading", e))?;
+        // Only the keys are held: a record at a time, not the whole file.
+        let mut at = HashMap::with_capacity((whole / record as u64) as usize);
+        let mut records = std::io::BufReader::new((&file).take(whole));
+        let mut r = vec![0u8; record];
+        for i in 0..whole / record as u64 {
+            records.read_exact(&mut r).map_err(|e| io("reading", e))?;
+            at.insert(r[..16].try_into().expect("16 bytes"), i * record as u64);
+        }
         file.unlock().map_err(|e| io("unlocking", e))?;
-        let at = bytes
-            .chunks_exact(record)
-            .enumerate()
-            .map(|(i, r)| (r[..16].try_into().expect("16 bytes"), (i * record) as u64))
-            .collect();
         Ok(Self { inner, path, record, file: Mutex::new(Held { file, at }) })
     }
 
