@@ -484,15 +484,26 @@ impl Follower {
         let changes: Vec<Change> = changes.into_iter().filter(|c| c.version > from.version).collect();
         let Some(last) = changes.last() else { return Ok(from) };
         let reached = Tip { version: last.version, committed_unix_ms: last.committed_unix_ms, ..from };
-        match (Change::merged(&changes), host.live(id)) {
+        let applied = match (Change::merged(&changes), host.live(id)) {
             (Some(merged), Some(live)) if !outgrown(&merged, live) => {
-                apply(live, &merged).await.map_err(|e| format!("`{id}`: {e}"))?;
+                apply(live, &merged).await.map_err(|e| format!("`{id}`: {e}"))?
             }
             // Made anew, or most of it changed (the writer's first index of it): load it whole.
-            _ => {
-                self.reload(host, id).await;
-                *changed_host = true;
-            }
+            _ => Applied::Whole,
+        };
+        if let Applied::Unread(slugs) = &applied {
+            // The change names pages its tables did not give whole: counting it applied would
+            // answer "as of" a commit whose pages this reader does not hold. What the tables hold
+            // now is at least as new as the change.
+            tracing::warn!(
+                "following `{id}`: version {} names pages not read whole ({}); reading the source again",
+                reached.version,
+                slugs.join(", ")
+            );
+        }
+        if applied != Applied::Delta {
+            self.reload(host, id).await;
+            *changed_host = true;
         }
         Ok(reached)
     }
@@ -539,12 +550,30 @@ fn outgrown(change: &Change, live: &crate::engine::host::LiveSource) -> bool {
     change.upserted.len() > 64 && change.upserted.len() > live.resident.read().page_count()
 }
 
+/// How a change was taken in.
+#[derive(Debug, PartialEq, Eq)]
+enum Applied {
+    /// As a delta.
+    Delta,
+    /// Not at all: the source is to be read whole.
+    Whole,
+    /// Not at all: these pages it upserted were missing from the tables, or had none of the
+    /// chunk rows their page row counts.
+    Unread(Vec<String>),
+}
+
 /// One change, applied to a source's memory: its pages read again by key, its removals, the
-/// vectors it attached read by chunk id.
-async fn apply(live: &crate::engine::host::LiveSource, change: &Change) -> cairn_index::Result<()> {
+/// vectors it attached read by chunk id. Nothing is applied when a page it upserted is not read
+/// whole.
+async fn apply(live: &crate::engine::host::LiveSource, change: &Change) -> cairn_index::Result<Applied> {
     if !change.upserted.is_empty() || !change.removed.is_empty() {
         let slugs: Vec<&str> = change.upserted.iter().map(String::as_str).collect();
         let pages = live.store.load_pages(&slugs).await?;
+        let unread =
+            unread(&slugs, pages.iter().map(|(p, rows)| (p.slug.as_str(), p.chunk_count, rows.len())));
+        if !unread.is_empty() {
+            return Ok(Applied::Unread(unread));
+        }
         let removed = change.removed.clone();
         let lang = live.resident.lang();
         let prepared = tokio::task::spawn_blocking(move || {
@@ -566,5 +595,29 @@ async fn apply(live: &crate::engine::host::LiveSource, change: &Change) -> cairn
             live.store.vectors_by(VectorKey::Id, &ids).await?.into_iter().collect();
         live.resident.apply_vectors(vectors).await?;
     }
-    Ok(())
+    Ok(Applied::Delta)
+}
+
+/// The pages of `slugs` not read whole: missing, or with no chunk row where their page row counts
+/// some. `read` is each page read, as its slug, the chunk count its page row says, and the chunk
+/// rows read. (Rows of a commit newer than the change, read half-written, are not this: the change
+/// that follows reads them again.)
+fn unread<'a>(slugs: &[&str], read: impl IntoIterator<Item = (&'a str, i32, usize)>) -> Vec<String> {
+    let whole: BTreeMap<&str, bool> =
+        read.into_iter().map(|(slug, count, rows)| (slug, count == 0 || rows > 0)).collect();
+    slugs.iter().filter(|s| whole.get(*s) != Some(&true)).map(|s| s.to_string()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_change_counts_as_read_only_when_every_page_it_upserted_came_with_its_rows() {
+        assert!(unread(&["whole", "empty"], [("whole", 1, 1), ("empty", 0, 0)]).is_empty());
+        assert_eq!(
+            unread(&["whole", "rowless", "missing"], [("whole", 1, 1), ("rowless", 2, 0)]),
+            ["rowless", "missing"]
+        );
+    }
 }
