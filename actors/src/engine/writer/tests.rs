@@ -16,6 +16,8 @@ use tokio::sync::broadcast;
 /// One source's writer with everything it talks to.
 struct Rig {
     writer: Addr<SourceWriter>,
+    /// The model's queue, to hold bulk work back (a backfill still running).
+    model: EmbedScheduler,
     served: Arc<HostCell>,
     status: StatusBoard,
     events: broadcast::Receiver<Arc<Event>>,
@@ -36,10 +38,11 @@ impl Rig {
         let log = SyncArbiter::start(1, move || {
             EventLog::open(None, u64::MAX, tx.clone(), st.clone()).expect("a log without a file")
         });
+        let model = EmbedScheduler::start(embedder, 16).unwrap();
         let parts = WriterParts {
             db,
             manifest,
-            embedder: EmbedScheduler::start(embedder, 16).unwrap(),
+            embedder: model.clone(),
             query: crate::engine::query::QueryActor::new(served.clone()).start(),
             emit: Emitter::new(log, tokio::time::Instant::now()),
             status: status.clone(),
@@ -51,7 +54,7 @@ impl Rig {
         let info = SourceInfo { id: SOURCE.into(), ..SourceInfo::default() };
         // Supervised, as in the pipeline: a writer that fails is restarted.
         let writer = actix::Supervisor::start(move |_| SourceWriter::new(info, root, parts));
-        let mut rig = Self { writer, served, status, events };
+        let mut rig = Self { writer, model, served, status, events };
         rig.wait_for("the source to start", |k| matches!(k, EventKind::SourceStarted { .. })).await;
         rig
     }
@@ -271,4 +274,30 @@ async fn once_the_writer_is_idle_its_upkeep_compacts_and_keeps_what_is_served() 
     rig.ingest(vec![page("after.md", 1)], vec![], Origin::Edit).await;
     rig.writer.send(Commit).await.unwrap().unwrap();
     assert_eq!(rig.served_slugs().len(), super::upkeep::UPKEEP_EVERY + 1);
+}
+
+/// During a backfill (bulk vectors still to come) every vector commit rewrites chunk rows, so
+/// the upkeep that falls due only brings the key indexes up to date; once the vectors are in,
+/// the next commit's upkeep compacts.
+#[actix::test]
+async fn upkeep_during_a_backfill_does_not_compact_and_the_commit_after_it_does() {
+    let mut rig = Rig::new("backfill", WriterOptions::default()).await;
+    let hold = rig.model.hold_bulk();
+    for i in 0..super::upkeep::UPKEEP_EVERY {
+        rig.ingest(vec![page(&format!("p{i}.md"), 1)], vec![], Origin::Scan).await;
+        rig.writer.send(Commit).await.unwrap().unwrap();
+    }
+    let optimized = |k: &EventKind| matches!(k, EventKind::Optimized { .. });
+    let first = rig.wait_for("the upkeep that fell due", optimized).await;
+    assert!(matches!(first, EventKind::Optimized { compacted: false, .. }), "{first:?}");
+    assert!(rig.status.get(SOURCE).unwrap().vectors_pending > 0, "the backfill was still held");
+    drop(hold);
+    rig.writer.send(AwaitVectors).await.unwrap().unwrap();
+    rig.ingest(vec![page("after.md", 1)], vec![], Origin::Edit).await;
+    rig.writer.send(Commit).await.unwrap().unwrap();
+    let compacting = |k: &EventKind| matches!(k, EventKind::Optimized { compacted: true, .. });
+    rig.wait_for("a compacting upkeep after the backfill", compacting).await;
+    assert_eq!(rig.served_slugs().len(), super::upkeep::UPKEEP_EVERY + 1);
+    let host = rig.served.now();
+    assert_eq!(host.live(SOURCE).unwrap().resident.read().unembedded_count(), 0);
 }
