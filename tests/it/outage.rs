@@ -13,13 +13,13 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 /// `cairn.toml` for `db` over the vault at `root`, with request timeouts short enough that a
-/// hung store is an error within a minute (three tries), and long enough for a loaded
-/// machine's healthy store.
+/// hung store is an error within seconds, and long enough for a loaded machine's healthy store;
+/// the store client does not try again itself (what is tested is cairn's own retry).
 fn toml(tmp: &Path, db: &str, root: &Path) -> std::path::PathBuf {
     let path = tmp.join(format!("{}.toml", db.replace(['/', ':'], "_")));
     let text = format!(
-        "db = {db:?}\nexact_vectors_up_to = 3\n\n[storage]\ntimeout = \"6s\"\nconnect_timeout = \"3s\"\n\n\
-         [[sources]]\nid = \"vault\"\nroot = {:?}\n",
+        "db = {db:?}\nexact_vectors_up_to = 3\n\n[storage]\ntimeout = \"6s\"\nconnect_timeout = \"3s\"\n\
+         client_max_retries = \"0\"\n\n[[sources]]\nid = \"vault\"\nroot = {:?}\n",
         root.display().to_string()
     );
     std::fs::write(&path, text).unwrap();
