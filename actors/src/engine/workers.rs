@@ -98,6 +98,16 @@ pub enum Parsed {
     },
 }
 
+/// A file gone from `rel`: evicted when a cloud stub stands beside it now (iCloud renames the note
+/// to its stub), so its page stays; else gone.
+fn gone(root: &Path, rel: PathBuf) -> Parsed {
+    if cairn_ingest::placeholder::stub_for(&rel).is_some_and(|stub| root.join(stub).is_file()) {
+        Parsed::Placeholder { rel }
+    } else {
+        Parsed::Gone { rel }
+    }
+}
+
 impl Handler<Parse> for Parser {
     type Result = MessageResult<Parse>;
 
@@ -108,7 +118,7 @@ impl Handler<Parse> for Parser {
             .map(|rel| {
                 let abs = msg.root.join(&rel);
                 let meta = match std::fs::symlink_metadata(&abs) {
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Parsed::Gone { rel },
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => return gone(&msg.root, rel),
                     Err(_) => None,
                     Ok(m) => Some(m),
                 };
@@ -126,7 +136,7 @@ impl Handler<Parse> for Parser {
                     Ok(page) => Parsed::Page { page: Box::new(page), mtime_ms },
                     Err(Error::Io { message, .. }) if !abs.exists() => {
                         tracing::debug!("{}: gone before it could be read ({message})", rel.display());
-                        Parsed::Gone { rel }
+                        gone(&msg.root, rel)
                     }
                     Err(error) => Parsed::Failed { rel, error },
                 }
@@ -150,5 +160,25 @@ impl Handler<Scan> for Parser {
     fn handle(&mut self, msg: Scan, _: &mut Self::Context) -> Self::Result {
         let filter = PathFilter::new(&msg.opts)?;
         scan(&msg.root, &filter)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[actix::test]
+    async fn a_note_gone_beside_its_cloud_stub_is_a_placeholder_and_one_gone_alone_is_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(".evicted.md.icloud"), "bplist00").unwrap();
+        let parser =
+            SyncArbiter::start(1, || Parser::new(ParseOptions::default(), Arc::new(PoisonBook::in_memory())));
+        let files = vec![PathBuf::from("evicted.md"), PathBuf::from("deleted.md")];
+        let out = parser
+            .send(Parse { source: "s".into(), root: Arc::new(dir.path().into()), files })
+            .await
+            .unwrap();
+        assert!(matches!(&out[0], Parsed::Placeholder { rel } if rel == Path::new("evicted.md")), "{out:?}");
+        assert!(matches!(&out[1], Parsed::Gone { rel } if rel == Path::new("deleted.md")), "{out:?}");
     }
 }
