@@ -36,6 +36,12 @@ pub fn stub_for(rel: &Path) -> Option<PathBuf> {
     Some(rel.with_file_name(format!(".{name}.icloud")))
 }
 
+/// Whether the note at `rel` (under `root`) stands evicted now: its iCloud stub is a file beside
+/// it. A note gone from its path this way keeps its page.
+pub fn is_evicted(root: &Path, rel: &Path) -> bool {
+    stub_for(rel).is_some_and(|stub| root.join(stub).is_file())
+}
+
 /// Whether a file's content is not on this machine (its metadata, links followed).
 pub fn is_dataless(meta: &Metadata) -> bool {
     if !meta.is_file() {

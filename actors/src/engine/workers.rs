@@ -101,7 +101,7 @@ pub enum Parsed {
 /// A file gone from `rel`: evicted when a cloud stub stands beside it now (iCloud renames the note
 /// to its stub), so its page stays; else gone.
 fn gone(root: &Path, rel: PathBuf) -> Parsed {
-    if cairn_ingest::placeholder::stub_for(&rel).is_some_and(|stub| root.join(stub).is_file()) {
+    if cairn_ingest::placeholder::is_evicted(root, &rel) {
         Parsed::Placeholder { rel }
     } else {
         Parsed::Gone { rel }

@@ -45,9 +45,7 @@ pub(super) async fn process(h: WatchParts, mut c: Changes) -> Result<Option<Reco
         !gone
     });
     // A note evicted by iCloud leaves a stub beside it: not a removal (its page stays).
-    c.removed.retain(|(p, _)| {
-        cairn_ingest::placeholder::stub_for(p).is_none_or(|stub| !h.root.join(stub).is_file())
-    });
+    c.removed.retain(|(p, _)| !cairn_ingest::placeholder::is_evicted(&h.root, p));
     let mut lost = 0;
     if !c.rescan && !c.removed.is_empty() {
         match ordinary_losses(&h, &c).await? {

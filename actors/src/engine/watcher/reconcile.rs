@@ -191,7 +191,7 @@ async fn scan_and_judge(
         .values()
         .filter(|st| !present.contains(&st.path) && !away.contains(&st.path))
         .map(|st| st.path.as_str())
-        .filter(|p| !evicted_now(&h.root, p))
+        .filter(|p| !cairn_ingest::placeholder::is_evicted(&h.root, std::path::Path::new(p)))
         .collect();
     let recorded = h.folders.get(&h.id).and_then(|r| r.identity);
     let (gone, shielded, identity) = shield(&scan, &present, gone, recorded.as_ref(), identity, consent);
@@ -318,9 +318,4 @@ fn changed(scan: &ScanReport, states: &HashMap<String, PageState>) -> Vec<PathBu
         }
     };
     scan.files.iter().filter(|f| !unchanged(f)).map(|f| f.rel.clone()).collect()
-}
-
-/// Whether the note at `rel` stands in the folder as a cloud stub now.
-fn evicted_now(root: &std::path::Path, rel: &str) -> bool {
-    cairn_ingest::placeholder::stub_for(std::path::Path::new(rel)).is_some_and(|s| root.join(s).is_file())
 }
