@@ -35,11 +35,15 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(cli::run(cli.command, cli.common)) {
+    let code = match runtime.block_on(cli::run(cli.command, cli.common)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(cli::exit_code(&e))
         }
-    }
+    };
+    // The model thread may be inside ONNX Runtime still (giving memory back after its last
+    // batch); the runtime's exit handlers must not run under it.
+    cairn_index::embed::close_runtime();
+    code
 }

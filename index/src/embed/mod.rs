@@ -214,10 +214,70 @@ fn environment(files: &ModelFiles) -> Result<Arc<ort::environment::Environment>>
     ENVIRONMENT
         .get_or_init(|| {
             let builder = ort::init_from(&files.ort_library).map_err(|e| e.to_string())?;
-            builder.with_name("cairn").build().map(Arc::new).map_err(|e| e.to_string())
+            let env = builder.with_name("cairn").build().map(Arc::new).map_err(|e| e.to_string())?;
+            close_at_exit();
+            Ok(env)
         })
         .clone()
         .map_err(|message| Error::Runtime { path: files.ort_library.clone(), message })
+}
+
+/// Calls into ONNX Runtime under way (loading, running or dropping a session) hold the read
+/// side. Its library's static objects are destroyed by its own exit handlers when the process
+/// exits; a thread still inside a call then crashes the process, turning a clean stop into a
+/// SIGSEGV (seen when a stop came while the model thread loaded its session again to give
+/// memory back). [`close_runtime`] takes the write side at exit, and keeps it.
+static RUNTIME: std::sync::RwLock<()> = std::sync::RwLock::new(());
+/// Set at exit: no call into ONNX Runtime starts any more.
+static CLOSING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// `f`, unless the process is exiting (`None`); no exit handler of ONNX Runtime runs until it
+/// returns.
+fn while_open<T>(f: impl FnOnce() -> T) -> Option<T> {
+    use std::sync::atomic::Ordering;
+    if CLOSING.load(Ordering::SeqCst) {
+        return None;
+    }
+    let _open = RUNTIME.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+    (!CLOSING.load(Ordering::SeqCst)).then(f)
+}
+
+/// Let no call into ONNX Runtime start, and wait for those under way to end: for a few seconds
+/// at most, since a thread that exits from inside one (a panic there) must not wait for itself.
+/// Run at exit by itself; a binary calls it too as `main` returns, ahead of every exit handler
+/// (ONNX Runtime may register some of its own after the first session loads).
+pub fn close_runtime() {
+    use std::sync::TryLockError;
+    CLOSING.store(true, std::sync::atomic::Ordering::SeqCst);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        match RUNTIME.try_write() {
+            // Kept until the process ends: a call that passed the check before `CLOSING` was
+            // set waits here instead of starting.
+            Ok(closed) => return std::mem::forget(closed),
+            Err(TryLockError::Poisoned(p)) => return std::mem::forget(p.into_inner()),
+            Err(TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(5))
+            }
+            Err(TryLockError::WouldBlock) => return,
+        }
+    }
+}
+
+/// Close the runtime when the process exits, before its library's own exit handlers run: they
+/// were registered when it was loaded, which is before this, and exit handlers run in reverse.
+/// (The crate's other `unsafe`, beside the vector kernel's: Rust's standard library has no
+/// `atexit`.)
+#[allow(unsafe_code)]
+fn close_at_exit() {
+    extern "C" fn at_exit() {
+        close_runtime();
+    }
+    // SAFETY: `at_exit` is a plain function that takes no argument and never unwinds (a
+    // poisoned lock is taken as it is).
+    if unsafe { libc::atexit(at_exit) } != 0 {
+        tracing::warn!("cannot register the model's exit handler: a stop while it runs may crash");
+    }
 }
 
 /// A file's length and time of change.
@@ -231,12 +291,24 @@ fn new_session(
     model: &std::path::Path,
     options: &OrtOptions,
 ) -> std::result::Result<Session, String> {
+    while_open(|| build_session(env, model, options)).unwrap_or_else(|| Err(STOPPING.into()))
+}
+
+/// [`new_session`] for a caller inside [`while_open`] already (the gate is not taken twice).
+fn build_session(
+    env: &ort::environment::Environment,
+    model: &std::path::Path,
+    options: &OrtOptions,
+) -> std::result::Result<Session, String> {
     Session::builder(env)
         .and_then(|b| b.with_intra_threads(options.intra_threads.max(1)).map_err(ort::Error::<()>::from))
         .and_then(|b| b.with_inter_threads(1).map_err(ort::Error::<()>::from))
         .and_then(|mut b| b.commit_from_file(model))
         .map_err(|e| e.to_string())
 }
+
+/// Why no call into the model starts any more.
+const STOPPING: &str = "the process is exiting";
 
 impl OrtEmbedder {
     /// Provision the files (see [`crate::provision`]) and load the model.
@@ -357,16 +429,20 @@ impl OrtEmbedder {
         }
         // A panic caught while the session was held (one page's or query's failure) leaves the
         // session itself sound; the next call uses it.
-        let mut session = self.session.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        crate::fault::point("embed.run");
-        let started = std::time::Instant::now();
-        let outputs = session.run(inputs).map_err(model_err)?;
-        *session_time += started.elapsed();
-        let (shape, hidden) =
-            outputs[self.output.name.as_str()].try_extract_tensor::<f32>().map_err(model_err)?;
-        let lens: Vec<usize> = batch.iter().map(|ids| ids.len()).collect();
-        pool(&self.output, self.options.pooling, shape, hidden, &lens)
-            .map_err(|message| Error::Model { model: self.model_id.clone(), message })
+        let stopping = || Error::Model { model: self.model_id.clone(), message: STOPPING.into() };
+        while_open(|| {
+            let mut session = self.session.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            crate::fault::point("embed.run");
+            let started = std::time::Instant::now();
+            let outputs = session.run(inputs).map_err(model_err)?;
+            *session_time += started.elapsed();
+            let (shape, hidden) =
+                outputs[self.output.name.as_str()].try_extract_tensor::<f32>().map_err(model_err)?;
+            let lens: Vec<usize> = batch.iter().map(|ids| ids.len()).collect();
+            pool(&self.output, self.options.pooling, shape, hidden, &lens)
+                .map_err(|message| Error::Model { model: self.model_id.clone(), message })
+        })
+        .unwrap_or_else(|| Err(stopping()))
     }
 }
 
@@ -496,9 +572,13 @@ impl Embedder for OrtEmbedder {
             tracing::warn!("the model's memory stays held: {} changed since it was loaded", path.display());
             return;
         }
-        match new_session(env, path, &self.options) {
+        let replaced = while_open(|| match build_session(env, path, &self.options) {
+            // The session given up is dropped here, inside the gate too.
             Ok(fresh) => *self.session.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = fresh,
             Err(e) => tracing::warn!("the model's memory stays held: loading it again failed: {e}"),
+        });
+        if replaced.is_none() {
+            tracing::debug!("the model's memory is not given back: {STOPPING}");
         }
     }
 

@@ -67,7 +67,7 @@ pub(super) fn dot_i8_portable(a: &[i8], b: &[i8]) -> i32 {
 /// 2 × 127 × 127 = 32,258, inside i16. The baseline x86-64 target has no AVX2, and its compiler
 /// does not find this form alone; the CPU is asked once (`is_x86_feature_detected!` caches it).
 ///
-/// The crate's one `unsafe`: a `#[target_feature]` function may only be called where the
+/// The crate's one `unsafe` but for the model's exit handler (`embed`): a `#[target_feature]` function may only be called where the
 /// feature is known to be there, and the loads read through pointers.
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
