@@ -26,6 +26,7 @@ use cairn_actors::replication::lease::TTL;
 use cairn_actors::{Cairn, Config};
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -66,9 +67,11 @@ fn skewed(cmd: &mut Command, offset: &str) {
 /// libfaketime's build for processes with threads.
 const FAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
 
-/// A `cairn watch` on one machine, its events appended to the history.
-fn watch(on: &dyn Fn(&str) -> Command, machine: &'static str, history: &History) -> Reaped {
-    let mut child = Reaped(on(machine).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap());
+/// A `cairn watch` on one machine, its events appended to the history and its log to
+/// `logs/<machine>.log` (every run of that machine, one after another).
+fn watch(on: &dyn Fn(&str) -> Command, machine: &'static str, history: &History, logs: &Path) -> Reaped {
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(log_of(logs, machine)).unwrap();
+    let mut child = Reaped(on(machine).stdout(Stdio::piped()).stderr(log).spawn().unwrap());
     let stdout = child.0.stdout.take().unwrap();
     let history = history.clone();
     std::thread::spawn(move || {
@@ -80,6 +83,17 @@ fn watch(on: &dyn Fn(&str) -> Command, machine: &'static str, history: &History)
         }
     });
     child
+}
+
+fn log_of(logs: &Path, machine: &str) -> std::path::PathBuf {
+    logs.join(format!("{machine}.log"))
+}
+
+/// The last lines `machine` logged (for a failure's message).
+fn log_tail(logs: &Path, machine: &str) -> String {
+    let log = std::fs::read_to_string(log_of(logs, machine)).unwrap_or_default();
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(30)..].join("\n")
 }
 
 /// When edit `i` was first committed, by any machine.
@@ -148,7 +162,7 @@ async fn edits_under_kills_and_pauses_are_all_answered_and_never_hidden_behind_n
     let history: History = Arc::default();
 
     let mut machines: BTreeMap<&'static str, Reaped> = BTreeMap::new();
-    machines.insert("a", watch(&on, "a", &history));
+    machines.insert("a", watch(&on, "a", &history, tmp.path()));
     let first = Instant::now();
     while !history
         .lock()
@@ -159,7 +173,7 @@ async fn edits_under_kills_and_pauses_are_all_answered_and_never_hidden_behind_n
         assert!(first.elapsed() < Duration::from_secs(300), "A's first index");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    machines.insert("b", watch(&on, "b", &history));
+    machines.insert("b", watch(&on, "b", &history, tmp.path()));
 
     let mut config = Config::new(db.clone(), vec![]);
     config.storage = weed.options();
@@ -198,7 +212,7 @@ async fn edits_under_kills_and_pauses_are_all_answered_and_never_hidden_behind_n
         }
         // A machine killed last round comes back now: this round's edit was the standby's to take.
         if let Some(m) = dead.take() {
-            machines.insert(m, watch(&on, m, &history));
+            machines.insert(m, watch(&on, m, &history, tmp.path()));
         }
         let writer = reader.status().await.unwrap().writer.map(|w| w.pid);
         let (struck, other) = match machines.iter().find(|(_, c)| Some(c.0.id()) == writer) {
@@ -281,7 +295,7 @@ async fn edits_under_kills_and_pauses_are_all_answered_and_never_hidden_behind_n
     );
 
     if let Some(m) = dead.take() {
-        machines.insert(m, watch(&on, m, &history));
+        machines.insert(m, watch(&on, m, &history, tmp.path()));
     }
     // Every machine stops cleanly (the writer commits what is pending and gives the lease back),
     // then the next writer converges the tables: a one-shot index on another machine (what a
@@ -292,7 +306,13 @@ async fn edits_under_kills_and_pauses_are_all_answered_and_never_hidden_behind_n
     }
     for (m, c) in machines.iter_mut() {
         signal(c, "-TERM");
-        assert!(c.0.wait().unwrap().success(), "{m} stops cleanly");
+        let status = c.0.wait().unwrap();
+        assert!(
+            status.success(),
+            "{m} stops cleanly, not {status}; its log's end:\n{}\nthe machines' last events:\n{}",
+            log_tail(tmp.path(), m),
+            tail(&history)
+        );
     }
     let mut next = on_machine(&weed, tmp.path(), "z", &db, &["index", "--source", &source]);
     let out = next.output().unwrap();

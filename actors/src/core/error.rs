@@ -67,6 +67,16 @@ pub enum Part {
 }
 
 impl PipelineError {
+    /// Another writer holds the source now (it took the lease, or fenced the tables since this
+    /// process read them): this process commits nothing more to it, and trying again cannot help.
+    pub fn handed_over(&self) -> bool {
+        match self {
+            PipelineError::Refused { why: Refusal::LeaseLost, .. } => true,
+            PipelineError::Store(e) => matches!(**e, cairn_index::Error::Fenced { .. }),
+            _ => false,
+        }
+    }
+
     /// Whether the message names its source already.
     fn names_source(&self) -> bool {
         matches!(

@@ -192,6 +192,12 @@ pub enum EventKind {
         reason: String,
         retry_ms: u64,
     },
+    /// Another writer holds the source now (it took the writer lease, or fenced the tables):
+    /// this process commits nothing more to it, and what it had not committed is the new
+    /// writer's catch-up. Not a failure, and nothing is retried.
+    HandedOver {
+        reason: String,
+    },
     QueryAnswered(Box<QueryAnswered>),
     /// A flush asked for with this token is done: every event of the work it waited for came
     /// before this one (how `cairn index` knows which events are its run's).
@@ -262,6 +268,7 @@ impl EventKind {
             EventKind::Committed { .. } => "committed",
             EventKind::Optimized { .. } => "optimized",
             EventKind::StageFailed { .. } => "stage_failed",
+            EventKind::HandedOver { .. } => "handed_over",
             EventKind::QueryAnswered(_) => "query_answered",
             EventKind::Flushed { .. } => "flushed",
             EventKind::SystemStopped { .. } => "system_stopped",
@@ -295,6 +302,7 @@ impl std::fmt::Display for Event {
             EventKind::StageFailed { stage, reason, retry_ms } => {
                 write!(f, "{s}: {stage} failed ({reason}); retrying in {retry_ms} ms")
             }
+            EventKind::HandedOver { reason } => write!(f, "{s}: handed over to another writer ({reason})"),
             EventKind::Committed {
                 pages: 0, removed: 0, chunks_embedded, chunks_pending, version, ..
             } => write!(f, "{s}: {chunks_embedded} chunks embedded, {chunks_pending} to go (v{version})"),

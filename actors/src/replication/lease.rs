@@ -283,6 +283,13 @@ impl Lease {
         self.lock().lost
     }
 
+    /// Lost, as learnt from elsewhere than a renewal: the source's tables were fenced by another
+    /// writer, which can only have taken the lease first. The next renewal then says so (and
+    /// stops this process writing) without asking the store.
+    pub fn lose(&self) {
+        self.lock().lost = true;
+    }
+
     /// Renewed recently enough that no standby can have taken it: writing is safe.
     pub fn valid(&self) -> bool {
         let h = self.lock();

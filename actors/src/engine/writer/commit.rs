@@ -67,7 +67,12 @@ impl SourceWriter {
                     res
                 })));
             }
-            Err(e) => return Some(Box::pin(actix::fut::ready(Err(e)))),
+            Err(e) => {
+                if e.handed_over() {
+                    self.hand_over(&e);
+                }
+                return Some(Box::pin(actix::fut::ready(Err(e))));
+            }
         };
         cairn_index::fault::point("writer.commit");
         let plan = self.plan.take()?;

@@ -19,7 +19,9 @@
 //!
 //! Supervision: started under `actix::Supervisor`. When LanceDB fails, the writer reports
 //! `stage_failed`, keeps its buffer, stops, and is restarted with exponential backoff (reloading
-//! the source from its tables); the other sources' writers are untouched.
+//! the source from its tables); the other sources' writers are untouched. A commit refused
+//! because another writer holds the source (the lease was lost, or the tables fenced) is no
+//! failure: the writer says `handed_over`, and commits and retries nothing more.
 
 mod backlog;
 mod commit;
@@ -160,6 +162,9 @@ pub struct SourceWriter {
     closed: bool,
     /// The pipeline has drained: this writer commits nothing more, and runs no upkeep.
     retired: bool,
+    /// Another writer holds the source (it took the lease, or fenced the tables): this one's
+    /// refused commits are not failures, and nothing is retried.
+    handed_over: bool,
     embedder: EmbedScheduler,
     query: Addr<QueryActor>,
     emit: Emitter,
@@ -215,6 +220,7 @@ impl SourceWriter {
             cannot_open: None,
             closed: false,
             retired: false,
+            handed_over: false,
             embedder: parts.embedder,
             query: parts.query,
             emit: parts.emit,
@@ -246,14 +252,37 @@ impl SourceWriter {
         retry
     }
 
-    /// Report an infrastructure failure and stop; the supervisor restarts this actor.
+    /// Report an infrastructure failure and stop; the supervisor restarts this actor. A commit
+    /// refused because another writer holds the source is no failure: see [`Self::hand_over`].
     fn fail(&mut self, ctx: &mut Context<Self>, stage: &str, error: PipelineError) {
+        if error.handed_over() {
+            return self.hand_over(&error);
+        }
         self.report_failure(stage, &format!("{stage} failed"), &error.to_string());
         if self.failures >= TELL_AFTER {
             self.vectors.tell_waiters(Err(error.clone()));
         }
         self.failing = Some(error);
         ctx.stop();
+    }
+
+    /// Another writer holds the source: commit nothing more, and retry nothing (a restart would
+    /// only be refused again). Its lease is lost for good (a fence is proof: the other writer
+    /// took the lease before it fenced), so the process stops writing and reads; callers
+    /// waiting for vectors are told. Said once (`handed_over`); the source's state is `stopped`.
+    pub(super) fn hand_over(&mut self, error: &PipelineError) {
+        if let Some(p) = &self.opts.publishing {
+            p.lease.lose();
+        }
+        self.vectors.tell_waiters(Err(error.clone()));
+        if std::mem::replace(&mut self.handed_over, true) {
+            return;
+        }
+        let reason = error.to_string();
+        tracing::warn!("{reason}");
+        self.status.set_state(&self.id, SourceState::Stopped, Some(reason.clone()));
+        let (emit, id) = (self.emit.clone(), self.id.clone());
+        actix::spawn(async move { emit.emit(&id, vec![EventKind::HandedOver { reason }]).await });
     }
 
     /// Open the tables; until they open, commits are refused with why (a flush does not wait
@@ -270,6 +299,9 @@ impl SourceWriter {
     }
 
     fn open_failed(&mut self, ctx: &mut Context<Self>, error: PipelineError) {
+        if error.handed_over() {
+            return self.hand_over(&error);
+        }
         let reason = error.to_string();
         let retry = self.report_failure("open", "its tables cannot be opened", &reason);
         (self.store, self.resident) = (None, None);

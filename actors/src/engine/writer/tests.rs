@@ -230,12 +230,16 @@ async fn a_commit_while_the_lease_is_lapsed_is_kept_and_lands_after_the_renewal(
     assert_eq!(rig.served_slugs(), ["hall"]);
 }
 
+/// A lease taken over is a handover, not a failure: said once (`handed_over`), the source
+/// `stopped` (not `retrying`, which a watch's exit reports as a failure), and later commits are
+/// refused the same way.
 #[actix::test]
 async fn a_writer_whose_lease_was_taken_over_commits_nothing_more() {
     use crate::replication::lease::{Taken, Watching};
     let (publishing, store) = publishing().await;
     let lease = publishing.lease.clone();
-    let rig = Rig::new("taken", WriterOptions { publishing: Some(publishing), ..Default::default() }).await;
+    let mut rig =
+        Rig::new("taken", WriterOptions { publishing: Some(publishing), ..Default::default() }).await;
     rig.ingest(vec![page("hall.md", 1)], vec![], Origin::Edit).await;
     rig.writer.send(Commit).await.unwrap().unwrap();
     rig.writer.send(AwaitVectors).await.unwrap().unwrap();
@@ -252,6 +256,15 @@ async fn a_writer_whose_lease_was_taken_over_commits_nothing_more() {
     rig.ingest(vec![page("yard.md", 1)], vec![], Origin::Edit).await;
     let refused = rig.writer.send(Commit).await.unwrap();
     assert!(matches!(refused, Err(PipelineError::Refused { why: Refusal::LeaseLost, .. })), "{refused:?}");
+    rig.wait_for("the handover", |k| matches!(k, EventKind::HandedOver { .. })).await;
+    let state = rig.status.get(SOURCE).unwrap();
+    assert_eq!(state.state, SourceState::Stopped, "{:?}", state.error);
+    assert!(state.error.as_deref().is_some_and(|e| e.contains("writer lease")), "{:?}", state.error);
+    rig.ingest(vec![page("gate.md", 1)], vec![], Origin::Edit).await;
+    let again = rig.writer.send(Commit).await.unwrap();
+    assert!(matches!(again, Err(PipelineError::Refused { why: Refusal::LeaseLost, .. })), "{again:?}");
+    // A failure would have said `retrying` before the refusal was answered.
+    assert_eq!(rig.status.get(SOURCE).unwrap().state, SourceState::Stopped);
     assert_eq!(rig.served_slugs(), ["hall"]);
     assert_eq!(rig.status.get(SOURCE).unwrap().version, before);
 }
