@@ -248,7 +248,10 @@ fn while_open<T>(f: impl FnOnce() -> T) -> Option<T> {
 /// (ONNX Runtime may register some of its own after the first session loads).
 pub fn close_runtime() {
     use std::sync::TryLockError;
-    CLOSING.store(true, std::sync::atomic::Ordering::SeqCst);
+    if CLOSING.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        // Closed already (by `main`, before this exit handler): the write side is held for good.
+        return;
+    }
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     loop {
         match RUNTIME.try_write() {
