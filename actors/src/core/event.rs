@@ -192,6 +192,12 @@ pub enum EventKind {
         reason: String,
         retry_ms: u64,
     },
+    /// A commit waits: this process could not renew the writer lease in time (the store does
+    /// not answer). What it holds (pages, vectors) is kept, and committed once the lease is
+    /// renewed. Said once until the next commit lands.
+    CommitHeld {
+        reason: String,
+    },
     /// Another writer holds the source now (it took the writer lease, or fenced the tables):
     /// this process commits nothing more to it, and what it had not committed is the new
     /// writer's catch-up. Not a failure, and nothing is retried.
@@ -268,6 +274,7 @@ impl EventKind {
             EventKind::Committed { .. } => "committed",
             EventKind::Optimized { .. } => "optimized",
             EventKind::StageFailed { .. } => "stage_failed",
+            EventKind::CommitHeld { .. } => "commit_held",
             EventKind::HandedOver { .. } => "handed_over",
             EventKind::QueryAnswered(_) => "query_answered",
             EventKind::Flushed { .. } => "flushed",
@@ -302,6 +309,7 @@ impl std::fmt::Display for Event {
             EventKind::StageFailed { stage, reason, retry_ms } => {
                 write!(f, "{s}: {stage} failed ({reason}); retrying in {retry_ms} ms")
             }
+            EventKind::CommitHeld { reason } => write!(f, "{s}: commits wait ({reason})"),
             EventKind::HandedOver { reason } => write!(f, "{s}: handed over to another writer ({reason})"),
             EventKind::Committed {
                 pages: 0, removed: 0, chunks_embedded, chunks_pending, version, ..

@@ -62,6 +62,7 @@ impl SourceWriter {
             Ok(sink) => sink,
             // A lapsed lease keeps what is buffered, and tries again until it is renewed (or lost).
             Err(e @ PipelineError::Refused { why: Refusal::LeaseLapsed, .. }) => {
+                self.hold(&e);
                 return Some(Box::pin(actix::fut::ready(Err(e)).map(|res, act: &mut Self, ctx| {
                     act.commit_later(Origin::Edit, ctx);
                     res
@@ -112,7 +113,7 @@ impl SourceWriter {
     /// After a page commit: the plan's stored state, and each chunk still without a vector
     /// queued for the model (at its page's priority); how many chunks were written.
     fn pages_committed(&mut self, version: u64, batch: WriteBatch, origins: Vec<Origin>) -> usize {
-        (self.failures, self.failing) = (0, None);
+        self.landed();
         self.plan.committed(&batch, tokio::time::Instant::now());
         for s in &batch.removals {
             self.vectors.forget_page(s);

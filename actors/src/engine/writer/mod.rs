@@ -162,6 +162,8 @@ pub struct SourceWriter {
     closed: bool,
     /// The pipeline has drained: this writer commits nothing more, and runs no upkeep.
     retired: bool,
+    /// A commit was refused for a lapsed lease, and none has landed since (`commit_held` said so).
+    held: bool,
     /// Another writer holds the source (it took the lease, or fenced the tables): this one's
     /// refused commits are not failures, and nothing is retried.
     handed_over: bool,
@@ -220,6 +222,7 @@ impl SourceWriter {
             cannot_open: None,
             closed: false,
             retired: false,
+            held: false,
             handed_over: false,
             embedder: parts.embedder,
             query: parts.query,
@@ -283,6 +286,21 @@ impl SourceWriter {
         self.status.set_state(&self.id, SourceState::Stopped, Some(reason.clone()));
         let (emit, id) = (self.emit.clone(), self.id.clone());
         actix::spawn(async move { emit.emit(&id, vec![EventKind::HandedOver { reason }]).await });
+    }
+
+    /// A commit landed: failures and a held commit are over.
+    fn landed(&mut self) {
+        (self.failures, self.failing, self.held) = (0, None, false);
+    }
+
+    /// A commit refused for a lapsed lease (`why`) waits for its renewal; said once until the
+    /// next commit lands.
+    fn hold(&mut self, why: &PipelineError) {
+        if std::mem::replace(&mut self.held, true) {
+            return;
+        }
+        let (emit, id, reason) = (self.emit.clone(), self.id.clone(), why.to_string());
+        actix::spawn(async move { emit.emit(&id, vec![EventKind::CommitHeld { reason }]).await });
     }
 
     /// Open the tables; until they open, commits are refused with why (a flush does not wait

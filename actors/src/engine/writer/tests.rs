@@ -223,11 +223,59 @@ async fn a_commit_while_the_lease_is_lapsed_is_kept_and_lands_after_the_renewal(
     rig.ingest(vec![page("hall.md", 1)], vec![], Origin::Edit).await;
     let refused = rig.writer.send(Commit).await.unwrap();
     assert!(matches!(refused, Err(PipelineError::Refused { why: Refusal::LeaseLapsed, .. })), "{refused:?}");
+    rig.wait_for("the held commit", |k| matches!(k, EventKind::CommitHeld { .. })).await;
     assert!(rig.served_slugs().is_empty(), "nothing is written under a lapsed lease");
     // The store answers again: the renewal lands, and the page the writer kept goes in.
     assert!(lease.renew().await.unwrap());
     rig.wait_for("the commit after the renewal", committed).await;
     assert_eq!(rig.served_slugs(), ["hall"]);
+}
+
+/// A vector commit refused while the lease is lapsed keeps its vectors: said once
+/// (`commit_held`), no failure (the source is not reloaded, nothing is embedded again), and
+/// committed once the lease is renewed.
+#[actix::test]
+async fn vectors_refused_while_the_lease_is_lapsed_are_kept_and_committed_after_the_renewal() {
+    let (publishing, _) = publishing().await;
+    let lease = publishing.lease.clone();
+    let mut rig =
+        Rig::new("lapsed-vectors", WriterOptions { publishing: Some(publishing), ..Default::default() })
+            .await;
+    // The pages go in; their vectors wait behind the held bulk work until the lease lapsed.
+    let hold = rig.model.hold_bulk();
+    rig.ingest(vec![page("hall.md", 2)], vec![], Origin::Scan).await;
+    rig.writer.send(Commit).await.unwrap().unwrap();
+    let chunks = rig.status.get(SOURCE).unwrap().vectors_pending;
+    assert!(chunks > 0, "the page's chunks wait for vectors");
+    lease.lapse();
+    drop(hold);
+    let no_failure = |k: &EventKind| {
+        assert!(
+            !matches!(
+                k,
+                EventKind::StageFailed { .. }
+                    | EventKind::SourceStarted { .. }
+                    | EventKind::HandedOver { .. }
+            ),
+            "a lapsed lease is no failure: {k:?}"
+        );
+    };
+    rig.wait_for("the vectors' commit held", |k| {
+        no_failure(k);
+        matches!(k, EventKind::CommitHeld { .. })
+    })
+    .await;
+    assert_eq!(rig.status.get(SOURCE).unwrap().vectors_pending, chunks, "nothing was written meanwhile");
+    assert!(lease.renew().await.unwrap());
+    let landed = rig
+        .wait_for("the vectors committed after the renewal", |k| {
+            no_failure(k);
+            matches!(k, EventKind::Committed { chunks_embedded, .. } if *chunks_embedded > 0)
+        })
+        .await;
+    let EventKind::Committed { chunks_embedded, chunks_pending, .. } = landed else { unreachable!() };
+    assert_eq!((chunks_embedded, chunks_pending), (chunks, 0), "every vector kept, in one commit");
+    assert_eq!(rig.status.get(SOURCE).unwrap().state, SourceState::Watching);
 }
 
 /// A lease taken over is a handover, not a failure: said once (`handed_over`), the source

@@ -138,7 +138,8 @@ impl SourceWriter {
             Ok(sink) => sink,
             // A lapsed lease (the store not answering): the vectors stay ready and are committed
             // once it is renewed, rather than reloading the source to embed them again.
-            Err(PipelineError::Refused { why: Refusal::LeaseLapsed, .. }) => {
+            Err(lapsed @ PipelineError::Refused { why: Refusal::LeaseLapsed, .. }) => {
+                self.hold(&lapsed);
                 if self.vectors.retry_once() {
                     ctx.run_later(super::LAPSED_RETRY, |act, ctx| {
                         act.vectors.retrying();
@@ -160,7 +161,7 @@ impl SourceWriter {
             act.vectors.committed(res.is_ok().then_some(n));
             match res {
                 Ok((pending, version)) => {
-                    (act.failures, act.failing) = (0, None);
+                    act.landed();
                     act.status.set_version(&act.id, version);
                     act.publish_vectors();
                     debug_assert!(
