@@ -249,10 +249,15 @@ impl SourceWriter {
             reason: reason.into(),
             retry_ms: retry.as_millis() as u64,
         };
-        let (emit, id) = (self.emit.clone(), self.id.clone());
-        // Spawned on the arbiter, not on this context: stopping must not cancel the report.
-        actix::spawn(async move { emit.emit(&id, vec![ev]).await });
+        self.tell(ev);
         retry
+    }
+
+    /// Emit one event of the source, spawned on the arbiter, not on this context: a stop must not
+    /// cancel it.
+    fn tell(&self, event: EventKind) {
+        let (emit, id) = (self.emit.clone(), self.id.clone());
+        actix::spawn(async move { emit.emit(&id, vec![event]).await });
     }
 
     /// Report an infrastructure failure and stop; the supervisor restarts this actor. A commit
@@ -284,8 +289,7 @@ impl SourceWriter {
         let reason = error.to_string();
         tracing::warn!("{reason}");
         self.status.set_state(&self.id, SourceState::Stopped, Some(reason.clone()));
-        let (emit, id) = (self.emit.clone(), self.id.clone());
-        actix::spawn(async move { emit.emit(&id, vec![EventKind::HandedOver { reason }]).await });
+        self.tell(EventKind::HandedOver { reason });
     }
 
     /// A commit landed: failures and a held commit are over.
@@ -299,8 +303,7 @@ impl SourceWriter {
         if std::mem::replace(&mut self.held, true) {
             return;
         }
-        let (emit, id, reason) = (self.emit.clone(), self.id.clone(), why.to_string());
-        actix::spawn(async move { emit.emit(&id, vec![EventKind::CommitHeld { reason }]).await });
+        self.tell(EventKind::CommitHeld { reason: why.to_string() });
     }
 
     /// Open the tables; until they open, commits are refused with why (a flush does not wait
