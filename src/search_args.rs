@@ -20,6 +20,11 @@ pub struct SearchArgs {
     /// Results to return (default 10, at most 100).
     #[arg(long)]
     pub limit: Option<usize>,
+    /// Candidates each source gathers before they are ordered (its rank window; default the
+    /// mode's: 100 in `balanced`, 300 in `thorough`, 10 in `fast`; at most 300, never fewer than
+    /// the limit). Narrower is faster; the default's first answers are the same at every limit.
+    #[arg(long)]
+    pub window: Option<usize>,
     /// Only pages with one of these tags, without `#` (a nested tag matches its children:
     /// `project` finds `project/alpha`).
     #[arg(long = "tag", value_name = "TAG")]
@@ -49,6 +54,7 @@ impl SearchArgs {
         req.sources = self.sources.clone();
         req.mode = self.mode.as_deref().unwrap_or("balanced").parse()?;
         req.limit = self.limit.unwrap_or(10);
+        req.window = self.window;
         req.filter = Filter {
             tags: self.tags.clone(),
             paths: self.paths.clone(),
@@ -85,16 +91,18 @@ mod tests {
             "zoo/",
             "--after",
             "2024-01-02",
+            "--window",
+            "40",
         ]);
         let json: SearchArgs = serde_json::from_str(
-            r#"{"mode": "fast", "tags": ["birds"], "paths": ["zoo/"], "after": "2024-01-02"}"#,
+            r#"{"mode": "fast", "tags": ["birds"], "paths": ["zoo/"], "after": "2024-01-02", "window": 40}"#,
         )
         .unwrap();
         let (a, b) = (cli.search.request(cli.query).unwrap(), json.request("owls").unwrap());
         assert_eq!(serde_json::to_value(&a).unwrap(), serde_json::to_value(&b).unwrap());
         assert_eq!(
-            (a.mode, a.limit, a.filter.tags.as_slice()),
-            (cairn_query::Mode::Fast, 10, &["birds".to_string()][..])
+            (a.mode, a.limit, a.window, a.filter.tags.as_slice()),
+            (cairn_query::Mode::Fast, 10, Some(40), &["birds".to_string()][..])
         );
         let bad = SearchArgs { mode: Some("quick".into()), ..SearchArgs::default() }.request("owls");
         assert!(bad.unwrap_err().to_string().contains("quick"));

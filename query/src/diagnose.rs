@@ -230,7 +230,7 @@ pub async fn diagnose<R: SourceReader>(
     order.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
     let fused_rank = order.iter().position(|(s, _)| *s == slug).map(|p| p + 1);
     let limit = req.limit.clamp(1, crate::search::MAX_LIMIT);
-    let source_slots = crate::search::source_slots(req.mode, limit);
+    let source_slots = crate::search::source_slots(req, limit);
     let answer = search(readers, embedder, req).await?;
     let final_rank = answer.results.iter().position(|r| r.source == source && r.slug == slug).map(|p| p + 1);
     let keyword_rank = rank_of(&kw, slug);

@@ -45,7 +45,9 @@ pub const TEMPLATE_PAGES: u32 = 3;
 /// 2026-12-07.1: a query that names no page is moved toward its first answers' vectors (feedback).
 /// 2026-12-07.2: feedback keeps the first answers it was fed in their places; the title-phrase
 /// boost counts content words in the source's language.
-pub const SCORING_VERSION: &str = "2026-12-07.2";
+/// 2026-12-07.3: every source gathers a window of 100 candidates in `balanced`, whatever the
+/// limit.
+pub const SCORING_VERSION: &str = "2026-12-07.3";
 
 /// Each page's best chunk, pages in order of their best chunk (hits must be sorted best first,
 /// as the store returns them). A page is its best chunk, never whichever chunk came first.

@@ -59,7 +59,7 @@ async fn a_bulk_source_cannot_take_the_curated_sources_slots() {
         resp.results
     );
     let bulk = resp.sources.iter().find(|s| s.source == "bulk").unwrap();
-    assert_eq!(bulk.candidates, 10, "the bulk source gets its K slots and no more");
+    assert_eq!(bulk.candidates, crate::search::WINDOW, "the bulk source gets its K slots and no more");
 }
 
 #[tokio::test]
@@ -222,8 +222,9 @@ async fn a_name_written_as_the_query_wins_over_a_folded_one() {
 
 #[tokio::test]
 async fn a_filter_restricts_each_source_before_its_cut_so_a_match_outside_the_top_slots_is_found() {
-    // One source: 60 pages that match the query better than the one tagged page.
-    let mut pages: Vec<crate::reader::memory::MemoryPage> = (0..60)
+    // One source: more pages than its window that match the query better than the one tagged
+    // page.
+    let mut pages: Vec<crate::reader::memory::MemoryPage> = (0..crate::search::WINDOW + 50)
         .map(|i| {
             page(
                 &format!("log/entry-{i}"),
@@ -420,4 +421,56 @@ fn an_evaluations_switches_never_reach_the_wire() {
     let sent = serde_json::json!({"query": "hall", "without_feedback": true, "pooled_baseline": true});
     let got: SearchRequest = serde_json::from_value(sent).unwrap();
     assert!(got.ablation.is_none());
+}
+
+/// Notes whose words overlap in many ways (each holds six of fourteen words, some repeated), so
+/// that the arms' fusion and the union's score order them differently.
+fn overlapping(n: usize) -> MemoryReader {
+    const WORDS: [&str; 14] = [
+        "river", "glacier", "ice", "melt", "valley", "stone", "moraine", "snow", "flow", "climate", "sea",
+        "level", "rock", "water",
+    ];
+    let pages = (0..n)
+        .map(|i| {
+            let body: Vec<&str> = (0..6)
+                .flat_map(|j| {
+                    std::iter::repeat_n(WORDS[(i * 7 + j * 3 + i / 5) % WORDS.len()], 1 + (i + j) % 3)
+                })
+                .collect();
+            page(&format!("notes/n{i}"), &format!("Note {i}"), &[], &[&format!("{}.", body.join(" "))])
+        })
+        .collect();
+    MemoryReader::new("notes", pages)
+}
+
+#[tokio::test]
+async fn the_first_answers_do_not_depend_on_how_many_are_asked_for() {
+    let notes = overlapping(60);
+    let slugs = |r: crate::SearchResponse| r.results.into_iter().map(|r| r.slug).take(10).collect::<Vec<_>>();
+    let mut narrow_differs = false;
+    for q in
+        ["glacier melt water", "stone valley", "sea level climate", "snow flow river rock", "ice moraine"]
+    {
+        let ask = |limit, window| SearchRequest { limit, window, ..SearchRequest::new(q) };
+        let ten = slugs(run(&[&notes], ask(10, None)).await.unwrap());
+        let hundred = slugs(run(&[&notes], ask(100, None)).await.unwrap());
+        assert_eq!(ten.len(), 10, "{q}");
+        assert_eq!(ten, hundred, "{q}: the first ten of a hundred are the ten");
+        // A window as narrow as the limit (what every source gathered before) is what made them
+        // differ: the corpus exercises the window.
+        narrow_differs |= slugs(run(&[&notes], ask(10, Some(10))).await.unwrap()) != hundred;
+    }
+    assert!(narrow_differs, "no query's first ten depended on the window: the test shows nothing");
+}
+
+#[test]
+fn a_requests_window_is_bounded_and_never_under_its_limit() {
+    use crate::search::{MAX_WINDOW, WINDOW, source_slots};
+    let req = |mode, window| SearchRequest { mode, window, ..SearchRequest::new("x") };
+    assert_eq!(source_slots(&req(Mode::Balanced, None), 10), WINDOW);
+    assert_eq!(source_slots(&req(Mode::Thorough, None), 10), MAX_WINDOW);
+    assert_eq!(source_slots(&req(Mode::Fast, None), 10), 10);
+    assert_eq!(source_slots(&req(Mode::Balanced, Some(5)), 20), 20, "never under the limit");
+    assert_eq!(source_slots(&req(Mode::Balanced, Some(1_000_000)), 10), MAX_WINDOW);
+    assert_eq!(source_slots(&req(Mode::Balanced, Some(0)), 1), 1);
 }

@@ -311,6 +311,7 @@ impl Server {
             sources: list(form.sources),
             mode: Some(form.mode.to_string()),
             limit: None,
+            window: None,
             tags: list(form.tags),
             paths: list(form.paths),
             types: list(form.types),

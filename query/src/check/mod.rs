@@ -31,6 +31,11 @@ pub const BODY_KEYWORD_RANK: usize = 3;
 pub const MAX_BODY_CHUNKS: usize = 8;
 /// Candidates a check lists at most.
 pub const MAX_CANDIDATES: usize = 10;
+/// The candidates each source gathers for one part (its rank window): the pages near the top of
+/// the arms for that part, as the verdict's ranks are read; not the deeper window a search uses
+/// (through it, 25 of 225 drafts whose page exists fell from `probable` to `related`:
+/// BENCHMARKS.md, "A window that does not depend on the limit").
+pub const PART_WINDOW: usize = 10;
 
 /// A note an agent is about to write.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -130,6 +135,7 @@ pub fn requests(draft: &Draft) -> Vec<(Part, SearchRequest)> {
         sources: draft.sources.clone(),
         mode: Mode::Balanced,
         limit: MAX_CANDIDATES,
+        window: Some(PART_WINDOW),
         explain,
         ..SearchRequest::new(q.to_string())
     };

@@ -48,13 +48,29 @@ fn validate(req: &SearchRequest) -> Result<()> {
     Ok(())
 }
 
-/// The slots every source gets in the gather before the merge: ten at least, the limit if it is
-/// larger, and three times that for `thorough`.
-pub(crate) fn source_slots(mode: Mode, limit: usize) -> usize {
-    match mode {
-        Mode::Thorough => limit.max(10) * 3,
-        _ => limit.max(10),
-    }
+/// The candidates every source gathers in `balanced` before the merge, whatever the limit: the
+/// most a call may ask for. The union's score orders a deeper pool better than the arms' rank
+/// fusion cuts it (BENCHMARKS.md, "A window that does not depend on the limit"), and with one
+/// window for every limit, the first ten answers of a call for a hundred are the ten a call for
+/// ten gets.
+pub const WINDOW: usize = MAX_LIMIT;
+
+/// The widest window a request may ask for (`thorough`'s).
+pub const MAX_WINDOW: usize = WINDOW * 3;
+
+/// The slots every source gets in the gather before the merge (its rank window): the request's
+/// own window if it sets one, else the mode's (`fast`, which embeds nothing and is asked for
+/// speed, ten; `balanced` [`WINDOW`]; `thorough` three times that); never fewer than the limit.
+pub(crate) fn source_slots(req: &SearchRequest, limit: usize) -> usize {
+    let window = req.window.map_or_else(
+        || match req.mode {
+            Mode::Fast => 10,
+            Mode::Balanced => WINDOW,
+            Mode::Thorough => MAX_WINDOW,
+        },
+        |w| w.clamp(1, MAX_WINDOW),
+    );
+    window.max(limit)
 }
 
 /// Answer a request over the given sources: the named stages below, in order (gather with the
@@ -75,7 +91,7 @@ pub async fn search<R: SourceReader>(
     } else {
         req.limit
     };
-    let k = source_slots(req.mode, limit);
+    let k = source_slots(req, limit);
     let text = tokens(&req.query).join(" ");
     let mut degraded = Vec::new();
     let qvec = embed_query(req, embedder, &mut degraded, &mut notes);

@@ -78,6 +78,12 @@ pub struct SearchRequest {
     pub limit: usize,
     #[serde(default)]
     pub explain: bool,
+    /// How many candidates each source gathers before the union is scored (its rank window;
+    /// never fewer than the limit, at most [`super::MAX_WINDOW`]). Unset: the mode's
+    /// ([`super::source_slots`]), which does not depend on the limit, so that the first ten
+    /// answers are the same whether ten or a hundred are asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<usize>,
     /// Restrictions: tags, folders, types, dates.
     #[serde(default, skip_serializing_if = "Filter::is_empty")]
     pub filter: Filter,
@@ -100,6 +106,7 @@ impl SearchRequest {
             mode: Mode::Balanced,
             limit: 10,
             explain: false,
+            window: None,
             filter: Filter::default(),
             ablation: Ablation::default(),
         }
