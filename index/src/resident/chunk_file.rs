@@ -215,6 +215,44 @@ impl ChunkFile {
         self.out.get_ref().sync_data()
     }
 
+    /// The vector of chunk `chunk_id` from its record at `at`, in one read of its head and its
+    /// `dim` values (not its text: a re-score reads many vectors and keeps few texts); `None`
+    /// when the record there is not that chunk's, its vector is not `dim` long, or it cannot be
+    /// read.
+    pub fn read_vector(&self, at: u64, chunk_id: &str, dim: usize) -> Option<Vec<f32>> {
+        let mut buf = vec![0u8; RECORD_HEAD + dim * 4];
+        if at + buf.len() as u64 > self.len {
+            return None;
+        }
+        self.out.get_ref().read_exact_at(&mut buf, at).ok()?;
+        let (head, v) = buf.split_at(RECORD_HEAD);
+        let ours = u64::from_le_bytes(head[..8].try_into().ok()?) == id_hash(chunk_id);
+        if !ours || u32::from_le_bytes(head[8..12].try_into().ok()?) as usize != dim {
+            return None;
+        }
+        Some(v.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes"))).collect())
+    }
+
+    /// The text of chunk `chunk_id` from its record at `at` (its head, then its text; not its
+    /// vector); `None` as [`ChunkFile::read`].
+    pub fn read_text(&self, at: u64, chunk_id: &str) -> Option<String> {
+        let file = self.out.get_ref();
+        let mut head = [0u8; RECORD_HEAD];
+        file.read_exact_at(&mut head, at).ok()?;
+        if u64::from_le_bytes(head[..8].try_into().ok()?) != id_hash(chunk_id) {
+            return None;
+        }
+        let dim = u32::from_le_bytes(head[8..12].try_into().ok()?) as u64;
+        let text_len = u32::from_le_bytes(head[12..].try_into().ok()?) as u64;
+        let from = at + RECORD_HEAD as u64 + dim * 4;
+        if from + text_len > self.len {
+            return None;
+        }
+        let mut text = vec![0u8; text_len as usize];
+        file.read_exact_at(&mut text, from).ok()?;
+        String::from_utf8(text).ok()
+    }
+
     /// The text and vector of chunk `chunk_id` from its record at `at`; `None` when the record
     /// there is not that chunk's (or cannot be read).
     pub fn read(&self, at: u64, chunk_id: &str) -> Option<(String, Vec<f32>)> {
@@ -241,6 +279,24 @@ impl ChunkFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_records_vector_and_its_text_read_apart_are_what_it_holds() {
+        let mut f = ChunkFile::create(None).unwrap();
+        let a = f.append("a#0", &[0.6, 0.8], "alpha text").unwrap();
+        let b = f.append("b#0", &[1.0, 0.0, 0.0], "").unwrap();
+        f.flush().unwrap();
+        assert_eq!(f.read_vector(a, "a#0", 2), Some(vec![0.6, 0.8]));
+        assert_eq!(f.read_text(a, "a#0").as_deref(), Some("alpha text"));
+        assert_eq!(
+            (f.read_vector(b, "b#0", 3), f.read_text(b, "b#0").as_deref()),
+            (Some(vec![1.0, 0.0, 0.0]), Some(""))
+        );
+        // Another chunk's record, or a vector of another length, is not read as this one.
+        assert_eq!((f.read_vector(a, "b#0", 2), f.read_text(a, "b#0")), (None, None));
+        assert_eq!(f.read_vector(a, "a#0", 3), None);
+        assert_eq!(f.read_vector(b, "b#0", 4), None, "past the file's end");
+    }
 
     #[test]
     fn records_read_back_by_place_and_a_reopen_keeps_only_what_its_snapshot_named() {

@@ -104,6 +104,32 @@ impl ResidentIndex {
         self.file.as_ref()?.read(s.at, &s.chunk_id.to_string()).map(|(_, v)| v)
     }
 
+    /// The exact vectors (`dim` values) of chunks (by id) that the chunk file holds, without
+    /// their text; the others are left out (for the caller to read from the tables).
+    pub fn filed_vectors(&self, ids: &[&str], dim: usize) -> HashMap<String, Vec<f32>> {
+        let Some(file) = &self.file else { return HashMap::new() };
+        ids.iter()
+            .filter_map(|id| {
+                let s = self.chunks[self.by_id.get(&Key::new(id), id_of(&self.chunks))? as usize].as_ref()?;
+                let v = (s.at != NOWHERE).then(|| file.read_vector(s.at, id, dim))??;
+                Some((id.to_string(), v))
+            })
+            .collect()
+    }
+
+    /// The texts of chunks (by id) that the chunk file holds, without their vectors; the others
+    /// are left out.
+    pub fn filed_texts(&self, ids: &[&str]) -> HashMap<String, String> {
+        let Some(file) = &self.file else { return HashMap::new() };
+        ids.iter()
+            .filter_map(|id| {
+                let s = self.chunks[self.by_id.get(&Key::new(id), id_of(&self.chunks))? as usize].as_ref()?;
+                let text = (s.at != NOWHERE).then(|| file.read_text(s.at, id))??;
+                Some((id.to_string(), text))
+            })
+            .collect()
+    }
+
     /// The text and exact vector of chunks (by id) that the chunk file holds; the others are
     /// left out (for the caller to read from the tables).
     pub fn stored(&self, ids: &[&str]) -> HashMap<String, (String, Option<Vec<f32>>)> {

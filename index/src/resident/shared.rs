@@ -182,7 +182,9 @@ impl Resident {
 
     /// Vector arm with exact cosines: [`ResidentIndex::vector`] on exact vectors; on int8 codes,
     /// its best `k` × [`RESCORE`] candidates (every chunk of the pages `within`) re-scored from
-    /// the stored vectors. A candidate whose row is gone (replaced since) drops out.
+    /// their exact vectors. Those the chunk file holds are read without their text, and only the
+    /// best `k` of them get their text (a re-score keeps a quarter of what it reads); the others
+    /// are read from the store. A candidate whose row is gone (replaced since) drops out.
     pub async fn vector(
         &self,
         query: &[f32],
@@ -196,7 +198,7 @@ impl Resident {
             allow.cloned(),
         );
         let stored_behind = self.store.is_some();
-        let (rescore, candidates, held) = self
+        let (best, missing) = self
             .with_index(move |index| {
                 let within: Option<Vec<&str>> =
                     within_owned.as_ref().map(|w| w.iter().map(String::as_str).collect());
@@ -207,31 +209,46 @@ impl Resident {
                     (true, false) => k.saturating_mul(RESCORE),
                 };
                 let candidates = index.vector(&q, within.as_deref(), pool, allow.as_ref());
-                let held = match rescore {
-                    true => index.stored(&candidates.iter().map(|h| h.chunk_id.as_str()).collect::<Vec<_>>()),
-                    false => HashMap::new(),
-                };
-                (rescore, candidates, held)
+                if !rescore {
+                    return (candidates, Vec::new());
+                }
+                // One read lock for the vectors and the texts: the chunk file cannot be replaced
+                // between them.
+                let ids: Vec<&str> = candidates.iter().map(|h| h.chunk_id.as_str()).collect();
+                let mut filed = index.filed_vectors(&ids, q.len());
+                let (held, missing): (Vec<ChunkHit>, Vec<ChunkHit>) =
+                    candidates.into_iter().partition(|h| filed.contains_key(&h.chunk_id));
+                let q = unit(q);
+                let scored: Vec<(f32, ChunkHit)> = held
+                    .into_iter()
+                    .filter_map(|h| Some((dot(&q, &unit(filed.remove(&h.chunk_id)?)), h)))
+                    .collect();
+                let best = top_k(scored, k, |h| h.chunk_id.clone());
+                let mut texts =
+                    index.filed_texts(&best.iter().map(|(_, h)| h.chunk_id.as_str()).collect::<Vec<_>>());
+                let best = best
+                    .into_iter()
+                    .filter_map(|(score, h)| Some(ChunkHit { score, text: texts.remove(&h.chunk_id)?, ..h }))
+                    .collect();
+                (best, missing)
             })
             .await?;
-        if !rescore {
-            return Ok(candidates);
+        if missing.is_empty() {
+            return Ok(best);
         }
-        let mut stored = self.stored(held, candidates.iter().map(|h| h.chunk_id.as_str())).await?;
+        let mut stored = self.stored(HashMap::new(), missing.iter().map(|h| h.chunk_id.as_str())).await?;
         let q = unit(query.to_vec());
-        let scored: Vec<(f32, ChunkHit)> = candidates
+        let scored: Vec<(f32, ChunkHit)> = best
             .into_iter()
-            .filter_map(|h| {
-                let (_, v) = stored.get(&h.chunk_id)?;
-                Some((dot(&q, &unit(v.clone()?)), h))
-            })
+            .map(|h| (h.score, h))
+            .chain(missing.into_iter().filter_map(|h| {
+                let (text, v) = stored.remove(&h.chunk_id)?;
+                Some((dot(&q, &unit(v?)), ChunkHit { text, ..h }))
+            }))
             .collect();
         Ok(top_k(scored, k, |h| h.chunk_id.clone())
             .into_iter()
-            .filter_map(|(score, h)| {
-                let (text, _) = stored.remove(&h.chunk_id)?;
-                Some(ChunkHit { score, text, ..h })
-            })
+            .map(|(score, h)| ChunkHit { score, ..h })
             .collect())
     }
 
@@ -250,7 +267,9 @@ impl Resident {
                 let hits = index.keyword(&query, k, allow.as_ref(), fields);
                 let ids: Vec<&str> =
                     hits.iter().filter(|h| h.text.is_empty()).map(|h| h.chunk_id.as_str()).collect();
-                let held = index.stored(&ids);
+                // Their text only: the keyword arm has no use for their vectors.
+                let held: HashMap<String, (String, Option<Vec<f32>>)> =
+                    index.filed_texts(&ids).into_iter().map(|(id, text)| (id, (text, None))).collect();
                 (hits, index.holds_text(), held)
             })
             .await?;
