@@ -79,8 +79,8 @@ pub struct SearchRequest {
     #[serde(default)]
     pub explain: bool,
     /// How many candidates each source gathers before the union is scored (its rank window;
-    /// never fewer than the limit, at most [`super::MAX_WINDOW`]). Unset: the mode's
-    /// ([`super::source_slots`]), which does not depend on the limit, so that the first ten
+    /// never fewer than the limit, at most [`super::MAX_WINDOW`]). Unset: the mode's (100 in
+    /// `balanced`, [`super::WINDOW`]), which does not depend on the limit, so that the first ten
     /// answers are the same whether ten or a hundred are asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window: Option<usize>,
