@@ -137,12 +137,25 @@ impl ChunkFile {
 
     /// The length of the record at `at` (head and body), from its head.
     fn record_len(&self, at: u64) -> Option<u64> {
-        let mut head = [0u8; RECORD_HEAD];
-        self.out.get_ref().read_exact_at(&mut head, at).ok()?;
-        let dim = u32::from_le_bytes(head[8..12].try_into().ok()?) as u64;
-        let text_len = u32::from_le_bytes(head[12..].try_into().ok()?) as u64;
+        let (_, dim, text_len) = self.head(at)?;
         let n = RECORD_HEAD as u64 + dim * 4 + text_len;
         (at + n <= self.len).then_some(n)
+    }
+
+    /// The head of the record at `at`: its chunk id's hash, its vector's length, its text's
+    /// length.
+    fn head(&self, at: u64) -> Option<(u64, u64, u64)> {
+        let mut head = [0u8; RECORD_HEAD];
+        self.out.get_ref().read_exact_at(&mut head, at).ok()?;
+        Some(parse_head(&head))
+    }
+
+    /// The vector's and text's lengths of chunk `chunk_id`'s record at `at`; `None` when the
+    /// record there is not that chunk's, or runs past the file's end.
+    fn head_of(&self, at: u64, chunk_id: &str) -> Option<(u64, u64)> {
+        let (hash, dim, text_len) = self.head(at)?;
+        let whole = at + RECORD_HEAD as u64 + dim * 4 + text_len <= self.len;
+        (hash == id_hash(chunk_id) && whole).then_some((dim, text_len))
     }
 
     /// What a compaction reads from while the index goes on using this file: the file itself
@@ -226,54 +239,40 @@ impl ChunkFile {
         }
         self.out.get_ref().read_exact_at(&mut buf, at).ok()?;
         let (head, v) = buf.split_at(RECORD_HEAD);
-        let ours = u64::from_le_bytes(head[..8].try_into().ok()?) == id_hash(chunk_id);
-        if !ours || u32::from_le_bytes(head[8..12].try_into().ok()?) as usize != dim {
-            return None;
-        }
-        Some(v.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes"))).collect())
+        let (hash, len, _) = parse_head(head);
+        (hash == id_hash(chunk_id) && len == dim as u64).then(|| floats(v))
     }
 
     /// The text of chunk `chunk_id` from its record at `at` (its head, then its text; not its
     /// vector); `None` as [`ChunkFile::read`].
     pub fn read_text(&self, at: u64, chunk_id: &str) -> Option<String> {
-        let file = self.out.get_ref();
-        let mut head = [0u8; RECORD_HEAD];
-        file.read_exact_at(&mut head, at).ok()?;
-        if u64::from_le_bytes(head[..8].try_into().ok()?) != id_hash(chunk_id) {
-            return None;
-        }
-        let dim = u32::from_le_bytes(head[8..12].try_into().ok()?) as u64;
-        let text_len = u32::from_le_bytes(head[12..].try_into().ok()?) as u64;
-        let from = at + RECORD_HEAD as u64 + dim * 4;
-        if from + text_len > self.len {
-            return None;
-        }
+        let (dim, text_len) = self.head_of(at, chunk_id)?;
         let mut text = vec![0u8; text_len as usize];
-        file.read_exact_at(&mut text, from).ok()?;
+        self.out.get_ref().read_exact_at(&mut text, at + RECORD_HEAD as u64 + dim * 4).ok()?;
         String::from_utf8(text).ok()
     }
 
     /// The text and vector of chunk `chunk_id` from its record at `at`; `None` when the record
     /// there is not that chunk's (or cannot be read).
     pub fn read(&self, at: u64, chunk_id: &str) -> Option<(String, Vec<f32>)> {
-        let file = self.out.get_ref();
-        let mut head = [0u8; RECORD_HEAD];
-        file.read_exact_at(&mut head, at).ok()?;
-        if u64::from_le_bytes(head[..8].try_into().ok()?) != id_hash(chunk_id) {
-            return None;
-        }
-        let dim = u32::from_le_bytes(head[8..12].try_into().ok()?) as u64;
-        let text_len = u32::from_le_bytes(head[12..].try_into().ok()?) as u64;
-        let body = dim * 4 + text_len;
-        if at + RECORD_HEAD as u64 + body > self.len {
-            return None;
-        }
-        let mut buf = vec![0u8; body as usize];
-        file.read_exact_at(&mut buf, at + RECORD_HEAD as u64).ok()?;
+        let (dim, text_len) = self.head_of(at, chunk_id)?;
+        let mut buf = vec![0u8; (dim * 4 + text_len) as usize];
+        self.out.get_ref().read_exact_at(&mut buf, at + RECORD_HEAD as u64).ok()?;
         let (v, text) = buf.split_at(dim as usize * 4);
-        let vector = v.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes"))).collect();
-        Some((String::from_utf8(text.to_vec()).ok()?, vector))
+        Some((String::from_utf8(text.to_vec()).ok()?, floats(v)))
     }
+}
+
+/// A record head's fields (its [`RECORD_HEAD`] bytes): the hash of its chunk id, its vector's
+/// length, its text's length.
+fn parse_head(head: &[u8]) -> (u64, u64, u64) {
+    let u32_at = |i: usize| u64::from(u32::from_le_bytes(head[i..i + 4].try_into().expect("4 bytes")));
+    (u64::from_le_bytes(head[..8].try_into().expect("8 bytes")), u32_at(8), u32_at(12))
+}
+
+/// A vector's little-endian bytes as its values.
+fn floats(bytes: &[u8]) -> Vec<f32> {
+    bytes.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes"))).collect()
 }
 
 #[cfg(test)]

@@ -107,38 +107,34 @@ impl ResidentIndex {
     /// The exact vectors (`dim` values) of chunks (by id) that the chunk file holds, without
     /// their text; the others are left out (for the caller to read from the tables).
     pub fn filed_vectors(&self, ids: &[&str], dim: usize) -> HashMap<String, Vec<f32>> {
-        let Some(file) = &self.file else { return HashMap::new() };
-        ids.iter()
-            .filter_map(|id| {
-                let s = self.chunks[self.by_id.get(&Key::new(id), id_of(&self.chunks))? as usize].as_ref()?;
-                let v = (s.at != NOWHERE).then(|| file.read_vector(s.at, id, dim))??;
-                Some((id.to_string(), v))
-            })
-            .collect()
+        self.filed(ids, |file, at, id| file.read_vector(at, id, dim))
     }
 
     /// The texts of chunks (by id) that the chunk file holds, without their vectors; the others
     /// are left out.
     pub fn filed_texts(&self, ids: &[&str]) -> HashMap<String, String> {
-        let Some(file) = &self.file else { return HashMap::new() };
-        ids.iter()
-            .filter_map(|id| {
-                let s = self.chunks[self.by_id.get(&Key::new(id), id_of(&self.chunks))? as usize].as_ref()?;
-                let text = (s.at != NOWHERE).then(|| file.read_text(s.at, id))??;
-                Some((id.to_string(), text))
-            })
-            .collect()
+        self.filed(ids, ChunkFile::read_text)
     }
 
     /// The text and exact vector of chunks (by id) that the chunk file holds; the others are
     /// left out (for the caller to read from the tables).
     pub fn stored(&self, ids: &[&str]) -> HashMap<String, (String, Option<Vec<f32>>)> {
+        self.filed(ids, |file, at, id| file.read(at, id).map(|(text, v)| (text, Some(v))))
+    }
+
+    /// `read` of each chunk (by id) whose record the chunk file holds, at its place; a chunk it
+    /// does not hold, or whose read finds nothing, is left out.
+    fn filed<T>(
+        &self,
+        ids: &[&str],
+        read: impl Fn(&ChunkFile, u64, &str) -> Option<T>,
+    ) -> HashMap<String, T> {
         let Some(file) = &self.file else { return HashMap::new() };
         ids.iter()
             .filter_map(|id| {
                 let s = self.chunks[self.by_id.get(&Key::new(id), id_of(&self.chunks))? as usize].as_ref()?;
-                let (text, v) = (s.at != NOWHERE).then(|| file.read(s.at, id))??;
-                Some((id.to_string(), (text, Some(v))))
+                let got = (s.at != NOWHERE).then(|| read(file, s.at, id))??;
+                Some((id.to_string(), got))
             })
             .collect()
     }
