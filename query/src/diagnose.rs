@@ -206,7 +206,9 @@ pub async fn diagnose<R: SourceReader>(
     let kw = if text.is_empty() {
         Vec::new()
     } else {
-        max_pool(&reader.keyword(&text, DEEP, allow, req.fields()).await.map_err(failed)?)
+        max_pool(
+            &reader.keyword(&reader.query_terms(&text), DEEP, allow, req.fields()).await.map_err(failed)?,
+        )
     };
     let vec = match &qvec {
         Some(v) => max_pool(&reader.vector(v, DEEP, allow).await.map_err(failed)?),

@@ -47,7 +47,9 @@ pub const TEMPLATE_PAGES: u32 = 3;
 /// boost counts content words in the source's language.
 /// 2026-12-07.3: every source gathers a window of 100 candidates in `balanced`, whatever the
 /// limit.
-pub const SCORING_VERSION: &str = "2026-12-07.3";
+/// 2026-12-07.4: in a language that writes compounds as one word, a query's compound its source
+/// never holds is read as the parts it holds too.
+pub const SCORING_VERSION: &str = "2026-12-07.4";
 
 /// Each page's best chunk, pages in order of their best chunk (hits must be sorted best first,
 /// as the store returns them). A page is its best chunk, never whichever chunk came first.

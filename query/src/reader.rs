@@ -3,7 +3,7 @@
 //! [`memory::MemoryReader`] is the test double for unit tests of the layers.
 
 use crate::filter::{Allowed, PageFilter};
-use cairn_index::resident::{Fields, LearntPage};
+use cairn_index::resident::{Fields, LearntPage, QueryTerms};
 use cairn_index::{ChunkHit, PageRecord, Resident, Result};
 use std::collections::HashMap;
 use std::future::Future;
@@ -15,11 +15,17 @@ pub trait SourceReader: Sync {
     fn lang(&self) -> cairn_index::resident::Lang {
         cairn_index::resident::Lang::English
     }
-    /// Keyword arm: chunks by BM25 (a chunk's heading path and text scored as `fields` says),
-    /// best first (of the pages `allow`ed, when given).
+    /// The query's terms as the source reads them (its keyword arm's; see
+    /// [`cairn_index::resident::compounds`]).
+    fn query_terms(&self, query: &str) -> QueryTerms {
+        QueryTerms::plain(self.lang(), query)
+    }
+    /// Keyword arm: chunks by BM25 of the query's `terms` (as [`SourceReader::query_terms`]
+    /// read them; a chunk's heading path and text scored as `fields` says), best first (of the
+    /// pages `allow`ed, when given).
     fn keyword(
         &self,
-        query: &str,
+        terms: &QueryTerms,
         k: usize,
         allow: Option<&Allowed>,
         fields: Fields,
@@ -73,14 +79,17 @@ impl SourceReader for Resident {
     fn lang(&self) -> cairn_index::resident::Lang {
         Resident::lang(self)
     }
+    fn query_terms(&self, query: &str) -> QueryTerms {
+        self.read().query_terms(query)
+    }
     async fn keyword(
         &self,
-        query: &str,
+        terms: &QueryTerms,
         k: usize,
         allow: Option<&Allowed>,
         fields: Fields,
     ) -> Result<Vec<ChunkHit>> {
-        Resident::keyword(self, query, k, allow, fields).await
+        Resident::keyword_terms(self, &terms.all(), k, allow, fields).await
     }
     async fn chunk_vectors(&self, ids: &[&str]) -> Result<HashMap<String, Vec<f32>>> {
         Resident::chunk_vectors(self, ids).await
@@ -119,7 +128,7 @@ pub mod memory {
     use super::*;
     use cairn_index::embed::testing::HashEmbedder;
     use cairn_index::{Embedder, Error, cosine};
-    use cairn_ingest::{normalize_name, tokens};
+    use cairn_ingest::normalize_name;
 
     /// A page and its chunks, each with its vector.
     pub type MemoryPage = (PageRecord, Vec<(ChunkHit, Vec<f32>)>);
@@ -184,9 +193,10 @@ pub mod memory {
         }
     }
 
-    fn overlap(query: &str, text: &str) -> f32 {
-        let t = tokens(text);
-        tokens(query).iter().filter(|q| t.contains(q)).count() as f32
+    /// How many of the query's terms the text holds, read as the keyword arm reads it.
+    fn overlap(query: &[String], text: &str) -> f32 {
+        let t = cairn_index::resident::terms(text);
+        query.iter().filter(|q| t.contains(q)).count() as f32
     }
 
     impl SourceReader for MemoryReader {
@@ -195,11 +205,12 @@ pub mod memory {
         }
         async fn keyword(
             &self,
-            query: &str,
+            terms: &QueryTerms,
             k: usize,
             allow: Option<&Allowed>,
             _: Fields,
         ) -> Result<Vec<ChunkHit>> {
+            let query = &terms.all();
             self.check()?;
             let hits = self
                 .pages
@@ -254,7 +265,10 @@ pub mod memory {
                 .iter()
                 .filter(|(p, _)| allow.is_none_or(|a| a.contains(&p.slug)))
                 .map(|(p, _)| PageRecord {
-                    score: overlap(query, &format!("{} {}", p.title, p.aliases.join(" "))),
+                    score: overlap(
+                        &cairn_index::resident::terms(query),
+                        &format!("{} {}", p.title, p.aliases.join(" ")),
+                    ),
                     ..p.clone()
                 })
                 .filter(|p| p.score > 0.0)

@@ -191,6 +191,8 @@ pub enum Rule {
     Feedback,
     /// Fuzzy names: a short query a typo away from a page's own name finds that page.
     FuzzyNames,
+    /// Compounds: a query's compound word the source never holds read as the parts it holds.
+    Compounds,
 }
 
 /// The rule as `--ablate` names it.
@@ -211,6 +213,7 @@ impl Rule {
             Rule::Fields => r.ablation.without_fields = true,
             Rule::Feedback => r.ablation.without_feedback = true,
             Rule::FuzzyNames => r.ablation.without_fuzzy_names = true,
+            Rule::Compounds => r.ablation.without_compounds = true,
         }
         r
     }

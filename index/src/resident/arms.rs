@@ -2,6 +2,7 @@
 //! records and vectors answers are built from.
 
 use super::analyzer::terms_in;
+use super::compounds::{QueryTerms, closed_compounds, split};
 use super::keys::Key;
 use super::keyword::{Fields, top_k};
 use super::slots::{Page, ResidentIndex, id_of, text_hash_of};
@@ -11,8 +12,26 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 
 impl ResidentIndex {
+    /// The query's terms as this source reads them: its analyzer's, and in a language that
+    /// writes compounds as one word, the parts of each compound, split by this source's words.
+    pub fn query_terms(&self, query: &str) -> QueryTerms {
+        let words = terms_in(self.lang, query);
+        let mut parts: Vec<String> = Vec::new();
+        if closed_compounds(self.lang) {
+            let df = |s: &str| self.chunk_text.df(s);
+            for w in query.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()) {
+                for p in split(self.lang, &w.to_lowercase(), &df) {
+                    if !words.contains(&p) && !parts.contains(&p) {
+                        parts.push(p);
+                    }
+                }
+            }
+        }
+        QueryTerms { words, parts }
+    }
+
     /// Keyword arm: chunks by BM25 over their heading path and text (scored as `fields` says),
-    /// best first (of the pages `allow`ed).
+    /// best first (of the pages `allow`ed), for the query's terms as this source reads them.
     pub fn keyword(
         &self,
         query: &str,
@@ -20,9 +39,20 @@ impl ResidentIndex {
         allow: Option<&std::collections::HashSet<String>>,
         fields: Fields,
     ) -> Vec<ChunkHit> {
+        self.keyword_terms(&self.query_terms(query).all(), k, allow, fields)
+    }
+
+    /// Keyword arm for terms already read ([`ResidentIndex::query_terms`]).
+    pub fn keyword_terms(
+        &self,
+        terms: &[String],
+        k: usize,
+        allow: Option<&std::collections::HashSet<String>>,
+        fields: Fields,
+    ) -> Vec<ChunkHit> {
         let scored = self
             .chunk_text
-            .scores(&terms_in(self.lang, query), fields)
+            .scores(terms, fields)
             .into_iter()
             .filter(|(d, _)| self.allowed(*d as usize, allow))
             .map(|(d, s)| (s, d))

@@ -149,6 +149,11 @@ impl Bm25 {
             + (self.doc_len.capacity() + self.head_len.capacity()) * 4
     }
 
+    /// How many documents hold `term` (those removed since the last purge too).
+    pub fn df(&self, term: &str) -> usize {
+        self.terms.get(term).map_or(0, |t| self.postings[t as usize].len())
+    }
+
     /// Every document holding a query term, with its score (unordered), its fields scored as
     /// `fields` says.
     pub fn scores(&self, query: &[String], fields: Fields) -> Vec<(u32, f32)> {

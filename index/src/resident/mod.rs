@@ -22,6 +22,7 @@
 //! - `prepared`: a batch tokenised before any lock is taken;
 //! - `slots`: the index itself, chunk and page slots, and `keys`, the maps of slots by id;
 //! - `apply`: the one way in (a prepared batch, or vectors);
+//! - [`compounds`]: a query's compound words read as the parts the source holds;
 //! - `arms`: what a search reads (keyword, vector, title and name arms);
 //! - [`learnt`]: names the vault teaches its pages (short forms its text defines, link texts);
 //! - `chunk_file` and `files`: where chunk text and exact vectors go past a source's limit;
@@ -30,6 +31,7 @@
 //!   threads.
 
 pub mod analyzer;
+pub mod compounds;
 pub mod keyword;
 mod postings;
 mod vocabulary;
@@ -59,6 +61,7 @@ pub mod snapshot;
 mod tests;
 
 pub use analyzer::{LANGUAGE_CODES, Lang, is_stop_word, is_stop_word_in, terms, terms_in};
+pub use compounds::QueryTerms;
 pub use keyword::Fields;
 #[cfg(feature = "storage")]
 pub use learnt::{LearntPage, Lesson, Teaching};

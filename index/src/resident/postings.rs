@@ -58,7 +58,7 @@ impl Postings {
         })
     }
 
-    #[cfg(test)]
+    /// How many documents the list holds.
     pub fn len(&self) -> usize {
         self.len as usize
     }

@@ -252,8 +252,8 @@ impl Resident {
             .collect())
     }
 
-    /// Keyword arm: [`ResidentIndex::keyword`], with the text of hits whose text only the store
-    /// holds read from it. A hit whose row is gone (replaced since) drops out.
+    /// Keyword arm: [`Resident::keyword_terms`] for the query's terms as this source reads them
+    /// ([`ResidentIndex::query_terms`]).
     pub async fn keyword(
         &self,
         query: &str,
@@ -261,10 +261,24 @@ impl Resident {
         allow: Option<&std::collections::HashSet<String>>,
         fields: Fields,
     ) -> crate::Result<Vec<ChunkHit>> {
-        let (query, allow) = (query.to_string(), allow.cloned());
+        let terms = self.read().query_terms(query).all();
+        self.keyword_terms(&terms, k, allow, fields).await
+    }
+
+    /// Keyword arm: [`ResidentIndex::keyword_terms`] for the query's `terms`, with the text of
+    /// hits whose text only the store holds read from it. A hit whose row is gone (replaced
+    /// since) drops out.
+    pub async fn keyword_terms(
+        &self,
+        terms: &[String],
+        k: usize,
+        allow: Option<&std::collections::HashSet<String>>,
+        fields: Fields,
+    ) -> crate::Result<Vec<ChunkHit>> {
+        let (terms, allow) = (terms.to_vec(), allow.cloned());
         let (hits, holds_text, held) = self
             .with_index(move |index| {
-                let hits = index.keyword(&query, k, allow.as_ref(), fields);
+                let hits = index.keyword_terms(&terms, k, allow.as_ref(), fields);
                 let ids: Vec<&str> =
                     hits.iter().filter(|h| h.text.is_empty()).map(|h| h.chunk_id.as_str()).collect();
                 // Their text only: the keyword arm has no use for their vectors.

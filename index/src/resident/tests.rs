@@ -442,3 +442,36 @@ fn chunks_without_vectors_are_found_by_words_and_join_the_vector_arm_when_theirs
     assert_eq!(i.unembedded_count(), 0);
     assert_eq!(i.vector_of("h:moon"), None);
 }
+
+#[test]
+fn a_german_query_s_compound_finds_the_page_that_holds_its_parts() {
+    let de = Lang::parse("de").unwrap();
+    let german = |slug: &str, body: &str| {
+        let c = StoredChunk {
+            hit: ChunkHit::numbered(slug, 0, slug, body),
+            text_hash: format!("h:{body}"),
+            vector: None,
+        };
+        PreparedPage::stored(PageRecord::named(slug, slug, &[], 1), vec![c], de)
+    };
+    let mut i = ResidentIndex::default().in_language(de);
+    i.apply(Prepared::pages(vec![
+        german("iconv", "Wandelt die Kodierung der Zeichen eines Textes um."),
+        german("locale", "Zeigt die Zeichen der Locale an."),
+        german("mount", "Hängt ein Dateisystem ein."),
+    ]));
+    let terms = i.query_terms("Zeichenkodierung umwandeln");
+    assert_eq!(terms.words, terms_in(de, "Zeichenkodierung umwandeln"));
+    assert_eq!(
+        terms.parts,
+        terms_in(de, "Zeichen Kodierung"),
+        "the compound read as the parts the source holds"
+    );
+    let hits = i.keyword("Zeichenkodierung", 3, None, Fields::Apart);
+    assert_eq!(hits.first().map(|h| h.slug.as_str()), Some("iconv"), "{hits:?}");
+    // Without the parts, no page holds the compound.
+    assert!(i.chunk_text.scores(&terms.words, Fields::Apart).is_empty());
+    // English writes compounds apart: nothing is split.
+    let english = index(vec![page("a", "A", &[], &[("character encoding", vec![])])]);
+    assert!(english.query_terms("characterencoding").parts.is_empty());
+}

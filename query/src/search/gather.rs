@@ -9,7 +9,7 @@ use crate::filter::PageFilter;
 use crate::layers::{ExactKind, max_pool, rrf};
 use crate::reader::SourceReader;
 use cairn_index::resident::Lang;
-use cairn_index::resident::{Fields, LearntPage};
+use cairn_index::resident::{Fields, LearntPage, QueryTerms};
 use cairn_index::{ChunkHit, PageRecord};
 use cairn_ingest::{MAX_NAME_CHARS, normalize_name, slugify_id};
 use std::collections::HashMap;
@@ -71,15 +71,26 @@ pub(super) fn arm_ranks(pages: &[ChunkHit]) -> HashMap<&str, (ArmRank, &ChunkHit
         .collect()
 }
 
+/// The query's terms as `r` reads them, the parts of its compounds only when `compounds` (the
+/// rule is on).
+pub(super) fn read_terms<R: SourceReader>(r: &R, query: &str, compounds: bool) -> QueryTerms {
+    let mut terms = r.query_terms(query);
+    if !compounds {
+        terms.parts.clear();
+    }
+    terms
+}
+
 /// One source's candidates: each arm max-pooled to pages before any cut, fused by RRF, the
-/// top `k` kept, each with its exact best-chunk cosine and its page record.
+/// top `k` kept, each with its exact best-chunk cosine and its page record. The keyword arm
+/// reads the query's terms as the source does, with its compounds' parts when `compounds`.
 pub(super) async fn gather_source<R: SourceReader>(
     r: &R,
     text: &str,
     qvec: Option<&[f32]>,
     k: usize,
     filter: Option<&PageFilter>,
-    fields: Fields,
+    (fields, compounds): (Fields, bool),
 ) -> cairn_index::Result<Gathered> {
     let pool = k * 4;
     // A filter restricts every arm before its cut: the source's slots go to pages that pass.
@@ -92,7 +103,8 @@ pub(super) async fn gather_source<R: SourceReader>(
         if text.is_empty() {
             Ok((Vec::new(), false))
         } else {
-            pooled_arm(k, pool, |n| r.keyword(text, n, allow, fields)).await
+            let terms = read_terms(r, text, compounds);
+            pooled_arm(k, pool, |n| r.keyword(&terms, n, allow, fields)).await
         }
     };
     let vec = async {

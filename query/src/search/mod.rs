@@ -21,7 +21,9 @@ use crate::layers::{ExactKind, SCORING_VERSION};
 use crate::reader::SourceReader;
 use cairn_index::{Embedder, PageRecord};
 use cairn_ingest::tokens;
-use gather::{alias_collisions, gather_source, inject_exact, merge_sources, named_pages, pool_globally};
+use gather::{
+    alias_collisions, gather_source, inject_exact, merge_sources, named_pages, pool_globally, read_terms,
+};
 use score::{order, relevance_floor, score_union, union_words};
 use std::time::Instant;
 use subject::{inject_subjects, subject_pages};
@@ -107,7 +109,7 @@ pub async fn search<R: SourceReader>(
             qvec.as_deref(),
             k,
             filter.as_ref(),
-            req.fields(),
+            (req.fields(), !req.ablation.without_compounds),
         ))),
         named_pages(&readers, &req.query, learnt_names, !req.ablation.without_fuzzy_names),
         async {
@@ -131,7 +133,10 @@ pub async fn search<R: SourceReader>(
     inject_exact(&readers, qvec.as_deref(), &mut union, &exact).await;
     inject_subjects(&readers, qvec.as_deref(), &mut union, &subjects, k).await;
     relevance_floor(&mut union);
-    let words = union_words(req, &union);
+    let compounds = !req.ablation.without_compounds;
+    let read: Vec<_> =
+        readers.iter().map(|r| (r.id().to_string(), read_terms(*r, &req.query, compounds))).collect();
+    let words = union_words(req, &union, &read);
     let kept = feedback::feedback(req, &readers, qvec.as_deref(), &mut union, &words).await;
     let mut results = order(score_union(req, union, &words), &exact, &kept, limit);
     for r in &mut results {

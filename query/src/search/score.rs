@@ -10,7 +10,7 @@ use crate::layers::{
     TEMPLATE_PAGES, TITLE_PHRASE_BOOST, evidence, title_phrase_match, union_bm25,
 };
 use cairn_index::PageRecord;
-use cairn_index::resident::{Lang, terms_in};
+use cairn_index::resident::{Lang, QueryTerms, terms_in};
 use std::collections::BTreeMap;
 
 /// The relevance floor: a page only the vector arm found, and found weakly, is junk.
@@ -24,11 +24,11 @@ pub(super) fn relevance_floor(union: &mut Vec<Candidate>) {
 }
 
 /// What union scoring reads from the candidates' words, read once however often the union is
-/// scored: the query's terms in each language the candidates' sources read (one, usually), each
-/// candidate's BM25 over the union (normalised to 0..1), and each candidate's names and best
-/// chunk (and subject name) as terms, in its source's language.
+/// scored: the query's terms as each source reads them (in its language, with the parts of its
+/// compounds), each candidate's BM25 over the union (normalised to 0..1), and each candidate's
+/// names and best chunk (and subject name) as terms, in its source's language.
 pub(super) struct UnionWords {
-    queries: Vec<(Lang, Vec<String>)>,
+    queries: Vec<QueryTerms>,
     /// Each candidate's entry in `queries`.
     of: Vec<usize>,
     keyword: Vec<f32>,
@@ -37,23 +37,34 @@ pub(super) struct UnionWords {
 
 impl UnionWords {
     /// The query's terms as candidate `i`'s source reads them.
-    fn query(&self, i: usize) -> &[String] {
-        &self.queries[self.of[i]].1
+    fn query(&self, i: usize) -> &QueryTerms {
+        &self.queries[self.of[i]]
     }
 }
 
 /// The union's words: BM25 re-scored over the union with the union's own term statistics, for
-/// scores comparable across sources. A candidate is scored against the query's terms in its own
-/// source's language (a German page's words meet the query as German reads it).
-pub(super) fn union_words(req: &SearchRequest, union: &[Candidate]) -> UnionWords {
-    let mut queries: Vec<(Lang, Vec<String>)> = Vec::new();
+/// scores comparable across sources. A candidate is scored against the query's terms as its own
+/// source reads them (`read`, by source: a German page's words meet the query as German reads
+/// it); a source not in `read` reads them in its language.
+pub(super) fn union_words(
+    req: &SearchRequest,
+    union: &[Candidate],
+    read: &[(String, QueryTerms)],
+) -> UnionWords {
+    let mut queries: Vec<QueryTerms> = Vec::new();
     let of: Vec<usize> = union
         .iter()
-        .map(|c| match queries.iter().position(|(l, _)| *l == c.lang) {
-            Some(i) => i,
-            None => {
-                queries.push((c.lang, terms_in(c.lang, &req.query)));
-                queries.len() - 1
+        .map(|c| {
+            let terms = read
+                .iter()
+                .find(|(s, _)| *s == c.source)
+                .map_or_else(|| QueryTerms::plain(c.lang, &req.query), |(_, t)| t.clone());
+            match queries.iter().position(|q| *q == terms) {
+                Some(i) => i,
+                None => {
+                    queries.push(terms);
+                    queries.len() - 1
+                }
             }
         })
         .collect();
@@ -69,8 +80,8 @@ pub(super) fn union_words(req: &SearchRequest, union: &[Candidate]) -> UnionWord
         })
         .collect();
     let mut bm25 = vec![0.0f32; union.len()];
-    for (q, (_, query)) in queries.iter().enumerate() {
-        let scores = union_bm25(query, &fields, req.fields());
+    for (q, query) in queries.iter().enumerate() {
+        let scores = union_bm25(&query.all(), &fields, req.fields());
         for (i, s) in scores.into_iter().enumerate().filter(|(i, _)| of[*i] == q) {
             bm25[i] = s;
         }
@@ -104,12 +115,12 @@ pub(super) fn score_union(
         .enumerate()
         .map(|(i, ((c, keyword), t))| {
             let query = words.query(i);
-            let all_terms_present = !query.is_empty() && query.iter().all(|q| t.doc.contains(q));
+            let all_terms_present = !query.words.is_empty() && query.words.iter().all(|q| t.doc.contains(q));
             scored_result(req, c, *keyword, all_terms_present)
         })
         .collect();
     // The query's terms in every language of the union (its one language's, usually).
-    let query: Vec<String> = words.queries.iter().flat_map(|(_, q)| q.iter().cloned()).collect();
+    let query: Vec<String> = words.queries.iter().flat_map(|q| q.words.iter().cloned()).collect();
     lift_subjects(&mut results, &words.terms, &query);
     results
 }

@@ -34,7 +34,7 @@ fn cand(slug: &str, keyword: Option<f32>, vector: Option<f32>) -> Candidate {
 
 /// The union scored as `search` scores it, its words read from it.
 fn scored(req: &SearchRequest, union: Vec<Candidate>) -> Vec<SearchResult> {
-    let words = union_words(req, &union);
+    let words = union_words(req, &union, &[]);
     score_union(req, union, &words)
 }
 

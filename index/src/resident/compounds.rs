@@ -1,0 +1,182 @@
+//! Compound words split by the source's own words: German writes "Zeichenkodierung" where English
+//! writes "character encoding", so a query's compound meets a page that says "Kodierung" only
+//! once it is read as its parts too.
+//!
+//! A query word the source holds is read as it is. One it never holds is read as the parts it
+//! does hold, if some reading covers the word: of every such reading, the one whose parts'
+//! frequencies have the highest geometric mean (Koehn and Knight 2003, "Empirical Methods for
+//! Compound Splitting"). Their rule splits a held word too, when its parts are more frequent than
+//! it; on German manual pages that read "Namensräume" as "Namen" and "Räume" and lost more than
+//! it found (BENCHMARKS.md, "Compound words"). Nothing is fitted to a set: the frequencies are
+//! the source's own (how many chunks hold each stem), and the parts join the query's words.
+
+use super::analyzer::{Lang, terms_in};
+use lance_tokenizer::Language;
+
+/// A part is at least this many characters (shorter ones, "ort", "tag", are more often the
+/// start or end of an unrelated word than a word of the compound).
+const MIN_PART: usize = 4;
+/// At most this many parts (a German word rarely joins more).
+const MAX_PARTS: usize = 4;
+/// Linking letters a part may end with before the next one ("Verwaltung-s-vorgang",
+/// "Funktion-en-namen"), tried with and without them.
+const LINKS: [&str; 5] = ["s", "es", "n", "en", "e"];
+
+/// A query's terms as a source reads them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueryTerms {
+    /// Its words, through the source's analyzer.
+    pub words: Vec<String>,
+    /// The parts of its compound words the source holds (see [`super::compounds`]), those not
+    /// among `words`.
+    pub parts: Vec<String>,
+}
+
+impl QueryTerms {
+    /// A query's words through `lang`'s analyzer, with no parts (no source's words to split by).
+    pub fn plain(lang: Lang, query: &str) -> Self {
+        Self { words: terms_in(lang, query), parts: Vec::new() }
+    }
+
+    /// Words and parts: what a page is scored against.
+    pub fn all(&self) -> Vec<String> {
+        [&self.words[..], &self.parts[..]].concat()
+    }
+}
+
+/// Whether `lang` writes its compounds as one word (the Germanic languages but English).
+pub fn closed_compounds(lang: Lang) -> bool {
+    matches!(
+        lang,
+        Lang::Snowball(
+            Language::German | Language::Dutch | Language::Swedish | Language::Danish | Language::Norwegian
+        )
+    )
+}
+
+/// The stems of the parts `word` (one word, lower case, as written) is read as: empty when the
+/// source holds the word itself or no reading covers it. `df` is how many of the source's
+/// documents hold a stem.
+pub fn split(lang: Lang, word: &str, df: &impl Fn(&str) -> usize) -> Vec<String> {
+    let chars: Vec<char> = word.chars().collect();
+    if chars.len() < 2 * MIN_PART {
+        return Vec::new();
+    }
+    if stem(lang, word).is_none_or(|s| df(&s) > 0) {
+        return Vec::new();
+    }
+    let mut best: (f64, Vec<String>) = (0.0, Vec::new());
+    let mut parts = Vec::new();
+    segment(lang, &chars, df, &mut parts, &mut best);
+    best.1
+}
+
+/// Every reading of `rest` as parts after `parts` (each a stem with its frequency), keeping in
+/// `best` the one of two or more parts with the highest geometric mean.
+fn segment(
+    lang: Lang,
+    rest: &[char],
+    df: &impl Fn(&str) -> usize,
+    parts: &mut Vec<(String, usize)>,
+    best: &mut (f64, Vec<String>),
+) {
+    // The rest as the last part.
+    if !parts.is_empty()
+        && rest.len() >= MIN_PART
+        && let Some(last) = known(lang, &rest.iter().collect::<String>(), df)
+    {
+        parts.push(last);
+        let mean = (parts.iter().map(|(_, n)| (*n as f64).ln()).sum::<f64>() / parts.len() as f64).exp();
+        if mean > best.0 {
+            *best = (mean, parts.iter().map(|(s, _)| s.clone()).collect());
+        }
+        parts.pop();
+    }
+    if parts.len() + 1 >= MAX_PARTS {
+        return;
+    }
+    for end in MIN_PART..=rest.len().saturating_sub(MIN_PART) {
+        let head: String = rest[..end].iter().collect();
+        let found = known(lang, &head, df).or_else(|| {
+            LINKS.iter().find_map(|l| {
+                head.strip_suffix(l)
+                    .filter(|h| h.chars().count() >= MIN_PART)
+                    .and_then(|h| known(lang, h, df))
+            })
+        });
+        if let Some(part) = found {
+            parts.push(part);
+            segment(lang, &rest[end..], df, parts, best);
+            parts.pop();
+        }
+    }
+}
+
+/// `text`'s stem and how many documents hold it, when some do (a stop word has none).
+fn known(lang: Lang, text: &str, df: &impl Fn(&str) -> usize) -> Option<(String, usize)> {
+    stem(lang, text).map(|s| (df(&s), s)).filter(|(n, _)| *n > 0).map(|(n, s)| (s, n))
+}
+
+fn stem(lang: Lang, word: &str) -> Option<String> {
+    let mut t = terms_in(lang, word);
+    (t.len() == 1).then(|| t.remove(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn de() -> Lang {
+        Lang::parse("de").unwrap()
+    }
+
+    /// A source's stems and how many documents hold each, from words as written.
+    fn source(words: &[(&str, usize)]) -> HashMap<String, usize> {
+        words.iter().map(|(w, n)| (stem(de(), w).unwrap(), *n)).collect()
+    }
+
+    #[test]
+    fn a_compound_the_source_lacks_is_read_as_the_parts_it_holds() {
+        let held = source(&[("Zeichen", 12), ("Kodierung", 5), ("Verwaltung", 3), ("Schlüssel", 7)]);
+        let df = |s: &str| held.get(s).copied().unwrap_or(0);
+        assert_eq!(
+            split(de(), "zeichenkodierung", &df),
+            vec![stem(de(), "zeichen").unwrap(), stem(de(), "kodierung").unwrap()]
+        );
+        assert_eq!(
+            split(de(), "schlüsselverwaltungsaufgaben", &df),
+            Vec::<String>::new(),
+            "no reading covers every letter: 'aufgaben' is not held"
+        );
+        // Three parts, with a linking s between the second and the third.
+        let held = source(&[("Schlüssel", 7), ("Verwaltung", 3), ("Aufgabe", 2)]);
+        let df = |s: &str| held.get(s).copied().unwrap_or(0);
+        let parts = ["schlüssel", "verwaltung", "aufgaben"].map(|w| stem(de(), w).unwrap());
+        assert_eq!(split(de(), "schlüsselverwaltungsaufgaben", &df), parts);
+    }
+
+    #[test]
+    fn a_compound_the_source_holds_stays_whole_and_the_likelier_reading_wins() {
+        // Held, even rarely: the source's own word is what the query meets.
+        let held = source(&[("Dateisystem", 1), ("Datei", 30), ("System", 20)]);
+        let df = |s: &str| held.get(s).copied().unwrap_or(0);
+        assert!(split(de(), "dateisystem", &df).is_empty());
+        let held = source(&[("Datei", 30), ("System", 20)]);
+        let df = |s: &str| held.get(s).copied().unwrap_or(0);
+        assert_eq!(split(de(), "dateisystem", &df).len(), 2);
+        // Two readings cover "Staubecken": Stau + Becken (a reservoir), Staub + Ecken (dusty
+        // corners). The one whose parts the source holds more often wins.
+        let stems = |a: &str, b: &str| vec![stem(de(), a).unwrap(), stem(de(), b).unwrap()];
+        let held = source(&[("Stau", 3), ("Becken", 4), ("Staub", 20), ("Ecken", 30)]);
+        let df = |s: &str| held.get(s).copied().unwrap_or(0);
+        assert_eq!(split(de(), "staubecken", &df), stems("staub", "ecken"));
+        let held = source(&[("Stau", 30), ("Becken", 40), ("Staub", 2), ("Ecken", 3)]);
+        let df = |s: &str| held.get(s).copied().unwrap_or(0);
+        assert_eq!(split(de(), "staubecken", &df), stems("stau", "becken"));
+        // A word too short for two parts of four letters is not split, whatever the source holds.
+        assert!(split(de(), "haustür", &|_| 9).is_empty());
+        assert!(!closed_compounds(Lang::English));
+        assert!(closed_compounds(de()));
+    }
+}
