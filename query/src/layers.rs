@@ -49,7 +49,8 @@ pub const TEMPLATE_PAGES: u32 = 3;
 /// limit.
 /// 2026-12-07.4: in a language that writes compounds as one word, a query's compound its source
 /// never holds is read as the parts it holds too.
-pub const SCORING_VERSION: &str = "2026-12-07.4";
+/// 2026-12-07.5: BM25 counts a word the query repeats once for each time it says it.
+pub const SCORING_VERSION: &str = "2026-12-07.5";
 
 /// Each page's best chunk, pages in order of their best chunk (hits must be sorted best first,
 /// as the store returns them). A page is its best chunk, never whichever chunk came first.

@@ -155,23 +155,34 @@ impl Bm25 {
     }
 
     /// Every document holding a query term, with its score (unordered), its fields scored as
-    /// `fields` says.
+    /// `fields` says. A term the query says twice counts twice: BM25's query-term frequency with
+    /// `k3` unbounded, as Lucene (and so Anserini) sums a query's repeated clauses. A long query
+    /// (a draft, a request of 26 words) repeats what it is about.
     pub fn scores(&self, query: &[String], fields: Fields) -> Vec<(u32, f32)> {
         if self.docs == 0 {
             return Vec::new();
         }
         let n = self.docs as f32;
         let norm = Norm::new(self, fields);
-        // Each distinct term once, in text order, so the sums do not depend on insertion order.
+        // Each distinct term once, with its count, in text order, so the sums do not depend on
+        // insertion order.
         let mut query: Vec<&String> = query.iter().collect();
         query.sort();
-        query.dedup();
-        let lists = query.into_iter().filter_map(|t| self.terms.get(t)).map(|t| &self.postings[t as usize]);
+        let mut counted: Vec<(&String, f32)> = Vec::with_capacity(query.len());
+        for t in query {
+            match counted.last_mut() {
+                Some((last, n)) if *last == t => *n += 1.0,
+                _ => counted.push((t, 1.0)),
+            }
+        }
+        let lists = counted
+            .into_iter()
+            .filter_map(|(t, qtf)| self.terms.get(t).map(|t| (&self.postings[t as usize], qtf)));
         // Sums in a dense array: a hash map entry per posting was most of a query's time over a
         // million chunks, where common terms hold a fifth of them.
         let mut acc: Vec<f32> = Vec::new();
         let mut touched: Vec<u32> = Vec::new();
-        for list in lists {
+        for (list, qtf) in lists {
             let df = list.iter().filter(|(d, _)| self.doc_len[*d as usize] != 0).count() as f32;
             if df == 0.0 {
                 continue;
@@ -179,7 +190,7 @@ impl Bm25 {
             if acc.is_empty() {
                 acc = vec![0.0; self.doc_len.len()];
             }
-            let idf = ((n - df + 0.5) / (df + 0.5) + 1.0).ln();
+            let idf = qtf * ((n - df + 0.5) / (df + 0.5) + 1.0).ln();
             for (doc, count) in list.iter() {
                 let len = self.doc_len[doc as usize];
                 if len == 0 {

@@ -269,6 +269,9 @@ fn bm25_matches_the_formula_and_prefers_the_rarer_term() {
     assert!((hits[0].score - want).abs() < 1e-5, "{} against {want}", hits[0].score);
     let both = i.keyword("tides moon", 10, None, Fields::Apart);
     assert_eq!(both.iter().map(|h| h.slug.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+    // A word the query says twice counts twice (query-term frequency, k3 unbounded).
+    let twice = i.keyword("tides tides", 10, None, Fields::Together);
+    assert!((twice[0].score - 2.0 * want).abs() < 1e-5, "{} against {}", twice[0].score, 2.0 * want);
 }
 
 #[test]
