@@ -50,7 +50,9 @@ pub const TEMPLATE_PAGES: u32 = 3;
 /// 2026-12-07.4: in a language that writes compounds as one word, a query's compound its source
 /// never holds is read as the parts it holds too.
 /// 2026-12-07.5: BM25 counts a word the query repeats once for each time it says it.
-pub const SCORING_VERSION: &str = "2026-12-07.5";
+/// 2026-12-07.6: in those languages a query word is met by the source's compounds that end in it,
+/// counted as that word.
+pub const SCORING_VERSION: &str = "2026-12-07.6";
 
 /// Each page's best chunk, pages in order of their best chunk (hits must be sorted best first,
 /// as the store returns them). A page is its best chunk, never whichever chunk came first.

@@ -2,7 +2,7 @@
 //! records and vectors answers are built from.
 
 use super::analyzer::terms_in;
-use super::compounds::{QueryTerms, closed_compounds, split};
+use super::compounds::{QueryTerms, closed_compounds, heads, split};
 use super::keys::Key;
 use super::keyword::{Fields, top_k};
 use super::slots::{Page, ResidentIndex, id_of, text_hash_of};
@@ -13,12 +13,15 @@ use std::collections::HashMap;
 
 impl ResidentIndex {
     /// The query's terms as this source reads them: its analyzer's, and in a language that
-    /// writes compounds as one word, the parts of each compound, split by this source's words.
+    /// writes compounds as one word, the parts of each compound and the compounds each word
+    /// ends, by this source's words (see [`super::compounds`]).
     pub fn query_terms(&self, query: &str) -> QueryTerms {
         let words = terms_in(self.lang, query);
         let mut parts: Vec<String> = Vec::new();
+        let mut ends = Vec::new();
         if closed_compounds(self.lang) {
             let df = |s: &str| self.chunk_text.df(s);
+            ends = heads(self.lang, &words, self.chunk_text.term_names(), &df);
             for w in query.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()) {
                 for p in split(self.lang, &w.to_lowercase(), &df) {
                     if !words.contains(&p) && !parts.contains(&p) {
@@ -27,7 +30,7 @@ impl ResidentIndex {
                 }
             }
         }
-        QueryTerms { words, parts }
+        QueryTerms { words, parts, heads: ends }
     }
 
     /// Keyword arm: chunks by BM25 over their heading path and text (scored as `fields` says),

@@ -9,6 +9,12 @@
 //! it; on German manual pages that read "Namensräume" as "Namen" and "Räume" and lost more than
 //! it found (BENCHMARKS.md, "Compound words"). Nothing is fitted to a set: the frequencies are
 //! the source's own (how many chunks hold each stem), and the parts join the query's words.
+//!
+//! The other way round, a query word is also met by the source's compounds that end in it (their
+//! head: "Dateisystemtypen" are "Typen"), when what comes before it is a word the source holds.
+//! They count as that word, not as words of their own: one term whose occurrences are the word's
+//! and its compounds' (written `word|compound|…`, see [`ALSO`]), so a rare compound does not
+//! weigh more than the word the query said.
 
 use super::analyzer::{Lang, terms_in};
 use lance_tokenizer::Language;
@@ -22,6 +28,10 @@ const MAX_PARTS: usize = 4;
 /// "Funktion-en-namen"), tried with and without them.
 const LINKS: [&str; 5] = ["s", "es", "n", "en", "e"];
 
+/// Joins a query word and the compounds that end in it into one term (`Bm25::scores` reads the
+/// occurrences of each); the analyzer never makes a term holding it.
+pub const ALSO: char = '|';
+
 /// A query's terms as a source reads them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct QueryTerms {
@@ -30,17 +40,34 @@ pub struct QueryTerms {
     /// The parts of its compound words the source holds (see [`super::compounds`]), those not
     /// among `words`.
     pub parts: Vec<String>,
+    /// Words of `words` with the source's compounds that end in them.
+    pub heads: Vec<(String, Vec<String>)>,
 }
 
 impl QueryTerms {
     /// A query's words through `lang`'s analyzer, with no parts (no source's words to split by).
     pub fn plain(lang: Lang, query: &str) -> Self {
-        Self { words: terms_in(lang, query), parts: Vec::new() }
+        Self { words: terms_in(lang, query), parts: Vec::new(), heads: Vec::new() }
     }
 
-    /// Words and parts: what a page is scored against.
+    /// Words (each with the compounds that end in it, as one term) and parts: what a page is
+    /// scored against.
     pub fn all(&self) -> Vec<String> {
-        [&self.words[..], &self.parts[..]].concat()
+        let words = self.words.iter().map(|w| match self.heads.iter().find(|(h, _)| h == w) {
+            Some((_, compounds)) => std::iter::once(w.as_str())
+                .chain(compounds.iter().map(String::as_str))
+                .collect::<Vec<_>>()
+                .join(&ALSO.to_string()),
+            None => w.clone(),
+        });
+        words.chain(self.parts.iter().cloned()).collect()
+    }
+
+    /// Only the words, as the analyzer reads them (the rule off).
+    pub fn words_only(mut self) -> Self {
+        self.parts.clear();
+        self.heads.clear();
+        self
     }
 }
 
@@ -112,6 +139,47 @@ fn segment(
     }
 }
 
+/// The source's compounds that end in one of `words` (stems of at least four letters), by word:
+/// each a term `df` finds, whose head is the word and whose rest is a word the source holds (with
+/// a linking letter or not). One pass over the source's `terms`, whatever the query's length.
+pub fn heads<'a>(
+    lang: Lang,
+    words: &[String],
+    terms: impl Iterator<Item = &'a str>,
+    df: &impl Fn(&str) -> usize,
+) -> Vec<(String, Vec<String>)> {
+    let wanted: std::collections::HashSet<&str> =
+        words.iter().map(String::as_str).filter(|w| w.chars().count() >= MIN_PART).collect();
+    let mut out: Vec<(String, Vec<String>)> = Vec::new();
+    if wanted.is_empty() {
+        return out;
+    }
+    for term in terms {
+        for (at, _) in term.char_indices().skip(MIN_PART) {
+            let (rest, head) = term.split_at(at);
+            if head.chars().count() < MIN_PART || !wanted.contains(head) || df(term) == 0 {
+                continue;
+            }
+            let held = known(lang, rest, df).is_some()
+                || LINKS.iter().any(|l| {
+                    rest.strip_suffix(l)
+                        .is_some_and(|r| r.chars().count() >= MIN_PART && known(lang, r, df).is_some())
+                });
+            if held {
+                match out.iter_mut().find(|(w, _)| w == head) {
+                    Some((_, compounds)) => compounds.push(term.to_string()),
+                    None => out.push((head.to_string(), vec![term.to_string()])),
+                }
+            }
+        }
+    }
+    for (_, compounds) in &mut out {
+        compounds.sort();
+    }
+    out.sort();
+    out
+}
+
 /// `text`'s stem and how many documents hold it, when some do (a stop word has none).
 fn known(lang: Lang, text: &str, df: &impl Fn(&str) -> usize) -> Option<(String, usize)> {
     stem(lang, text).map(|s| (df(&s), s)).filter(|(n, _)| *n > 0).map(|(n, s)| (s, n))
@@ -178,5 +246,18 @@ mod tests {
         assert!(split(de(), "haustür", &|_| 9).is_empty());
         assert!(!closed_compounds(Lang::English));
         assert!(closed_compounds(de()));
+    }
+
+    #[test]
+    fn a_word_is_met_by_the_compounds_that_end_in_it_when_their_rest_is_a_word_too() {
+        let held = source(&[("Gerätedateien", 2), ("Geräte", 5), ("Dateien", 9), ("Quelldateien", 1)]);
+        let df = |s: &str| held.get(s).copied().unwrap_or(0);
+        let word = |w: &str| stem(de(), w).unwrap();
+        let found = heads(de(), &[word("Dateien")], held.keys().map(String::as_str), &df);
+        // "Quelldateien" ends in it too, but "Quell" is no word of the source's.
+        assert_eq!(found, vec![(word("Dateien"), vec![word("Gerätedateien")])]);
+        let terms = QueryTerms { words: vec![word("Dateien")], parts: vec![], heads: found };
+        assert_eq!(terms.all(), vec![format!("{}{ALSO}{}", word("Dateien"), word("Gerätedateien"))]);
+        assert_eq!(terms.words_only().all(), vec![word("Dateien")]);
     }
 }

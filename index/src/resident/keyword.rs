@@ -1,6 +1,7 @@
 //! BM25 over chunk text and page names: the keyword index, which keeps a document's heading
 //! (a chunk's page title and heading path) apart from its body, for BM25F.
 
+use super::compounds::ALSO;
 use super::postings::Postings;
 use super::vocabulary::Vocabulary;
 use super::wire::{In, Out, bad};
@@ -149,6 +150,11 @@ impl Bm25 {
             + (self.doc_len.capacity() + self.head_len.capacity()) * 4
     }
 
+    /// Every term's name.
+    pub fn term_names(&self) -> impl Iterator<Item = &str> {
+        (0..self.terms.len() as u32).map(|id| self.terms.name(id))
+    }
+
     /// How many documents hold `term` (those removed since the last purge too).
     pub fn df(&self, term: &str) -> usize {
         self.terms.get(term).map_or(0, |t| self.postings[t as usize].len())
@@ -157,7 +163,8 @@ impl Bm25 {
     /// Every document holding a query term, with its score (unordered), its fields scored as
     /// `fields` says. A term the query says twice counts twice: BM25's query-term frequency with
     /// `k3` unbounded, as Lucene (and so Anserini) sums a query's repeated clauses. A long query
-    /// (a draft, a request of 26 words) repeats what it is about.
+    /// (a draft, a request of 26 words) repeats what it is about. A term written `a|b|c`
+    /// ([`super::compounds::ALSO`]) is one term whose occurrences are those of `a`, `b` and `c`.
     pub fn scores(&self, query: &[String], fields: Fields) -> Vec<(u32, f32)> {
         if self.docs == 0 {
             return Vec::new();
@@ -175,9 +182,16 @@ impl Bm25 {
                 _ => counted.push((t, 1.0)),
             }
         }
+        let joined: Vec<(Postings, f32)> = counted
+            .iter()
+            .filter(|(t, _)| t.contains(ALSO))
+            .map(|(t, qtf)| (self.joined(t.split(ALSO)), *qtf))
+            .collect();
         let lists = counted
             .into_iter()
-            .filter_map(|(t, qtf)| self.terms.get(t).map(|t| (&self.postings[t as usize], qtf)));
+            .filter(|(t, _)| !t.contains(ALSO))
+            .filter_map(|(t, qtf)| self.terms.get(t).map(|t| (&self.postings[t as usize], qtf)))
+            .chain(joined.iter().map(|(p, qtf)| (p, *qtf)));
         // Sums in a dense array: a hash map entry per posting was most of a query's time over a
         // million chunks, where common terms hold a fifth of them.
         let mut acc: Vec<f32> = Vec::new();
@@ -206,6 +220,24 @@ impl Bm25 {
             }
         }
         touched.into_iter().map(|d| (d, acc[d as usize])).collect()
+    }
+
+    /// One list of the documents holding any of `terms`, each with their counts summed (a
+    /// heading's kept at most [`HEAD_COUNT_MAX`]).
+    fn joined<'a>(&self, terms: impl Iterator<Item = &'a str>) -> Postings {
+        let mut by_doc: std::collections::BTreeMap<u32, (u32, u32)> = std::collections::BTreeMap::new();
+        for id in terms.filter_map(|t| self.terms.get(t)) {
+            for (doc, count) in self.postings[id as usize].iter() {
+                let e = by_doc.entry(doc).or_default();
+                e.0 += count & ((1 << HEAD_BITS) - 1);
+                e.1 += count >> HEAD_BITS;
+            }
+        }
+        let mut list = Postings::default();
+        for (doc, (head, body)) in by_doc {
+            list.push(doc, (body << HEAD_BITS) | head.min(HEAD_COUNT_MAX));
+        }
+        list
     }
 
     /// Write the index to `w` as a snapshot holds it; the bytes written.

@@ -478,3 +478,23 @@ fn a_german_query_s_compound_finds_the_page_that_holds_its_parts() {
     let english = index(vec![page("a", "A", &[], &[("character encoding", vec![])])]);
     assert!(english.query_terms("characterencoding").parts.is_empty());
 }
+
+#[test]
+fn a_word_and_its_compounds_joined_score_as_one_term_of_their_summed_counts() {
+    let i = index(vec![
+        page("a", "A", &[], &[("moon moon tides", vec![])]),
+        page("b", "B", &[], &[("moonlight tides", vec![])]),
+        page("c", "C", &[], &[("sun", vec![])]),
+    ]);
+    let joined = i.chunk_text.scores(&["moon|moonlight".to_string()], Fields::Together);
+    let mut slugs: Vec<u32> = joined.iter().map(|(d, _)| *d).collect();
+    slugs.sort();
+    assert_eq!(slugs.len(), 2, "both pages hold the joined term: {joined:?}");
+    // One term of df 2: the same idf for both, where "moonlight" alone (df 1) weighs more.
+    let alone = i.chunk_text.scores(&["moonlight".to_string()], Fields::Together);
+    let b_joined = joined.iter().find(|(d, _)| alone.iter().any(|(e, _)| e == d)).unwrap().1;
+    assert!(b_joined < alone[0].1, "{b_joined} against {}", alone[0].1);
+    // And the page that says it twice scores above the page that says it once.
+    let a_joined = joined.iter().find(|(d, _)| alone.iter().all(|(e, _)| e != d)).unwrap().1;
+    assert!(a_joined > b_joined);
+}

@@ -74,11 +74,8 @@ pub(super) fn arm_ranks(pages: &[ChunkHit]) -> HashMap<&str, (ArmRank, &ChunkHit
 /// The query's terms as `r` reads them, the parts of its compounds only when `compounds` (the
 /// rule is on).
 pub(super) fn read_terms<R: SourceReader>(r: &R, query: &str, compounds: bool) -> QueryTerms {
-    let mut terms = r.query_terms(query);
-    if !compounds {
-        terms.parts.clear();
-    }
-    terms
+    let terms = r.query_terms(query);
+    if compounds { terms } else { terms.words_only() }
 }
 
 /// One source's candidates: each arm max-pooled to pages before any cut, fused by RRF, the
