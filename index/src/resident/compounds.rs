@@ -141,7 +141,8 @@ fn segment(
 
 /// The source's compounds that end in one of `words` (stems of at least four letters), by word:
 /// each a term `df` finds, whose head is the word and whose rest is a word the source holds (with
-/// a linking letter or not). One pass over the source's `terms`, whatever the query's length.
+/// a linking letter or not). One pass over the source's `terms`, a lookup for each length of the
+/// words wanted.
 pub fn heads<'a>(
     lang: Lang,
     words: &[String],
@@ -154,10 +155,18 @@ pub fn heads<'a>(
     if wanted.is_empty() {
         return out;
     }
+    // Only the byte lengths of the words wanted can end a term in one of them.
+    let mut lengths: Vec<usize> = wanted.iter().map(|w| w.len()).collect();
+    lengths.sort_unstable();
+    lengths.dedup();
     for term in terms {
-        for (at, _) in term.char_indices().skip(MIN_PART) {
+        for &len in lengths.iter().filter(|&&len| len < term.len()) {
+            let at = term.len() - len;
+            if !term.is_char_boundary(at) {
+                continue;
+            }
             let (rest, head) = term.split_at(at);
-            if head.chars().count() < MIN_PART || !wanted.contains(head) || df(term) == 0 {
+            if rest.chars().count() < MIN_PART || !wanted.contains(head) || df(term) == 0 {
                 continue;
             }
             let held = known(lang, rest, df).is_some()

@@ -80,14 +80,15 @@ pub(super) fn read_terms<R: SourceReader>(r: &R, query: &str, compounds: bool) -
 
 /// One source's candidates: each arm max-pooled to pages before any cut, fused by RRF, the
 /// top `k` kept, each with its exact best-chunk cosine and its page record. The keyword arm
-/// reads the query's terms as the source does, with its compounds' parts when `compounds`.
+/// reads `terms`, the query's terms as the source reads them ([`read_terms`]).
 pub(super) async fn gather_source<R: SourceReader>(
     r: &R,
     text: &str,
+    terms: &QueryTerms,
     qvec: Option<&[f32]>,
     k: usize,
     filter: Option<&PageFilter>,
-    (fields, compounds): (Fields, bool),
+    fields: Fields,
 ) -> cairn_index::Result<Gathered> {
     let pool = k * 4;
     // A filter restricts every arm before its cut: the source's slots go to pages that pass.
@@ -100,8 +101,7 @@ pub(super) async fn gather_source<R: SourceReader>(
         if text.is_empty() {
             Ok((Vec::new(), false))
         } else {
-            let terms = read_terms(r, text, compounds);
-            pooled_arm(k, pool, |n| r.keyword(&terms, n, allow, fields)).await
+            pooled_arm(k, pool, |n| r.keyword(terms, n, allow, fields)).await
         }
     };
     let vec = async {

@@ -102,14 +102,20 @@ pub async fn search<R: SourceReader>(
     // Gather: every source's own K slots; the exact and subject lookups do not depend on the
     // arms and run alongside.
     let learnt_names = !req.ablation.without_learnt_names;
+    // The query's terms as each source reads them, read once: the source's keyword arm and the
+    // union's re-score score the same ones.
+    let compounds = !req.ablation.without_compounds;
+    let read: Vec<_> =
+        readers.iter().map(|r| (r.id().to_string(), read_terms(*r, &text, compounds))).collect();
     let (gathered, (exact, learnt), subjects) = futures::join!(
-        futures::future::join_all(readers.iter().map(|r| gather_source(
+        futures::future::join_all(readers.iter().zip(&read).map(|(r, (_, terms))| gather_source(
             *r,
             &text,
+            terms,
             qvec.as_deref(),
             k,
             filter.as_ref(),
-            (req.fields(), !req.ablation.without_compounds),
+            req.fields(),
         ))),
         named_pages(&readers, &req.query, learnt_names, !req.ablation.without_fuzzy_names),
         async {
@@ -133,9 +139,6 @@ pub async fn search<R: SourceReader>(
     inject_exact(&readers, qvec.as_deref(), &mut union, &exact).await;
     inject_subjects(&readers, qvec.as_deref(), &mut union, &subjects, k).await;
     relevance_floor(&mut union);
-    let compounds = !req.ablation.without_compounds;
-    let read: Vec<_> =
-        readers.iter().map(|r| (r.id().to_string(), read_terms(*r, &req.query, compounds))).collect();
     let words = union_words(req, &union, &read);
     let kept = feedback::feedback(req, &readers, qvec.as_deref(), &mut union, &words).await;
     let mut results = order(score_union(req, union, &words), &exact, &kept, limit);
