@@ -191,7 +191,8 @@ pub enum Rule {
     Feedback,
     /// Fuzzy names: a short query a typo away from a page's own name finds that page.
     FuzzyNames,
-    /// Compounds: a query's compound word the source never holds read as the parts it holds.
+    /// Compounds: a query's compound word the source never holds read as the parts it holds, and
+    /// a query word met by the source's compounds that end in it.
     Compounds,
 }
 

@@ -124,14 +124,7 @@ fn segment(
     }
     for end in MIN_PART..=rest.len().saturating_sub(MIN_PART) {
         let head: String = rest[..end].iter().collect();
-        let found = known(lang, &head, df).or_else(|| {
-            LINKS.iter().find_map(|l| {
-                head.strip_suffix(l)
-                    .filter(|h| h.chars().count() >= MIN_PART)
-                    .and_then(|h| known(lang, h, df))
-            })
-        });
-        if let Some(part) = found {
+        if let Some(part) = leading_part(lang, &head, df) {
             parts.push(part);
             segment(lang, &rest[end..], df, parts, best);
             parts.pop();
@@ -169,12 +162,7 @@ pub fn heads<'a>(
             if rest.chars().count() < MIN_PART || !wanted.contains(head) || df(term) == 0 {
                 continue;
             }
-            let held = known(lang, rest, df).is_some()
-                || LINKS.iter().any(|l| {
-                    rest.strip_suffix(l)
-                        .is_some_and(|r| r.chars().count() >= MIN_PART && known(lang, r, df).is_some())
-                });
-            if held {
+            if leading_part(lang, rest, df).is_some() {
                 match out.iter_mut().find(|(w, _)| w == head) {
                     Some((_, compounds)) => compounds.push(term.to_string()),
                     None => out.push((head.to_string(), vec![term.to_string()])),
@@ -187,6 +175,16 @@ pub fn heads<'a>(
     }
     out.sort();
     out
+}
+
+/// A part that comes before another: `text` itself, or `text` without a linking letter at its
+/// end ([`LINKS`]), whichever the source holds first (of at least [`MIN_PART`] letters).
+fn leading_part(lang: Lang, text: &str, df: &impl Fn(&str) -> usize) -> Option<(String, usize)> {
+    known(lang, text, df).or_else(|| {
+        LINKS.iter().find_map(|l| {
+            text.strip_suffix(l).filter(|t| t.chars().count() >= MIN_PART).and_then(|t| known(lang, t, df))
+        })
+    })
 }
 
 /// `text`'s stem and how many documents hold it, when some do (a stop word has none).

@@ -71,8 +71,8 @@ pub(super) fn arm_ranks(pages: &[ChunkHit]) -> HashMap<&str, (ArmRank, &ChunkHit
         .collect()
 }
 
-/// The query's terms as `r` reads them, the parts of its compounds only when `compounds` (the
-/// rule is on).
+/// The query's terms as `r` reads them, with its compound readings (parts, and compounds a word
+/// ends) only when `compounds` (the rule is on).
 pub(super) fn read_terms<R: SourceReader>(r: &R, query: &str, compounds: bool) -> QueryTerms {
     let terms = r.query_terms(query);
     if compounds { terms } else { terms.words_only() }

@@ -56,8 +56,8 @@ pub struct Ablation {
     /// No fuzzy name lane (a query a typo away from a page's name finds it only through the
     /// other arms).
     pub without_fuzzy_names: bool,
-    /// No compound parts (a query's compound word is read whole only, even where its source
-    /// never holds it).
+    /// No compound readings (a query's compound word is read whole only, even where its source
+    /// never holds it, and a word is not met by the source's compounds that end in it).
     pub without_compounds: bool,
 }
 
