@@ -66,7 +66,18 @@ impl Weed {
         }]});
         std::fs::write(dir.join("s3.json"), identities.to_string()).unwrap();
         let mut w = Self { child: None, dir: dir.to_path_buf(), ports: free_ports() };
-        w.run();
+        // A port picked free can be taken by another test's server before this one binds it:
+        // a server that exits at once is started again on other ports.
+        for attempt in 1.. {
+            match w.launch() {
+                Ok(()) => break,
+                Err((true, why)) if attempt < 3 => {
+                    eprintln!("SeaweedFS exited at start (attempt {attempt}), trying other ports: {why}");
+                    w.ports = free_ports();
+                }
+                Err((_, why)) => panic!("{why}"),
+            }
+        }
         // The bucket: a folder under the filer's /buckets (the filer's HTTP API needs no S3 key).
         let deadline = Instant::now() + Duration::from_secs(60);
         while !matches!(http_status(w.ports[4], "POST", &format!("/buckets/{BUCKET}/")), 200 | 201) {
@@ -78,6 +89,14 @@ impl Weed {
 
     /// Start `weed server` on this folder and ports; returns once S3 answers.
     pub fn run(&mut self) {
+        if let Err((_, why)) = self.launch() {
+            panic!("{why}");
+        }
+    }
+
+    /// [`Weed::run`], or why not: whether the server exited (else it did not answer within a
+    /// minute), and the end of its log.
+    fn launch(&mut self) -> Result<(), (bool, String)> {
         let p = self.ports;
         let log = std::fs::File::create(self.dir.join("weed.log")).unwrap();
         let child = Command::new(weed_bin())
@@ -101,15 +120,29 @@ impl Weed {
             .unwrap();
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(60);
+        let tail = |dir: &Path| {
+            let log = std::fs::read_to_string(dir.join("weed.log")).unwrap_or_default();
+            let lines: Vec<&str> = log.lines().collect();
+            lines[lines.len().saturating_sub(20)..].join("\n")
+        };
         // Without a key S3 answers 403: it is up.
         while http_status(p[6], "GET", "/") == 0 {
-            assert!(
-                Instant::now() < deadline,
-                "SeaweedFS did not start: see {}/weed.log",
-                self.dir.display()
-            );
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                self.child = None;
+                return Err((
+                    true,
+                    format!("SeaweedFS exited ({status}) at start; its log ends:\n{}", tail(&self.dir)),
+                ));
+            }
+            if Instant::now() >= deadline {
+                return Err((
+                    false,
+                    format!("SeaweedFS did not answer within 60 s; its log ends:\n{}", tail(&self.dir)),
+                ));
+            }
             std::thread::sleep(Duration::from_millis(100));
         }
+        Ok(())
     }
 
     pub fn stop(&mut self) {
