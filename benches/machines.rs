@@ -25,17 +25,20 @@ mod weed;
 
 use cairn_actors::api::Search;
 use cairn_actors::roles::client::Client;
-use common::{bin, copy_dir, pct, shared};
+use common::{Better, Figures, Proc, bin, copy_dir, pct, shared};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io::{BufRead, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 use weed::{BUCKET, Weed};
+
+/// How long a bench waits for a line or an event before it fails.
+const WAIT: Duration = Duration::from_secs(1800);
 
 fn env_num(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -164,51 +167,6 @@ fn forward_requests(
     }
 }
 
-/// A process of one machine, with its stderr lines timestamped as they come.
-struct Proc {
-    child: Child,
-    said: mpsc::Receiver<(Instant, String)>,
-    events: Option<mpsc::Receiver<(Instant, Value)>>,
-}
-
-impl Proc {
-    fn wait_said(&self, text: &str) -> Instant {
-        self.wait_said_from(text, None)
-    }
-
-    /// [`Proc::wait_said`], each line on the way said on stderr with its time after `from` (where
-    /// a takeover's seconds go).
-    fn wait_said_from(&self, text: &str, from: Option<Instant>) -> Instant {
-        loop {
-            let (at, line) =
-                self.said.recv_timeout(Duration::from_secs(1800)).unwrap_or_else(|e| panic!("`{text}`: {e}"));
-            if let Some(from) = from {
-                eprintln!("{:>7.3} s  {line}", at.saturating_duration_since(from).as_secs_f64());
-            }
-            if line.contains(text) {
-                return at;
-            }
-        }
-    }
-
-    /// The first event printed at or after `since` that makes `done` true (older ones, such as
-    /// the first index's, are passed over).
-    fn wait_event(&self, what: &str, since: Instant, done: impl Fn(&Value) -> bool) -> (Instant, Value) {
-        let events = self.events.as_ref().expect("a watch with --json");
-        loop {
-            let (at, e) =
-                events.recv_timeout(Duration::from_secs(1800)).unwrap_or_else(|err| panic!("{what}: {err}"));
-            if at >= since && done(&e) {
-                return (at, e);
-            }
-        }
-    }
-
-    fn rss_mib(&self) -> f64 {
-        cairn_actors::core::status::Memory::of(self.child.id()).rss_mib.unwrap_or(f64::NAN)
-    }
-}
-
 struct Machine {
     home: PathBuf,
     proxy: Counter,
@@ -224,32 +182,7 @@ impl Machine {
     }
 
     fn spawn(&self, weed: &Weed, db: &str, args: &[&str], json: bool) -> Proc {
-        let mut child = self
-            .command(weed, db, args)
-            .stdin(Stdio::piped())
-            .stdout(if json { Stdio::piped() } else { Stdio::null() })
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let (tx, said) = mpsc::channel();
-        let stderr = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
-                let _ = tx.send((Instant::now(), line));
-            }
-        });
-        let events = child.stdout.take().map(|out| {
-            let (tx, rx) = mpsc::channel();
-            std::thread::spawn(move || {
-                for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
-                    if let Ok(v) = serde_json::from_str(&line) {
-                        let _ = tx.send((Instant::now(), v));
-                    }
-                }
-            });
-            rx
-        });
-        Proc { child, said, events }
+        Proc::spawn(self.command(weed, db, args), json)
     }
 
     /// The socket the machine's owner published in its lock file.
@@ -304,10 +237,10 @@ fn main() {
     // A indexes and watches; B serves as a reader.
     let t = Instant::now();
     let writer = a.spawn(&weed, &db, &watch(true), true);
-    writer.wait_said("cairn: up to date");
+    writer.said("cairn: up to date", WAIT, None).expect("cairn: up to date");
     println!("A indexed {} ({sources} source(s)) in {:.1} s\n", vault.display(), t.elapsed().as_secs_f64());
     let reader = b.spawn(&weed, &db, &["mcp"], false);
-    reader.wait_said("cairn mcp: Reader");
+    reader.said("cairn mcp: Reader", WAIT, None).expect("cairn mcp: Reader");
     let client = Client::new(&b.socket(&db), "bench");
     let ask = |query: &str| -> Value {
         let request = cairn_actors::SearchRequest {
@@ -331,7 +264,7 @@ fn main() {
         drop(f);
         let slug = page.file_stem().unwrap().to_string_lossy().to_string();
         let (committed, _) = writer
-            .wait_event("the edit's commit", written, |e| e["event"] == "page_indexed" && e["slug"] == slug);
+            .event("the edit's commit", written, WAIT, |e| e["event"] == "page_indexed" && e["slug"] == slug);
         loop {
             let answer = ask(&token);
             if answer["results"].as_array().is_some_and(|r| r.iter().any(|r| r["slug"] == slug)) {
@@ -346,7 +279,7 @@ fn main() {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
-    for (at, line) in reader.said.try_iter() {
+    for (at, line) in reader.said_lines() {
         if line.contains("WARN") || line.contains("ERROR") {
             eprintln!("B at +{:.1} s: {line}", at.duration_since(t).as_secs_f64());
         }
@@ -360,6 +293,10 @@ fn main() {
         lags.iter().copied().fold(0.0, f64::max)
     );
 
+    let mut f = Figures::new("machines");
+    f.add("freshness.answered_p50_s", pct(&lags, 0.5), "s", Better::Lower);
+    f.add("freshness.answered_p99_s", pct(&lags, 0.99), "s", Better::Lower);
+
     // Idle requests and memory.
     std::thread::sleep(cairn_actors::engine::follow::ACTIVE_FOR);
     let idle = Duration::from_secs(env_num("CAIRN_BENCH_IDLE_SECS", 60));
@@ -367,18 +304,22 @@ fn main() {
     let (ak, bk) = (a.proxy.kinds(), b.proxy.kinds());
     std::thread::sleep(idle);
     let per_min = |n: u64| n as f64 * 60.0 / idle.as_secs_f64();
+    f.add("idle.writer_requests_per_min", per_min(a.proxy.count() - a0), "/min", Better::Lower);
+    f.add("idle.reader_requests_per_min", per_min(b.proxy.count() - b0), "/min", Better::Lower);
+    f.add("idle.writer_rss_mib", writer.rss_mib().0, "MiB", Better::Lower);
+    f.add("idle.reader_rss_mib", reader.rss_mib().0, "MiB", Better::Lower);
     println!("## Idle S3 requests, and memory\n");
     println!("| process | requests/min | RSS MiB | by kind, per min |\n|---|---|---|---|");
     println!(
         "| A: writer (`cairn watch`) | {:.1} (goal ≤ 40) | {:.0} | {} |",
         per_min(a.proxy.count() - a0),
-        writer.rss_mib(),
+        writer.rss_mib().0,
         kinds_per_min(&a.proxy.kinds(), &ak, idle)
     );
     println!(
         "| B: reader (`cairn mcp`) | {:.1} (goal ≤ 20) | {:.0} | {} |\n",
         per_min(b.proxy.count() - b0),
-        reader.rss_mib(),
+        reader.rss_mib().0,
         kinds_per_min(&b.proxy.kinds(), &bk, idle)
     );
 
@@ -386,7 +327,7 @@ fn main() {
     // and stands by; then the writer's machine dies whole (kill -9 of its processes), the other
     // takes over, and the dead one comes back as a standby `watch`.
     let given = b.spawn(&weed, &db, &watch(false), false);
-    given.wait_said("standing by");
+    given.said("standing by", WAIT, None).expect("standing by");
     let mut procs: [Vec<Proc>; 2] = [vec![writer], vec![reader, given]];
     let machines = [&a, &b];
     let mut times = Vec::new();
@@ -398,10 +339,13 @@ fn main() {
             p.child.wait().unwrap();
         }
         let alive = 1 - dead;
-        let took = procs[alive][0].wait_said_from("this process writes now", Some(at)).duration_since(at);
+        let took = procs[alive][0]
+            .said("this process writes now", WAIT, Some(at))
+            .expect("this process writes now")
+            .duration_since(at);
         times.push(took.as_secs_f64());
         let back = machines[dead].spawn(&weed, &db, &watch(false), false);
-        back.wait_said("stands by to take over");
+        back.said("stands by to take over", WAIT, None).expect("stands by to take over");
         procs[dead] = vec![back];
         dead = alive;
     }
@@ -413,6 +357,9 @@ fn main() {
         pct(&times, 0.5),
         times.iter().copied().fold(0.0, f64::max)
     );
+    f.add("takeover.p50_s", pct(&times, 0.5), "s", Better::Lower);
+    f.add("takeover.max_s", times.iter().copied().fold(0.0, f64::max), "s", Better::Lower);
+    f.finish();
     for p in procs.iter_mut().flatten() {
         let _ = p.child.kill();
         let _ = p.child.wait();

@@ -229,6 +229,18 @@ async fn main() {
     println!("| first answer s (goal ≤ 3) | results | catch-up scan done s | chunks embedded (goal 0) |");
     println!("|---|---|---|---|");
     println!("| {:.2} | {} | {:.2} | {} |\n", r.first_answer, r.results, r.caught_up, r.embedded);
+    let mut f = Figures::new("pipeline");
+    f.add("index.searchable_s", searchable, "s", Better::Lower);
+    f.add("index.last_vector_s", wall, "s", Better::Lower);
+    f.add("index.last_vector_over_embedder", wall / embed.max(1e-9), "×", Better::Lower);
+    f.add("edit.searchable_p50_s", p50, "s", Better::Lower);
+    f.add("edit.searchable_p99_s", p99, "s", Better::Lower);
+    f.add("edit.vectors_p50_s", v50, "s", Better::Lower);
+    f.add("edit.vectors_p99_s", v99, "s", Better::Lower);
+    f.add("edit.found_share", found as f64 / edits.max(1) as f64, "", Better::Higher);
+    f.add("restart.first_answer_s", r.first_answer, "s", Better::Lower);
+    f.add("restart.chunks_embedded", r.embedded as f64, "chunks", Better::Lower);
+    f.finish();
 
     // 4. Query latency with three sources.
     let qs = query_latency(&work, config).await;

@@ -40,84 +40,12 @@ mod http;
 #[path = "../tests/shared/webdriver.rs"]
 mod webdriver;
 
-use common::{Better, Figures, bin, copy_dir, du_mib, pct, shared};
+use common::{Better, Figures, Mcp, Proc, bin, cli_search, copy_dir, du_mib, pct, shared};
 use serde_json::Value;
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
-
-/// A `cairn watch --json` child: its events, timestamped as they arrive, and its stderr lines.
-struct Watch {
-    child: Child,
-    events: mpsc::Receiver<(Instant, Value)>,
-    said: mpsc::Receiver<(Instant, String)>,
-}
-
-impl Watch {
-    fn start(db: &Path, sources: &[(&str, &Path)]) -> (Self, Instant) {
-        let mut c = Command::new(bin());
-        c.args(["watch", "--json", "--db", db.to_str().unwrap()]);
-        for (id, root) in sources {
-            c.arg("--source").arg(format!("{id}={}", root.display()));
-        }
-        let t0 = Instant::now();
-        let mut child = c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-        let (tx, events) = mpsc::channel();
-        let out = child.stdout.take().unwrap();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
-                if let Ok(v) = serde_json::from_str(&line)
-                    && tx.send((Instant::now(), v)).is_err()
-                {
-                    return;
-                }
-            }
-        });
-        let (tx, said) = mpsc::channel();
-        let err = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
-                let _ = tx.send((Instant::now(), line));
-            }
-        });
-        (Self { child, events, said }, t0)
-    }
-
-    /// Events until `done` says so (it sees each one, with its arrival time).
-    fn until(&mut self, within: Duration, mut done: impl FnMut(Instant, &Value) -> bool) {
-        let deadline = Instant::now() + within;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let (at, e) = self
-                .events
-                .recv_timeout(left)
-                .unwrap_or_else(|_| panic!("bench: no such event within {within:?}"));
-            if done(at, &e) {
-                return;
-            }
-        }
-    }
-
-    /// When the process said a line containing `text` (waiting for it; `None` if it never does,
-    /// as an older build that does not say it).
-    fn said(&mut self, text: &str, within: Duration) -> Option<Instant> {
-        let deadline = Instant::now() + within;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let (at, line) = self.said.recv_timeout(left).ok()?;
-            if line.contains(text) {
-                return Some(at);
-            }
-        }
-    }
-
-    fn stop(mut self) {
-        let _ = Command::new("kill").arg(self.child.id().to_string()).status();
-        let _ = self.child.wait();
-    }
-}
 
 /// `cairn index --db DB --source ID=DIR ...`, which must succeed.
 fn index(db: &Path, sources: &[(&str, impl AsRef<Path>)]) {
@@ -128,16 +56,6 @@ fn index(db: &Path, sources: &[(&str, impl AsRef<Path>)]) {
     }
     let out = c.output().unwrap();
     assert!(out.status.success(), "cairn index: {}", String::from_utf8_lossy(&out.stderr));
-}
-
-/// `cairn search --json` (a client of the owner, or a reader when none runs).
-fn search(db: &Path, query: &str, mode: &str) -> Value {
-    let out = Command::new(bin())
-        .args(["search", "--json", "--mode", mode, "--db", db.to_str().unwrap(), query])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "search {query:?}: {}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 fn parts() -> Vec<String> {
@@ -248,8 +166,8 @@ fn serve(work: &Path) {
     let _ = Command::new("kill").arg(owner.id().to_string()).status();
     let _ = owner.wait();
 
-    let (mut watch, _) = Watch::start(&db, &[]);
-    watch.said("up to date", Duration::from_secs(3600)).expect("the owner is up");
+    let watch = Proc::watch(&db, &[]);
+    watch.said("up to date", Duration::from_secs(3600), None).expect("the owner is up");
     let (mut served, addr) = start_serve(&db, &[]);
     http(&addr, "POST", "/api/search", "{\"request\": {\"query\": \"functional programming language\"}}");
     let serve_warm = rss_mib(served.id());
@@ -258,10 +176,7 @@ fn serve(work: &Path) {
     let _ = Command::new("kill").arg(served.id().to_string()).status();
     let _ = served.wait();
     // What a client `cairn mcp` holds, warmed the same way: what `serve` adds is the difference.
-    let mut mcp = spawn_mcp(&db);
-    let mcp_rss = warm_mcp_rss(&mut mcp);
-    drop(mcp.stdin.take());
-    let _ = mcp.wait();
+    let mcp_rss = warm_mcp_rss(Mcp::start(&db));
     watch.stop();
 
     println!("## `cairn serve` on FOLDOC: search over HTTP against the owner's socket, same queries\n");
@@ -366,12 +281,12 @@ fn jobs(work: &Path) {
         index(&db, &[("tpl", &vault)]);
         println!("(first index of {n} template pages: {:.0} s)\n", t.elapsed().as_secs_f64());
     }
-    let (mut watch, _) = Watch::start(&db, &[]);
-    watch.said("up to date", Duration::from_secs(3600)).expect("the owner is up");
+    let watch = Proc::watch(&db, &[]);
+    watch.said("up to date", Duration::from_secs(3600), None).expect("the owner is up");
     let queries: Vec<String> = (0..100).map(|k| format!("meeting {} roadmap", k * 197 % n)).collect();
     let time = |q: &str| {
         let t = Instant::now();
-        let v = search(&db, q, "balanced");
+        let (v, _) = cli_search(&db, q, "balanced");
         assert_eq!(v["served_by"]["role"], "owner");
         t.elapsed().as_secs_f64() * 1000.0
     };
@@ -412,7 +327,7 @@ fn jobs(work: &Path) {
     // Each edit's commit, from its write.
     let mut pending: std::collections::HashMap<String, Instant> = written.into_iter().collect();
     let mut edits = Vec::new();
-    watch.until(Duration::from_secs(600), |at, e| {
+    watch.until("an event", Duration::from_secs(600), |at, e| {
         if e["event"] == "page_indexed"
             && let Some(w) = e["slug"].as_str().and_then(|s| pending.remove(s))
         {
@@ -442,6 +357,12 @@ fn jobs(work: &Path) {
         pct(&edits, 0.5),
         pct(&edits, 1.0)
     );
+    let mut f = Figures::new("processes-jobs");
+    f.add("search.extra_wait_p99_ms", pct(&during, 0.99) - pct(&alone, 0.99), "ms", Better::Lower);
+    f.add("search.during_p99_ms", pct(&during, 0.99), "ms", Better::Lower);
+    f.add("duplicates_s", job_s, "s", Better::Lower);
+    f.add("edit.indexed_p50_s", pct(&edits, 0.5), "s", Better::Lower);
+    f.finish();
 }
 
 /// `first` and `fair`: a fresh database, FOLDOC and a small source, watched from scratch.
@@ -457,7 +378,8 @@ fn first_index(work: &Path, fair: bool) {
     }
     // A page near the start of the scan, by its name.
     let (probe, probe_slug) = ("Ada", "ada");
-    let (mut watch, t0) = Watch::start(&db, &[("small", &small), ("foldoc", &foldoc)]);
+    let watch = Proc::watch(&db, &[("small", &small), ("foldoc", &foldoc)]);
+    let t0 = watch.started;
     // The first exact-name answer, asked by a client as a user would, until it says `exists`.
     let mut first_exact = None;
     while first_exact.is_none() && t0.elapsed() < Duration::from_secs(600) {
@@ -485,7 +407,7 @@ fn first_index(work: &Path, fair: bool) {
             .map(|e| e.path().strip_prefix(&foldoc).unwrap().to_string_lossy().into_owned())
             .step_by(397)
             .collect();
-        watch.until(Duration::from_secs(600), |_, e| {
+        watch.until("an event", Duration::from_secs(600), |_, e| {
             e["source"] == "foldoc" && e["event"] == "committed" && e["pages"] == 0
         });
         let n = std::env::var("CAIRN_BENCH_EDITS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
@@ -500,7 +422,7 @@ fn first_index(work: &Path, fair: bool) {
             let t = Instant::now();
             std::fs::write(root.join(&rel), text).unwrap();
             let (mut indexed, mut slug) = (None, String::new());
-            watch.until(Duration::from_secs(600), |at, e| {
+            watch.until("an event", Duration::from_secs(600), |at, e| {
                 if e["source"] == "foldoc" && e["event"] == "committed" {
                     embed_ms += e["embed_ms"].as_u64().unwrap_or(0);
                 }
@@ -531,10 +453,10 @@ fn first_index(work: &Path, fair: bool) {
         }
     }
     let searchable = watch
-        .said("searchable by name and keyword", Duration::from_secs(3600))
+        .said("searchable by name and keyword", Duration::from_secs(3600), None)
         .map(|t| t.duration_since(t0).as_secs_f64());
     let last = watch
-        .said("up to date", Duration::from_secs(7200))
+        .said("up to date", Duration::from_secs(7200), None)
         .expect("the index completes")
         .duration_since(t0)
         .as_secs_f64();
@@ -567,6 +489,25 @@ fn first_index(work: &Path, fair: bool) {
         searchable.map_or("-".into(), |t| format!("{t:.1}")),
         last / model.max(1e-9)
     );
+    let mut f = Figures::new(if fair { "processes-first-fair" } else { "processes-first" });
+    if let Some(t) = first_exact {
+        f.add("first.exact_answer_s", t, "s", Better::Lower);
+    }
+    if let Some(t) = searchable {
+        f.add("first.searchable_s", t, "s", Better::Lower);
+    }
+    f.add("first.last_vector_s", last, "s", Better::Lower);
+    f.add("first.last_vector_over_model", last / model.max(1e-9), "×", Better::Lower);
+    if fair {
+        for (what, a, b) in
+            [("small", &small_edits, &small_vectors), ("foldoc", &foldoc_edits, &foldoc_vectors)]
+        {
+            f.add(&format!("fair.{what}.searchable_p50_s"), pct(a, 0.5), "s", Better::Lower);
+            f.add(&format!("fair.{what}.searchable_p99_s"), pct(a, 0.99), "s", Better::Lower);
+            f.add(&format!("fair.{what}.vectors_p50_s"), pct(b, 0.5), "s", Better::Lower);
+            f.add(&format!("fair.{what}.vectors_p99_s"), pct(b, 0.99), "s", Better::Lower);
+        }
+    }
     if fair {
         println!(
             "## Edits during FOLDOC's first index ({} in a small source, {} to FOLDOC pages, 1.5 s apart)\n",
@@ -590,6 +531,7 @@ fn first_index(work: &Path, fair: bool) {
         }
         println!();
     }
+    f.finish();
 }
 
 /// `owner`: `cairn search` through a running owner against a one-shot process; clients' memory.
@@ -614,9 +556,8 @@ fn owner(work: &Path) {
     }
     let queries = foldoc_queries(7, 100);
     let time = |q: &str, mode: &str| {
-        let t = Instant::now();
-        let v = search(&db, q, mode);
-        (t.elapsed().as_secs_f64() * 1000.0, v)
+        let (v, ms) = cli_search(&db, q, mode);
+        (ms, v)
     };
     // Without an owner: the process reads the tables (and loads the model) itself.
     let mut alone = Vec::new();
@@ -626,8 +567,8 @@ fn owner(work: &Path) {
         alone.push(ms);
     }
     // With an owner (`cairn watch` on the three sources, which the database records).
-    let (mut watch, _) = Watch::start(&db, &[]);
-    watch.said("up to date", Duration::from_secs(3600)).expect("the owner is up");
+    let watch = Proc::watch(&db, &[]);
+    watch.said("up to date", Duration::from_secs(3600), None).expect("the owner is up");
     let watch_rss = rss_mib(watch.child.id());
     let mut served = Vec::new();
     let mut fast = Vec::new();
@@ -638,14 +579,10 @@ fn owner(work: &Path) {
         fast.push(time(q, "fast").0);
     }
     // Extra `cairn mcp` processes on the same database: clients; the memory each holds.
-    let mut clients: Vec<Child> = (0..3).map(|_| spawn_mcp(&db)).collect();
+    let clients: Vec<Mcp> = (0..3).map(|_| Mcp::start(&db)).collect();
     // Each answers a search (so it is warm) before it is measured.
-    let client_rss: Vec<f64> = clients.iter_mut().map(warm_mcp_rss).collect();
+    let client_rss: Vec<f64> = clients.into_iter().map(warm_mcp_rss).collect();
     let owner_after = rss_mib(watch.child.id());
-    for mut c in clients {
-        drop(c.stdin.take());
-        let _ = c.wait();
-    }
     watch.stop();
     println!("## `cairn search` from a shell, FOLDOC + Cranfield + 5,000 stubs (process start to exit)\n");
     println!("| path | queries | p50 ms (goal ≤ 30) | p99 ms (goal ≤ 80) |");
@@ -675,6 +612,15 @@ fn owner(work: &Path) {
         "| {watch_rss:.0} / {owner_after:.0} | {} |\n",
         client_rss.iter().map(|r| format!("{r:.1}")).collect::<Vec<_>>().join(", ")
     );
+    let mut f = Figures::new("processes-owner");
+    for (path, ms) in [("alone", &alone), ("served_balanced", &served), ("served_fast", &fast)] {
+        f.add(&format!("search.{path}_p50_ms"), pct(ms, 0.5), "ms", Better::Lower);
+        f.add(&format!("search.{path}_p99_ms"), pct(ms, 0.99), "ms", Better::Lower);
+    }
+    f.add("memory.owner_rss_mib", owner_after, "MiB", Better::Lower);
+    let worst = client_rss.iter().copied().fold(0.0, f64::max);
+    f.add("memory.client_rss_max_mib", worst, "MiB", Better::Lower);
+    f.finish();
 }
 
 /// Every `step`th query of FOLDOC's alias set, `n` of them.
@@ -688,32 +634,12 @@ fn foldoc_queries(step: usize, n: usize) -> Vec<String> {
         .collect()
 }
 
-/// `cairn mcp` on `db`, spoken to over its stdin and stdout.
-fn spawn_mcp(db: &Path) -> Child {
-    Command::new(bin())
-        .args(["mcp", "--db", db.to_str().unwrap()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap()
-}
-
-/// A `cairn mcp` child's RSS once it has answered one search (over its stdin and stdout).
-fn warm_mcp_rss(c: &mut Child) -> f64 {
-    use std::io::Write;
-    let stdin = c.stdin.as_mut().unwrap();
-    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"0"}}}"#;
-    let call = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"search","arguments":{"query":"functional programming language"}}}"#;
-    writeln!(stdin, "{init}\n{{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}}\n{call}")
-        .unwrap();
-    let mut lines = std::io::BufReader::new(c.stdout.as_mut().unwrap()).lines();
-    while let Some(Ok(l)) = lines.next() {
-        if l.contains("\"id\":2") {
-            break;
-        }
-    }
-    rss_mib(c.id())
+/// A `cairn mcp` client's RSS once it has answered one search; then it is closed.
+fn warm_mcp_rss(mut mcp: Mcp) -> f64 {
+    mcp.search("functional programming language", "balanced");
+    let rss = rss_mib(mcp.pid());
+    mcp.close();
+    rss
 }
 
 fn rss_mib(pid: u32) -> f64 {
@@ -740,7 +666,7 @@ fn table_files(db: &Path, id: &str) -> (usize, usize) {
 /// Balanced-mode latency of the owner's answers, p50/p99 ms (the latency the owner reports).
 fn query_latency(db: &Path, queries: &[String]) -> (f64, f64) {
     let ms: Vec<f64> =
-        queries.iter().map(|q| search(db, q, "balanced")["latency_ms"].as_f64().unwrap()).collect();
+        queries.iter().map(|q| cli_search(db, q, "balanced").0["latency_ms"].as_f64().unwrap()).collect();
     (pct(&ms, 0.5), pct(&ms, 0.99))
 }
 
@@ -772,8 +698,8 @@ fn soak(work: &Path) {
         .collect();
     files.sort();
     files.dedup();
-    let (mut watch, _) = Watch::start(&db, &[("foldoc", &vault)]);
-    watch.said("up to date", Duration::from_secs(3600)).expect("the watcher is up");
+    let watch = Proc::watch(&db, &[("foldoc", &vault)]);
+    watch.said("up to date", Duration::from_secs(3600), None).expect("the watcher is up");
     let before = (disk(&db), table_files(&db, "foldoc"), query_latency(&db, &queries));
     let started = Instant::now();
     let mut seed = 0x2545_f491_4f6c_dd1d_u64;
@@ -795,7 +721,7 @@ fn soak(work: &Path) {
         text.push_str(&format!("\nSoak edit {i}.\n"));
         std::fs::write(vault.join(rel), text).unwrap();
         let mut slug = String::new();
-        watch.until(Duration::from_secs(120), |_, e| {
+        watch.until("an event", Duration::from_secs(120), |_, e| {
             if e["event"] == "optimized" {
                 upkeeps += 1;
             }
@@ -819,7 +745,7 @@ fn soak(work: &Path) {
     // At rest: the upkeep the writer runs once it has been idle past the keep window (not one
     // that fell due during the last edits).
     let idle = Instant::now();
-    watch.until(Duration::from_secs(600), |at, e| {
+    watch.until("an event", Duration::from_secs(600), |at, e| {
         e["event"] == "optimized"
             && e["compacted"] == true
             && at.duration_since(idle) >= cairn_actors::engine::writer::KEEP_VERSIONS
@@ -857,4 +783,12 @@ fn soak(work: &Path) {
         after.0.0 / fresh_mib,
         rest.0.0 / fresh_mib
     );
+    let mut f = Figures::new("processes-soak");
+    f.add("tables_over_fresh.after", after.0.0 / fresh_mib, "×", Better::Lower);
+    f.add("tables_over_fresh.at_rest", rest.0.0 / fresh_mib, "×", Better::Lower);
+    for (when, (_, _, (p50, p99))) in [("after", after), ("at_rest", rest)] {
+        f.add(&format!("query.{when}_p50_ms"), p50, "ms", Better::Lower);
+        f.add(&format!("query.{when}_p99_ms"), p99, "ms", Better::Lower);
+    }
+    f.finish();
 }

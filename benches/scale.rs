@@ -31,7 +31,7 @@ use cairn_index::{
 };
 use cairn_ingest::{ParseOptions, parse_page};
 use cairn_query::{Mode, SearchRequest};
-use common::{du_mib, pct, shared};
+use common::{Better, Figures, du_mib, pct, shared};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use weed::{BUCKET, Weed};
@@ -281,6 +281,7 @@ fn main() {
         "| chunks | where | vectors held | write s | stored | opened from | open s (goal ≤ 5) | RSS of the source | process RSS / peak (goal ≤ 2048 MiB) | fast p50/p99 ms | balanced p50/p99 ms (goal p99 ≤ 100) | thorough p50/p99 ms | one-page commit p50/max ms (goal ≤ 1000) | of which the tables, p50 ms |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let mut figures = Figures::new("scale");
     let mut built: Option<(OrtEmbedder, Sample)> = None;
     let mut made = |rt: &tokio::runtime::Runtime, db: &str, options: &StorageOptions, n: usize| {
         let (e, s) = built.get_or_insert_with(|| {
@@ -302,9 +303,10 @@ fn main() {
         } else {
             std::fs::read_to_string(&marker).unwrap().parse().unwrap()
         };
-        report(*n, "local", db.to_str().unwrap(), write_s, du_mib(&db), &[]);
+        report(&mut figures, *n, "local", db.to_str().unwrap(), write_s, du_mib(&db), &[]);
     }
     if !s3 {
+        figures.finish();
         return;
     }
     for n in &sizes {
@@ -319,13 +321,23 @@ fn main() {
             .into_iter()
             .map(|(k, v)| (if k.starts_with("aws_") { k } else { format!("aws_{k}") }.to_uppercase(), v))
             .collect();
-        report(*n, "SeaweedFS", &db, write_s, du_mib(&weed_dir.join("data")), &env);
+        report(&mut figures, *n, "SeaweedFS", &db, write_s, du_mib(&weed_dir.join("data")), &env);
     }
+    figures.finish();
 }
 
 /// Measure `db` in a fresh process (its environment plus `env`), once per vector path that
-/// applies at this size, and print the rows.
-fn report(n: usize, place: &str, db: &str, write_s: f64, stored_mib: f64, env: &[(String, String)]) {
+/// applies at this size, print the rows and add their figures (`<chunks>.<where>.<vectors>`,
+/// `.reopened` for an open from the snapshot).
+fn report(
+    figures: &mut Figures,
+    n: usize,
+    place: &str,
+    db: &str,
+    write_s: f64,
+    stored_mib: f64,
+    env: &[(String, String)],
+) {
     // Both vector paths (limits past and below the size) while the exact one fits easily (f32
     // vectors of 200k chunks are 293 MiB); the default (int8 past `EXACT_VECTORS_UP_TO`) alone
     // above that.
@@ -377,6 +389,23 @@ fn report(n: usize, place: &str, db: &str, write_s: f64, stored_mib: f64, env: &
             m["commit_max_ms"].as_f64().unwrap(),
             m["tables_p50_ms"].as_f64().unwrap(),
         );
+        let key = format!(
+            "{n}.{}.{}{}",
+            if place == "local" { "local" } else { "s3" },
+            if m["exact_vectors"].as_bool().unwrap() { "f32" } else { "int8" },
+            if m["restored"].as_bool().unwrap() { ".reopened" } else { "" }
+        );
+        let figure = |k: &str| m[k].as_f64().unwrap();
+        figures.add(&format!("{key}.open_s"), figure("open_s"), "s", Better::Lower);
+        figures.add(&format!("{key}.rss_total_mib"), figure("rss_total_mib"), "MiB", Better::Lower);
+        figures.add(&format!("{key}.peak_rss_mib"), figure("hwm_mib"), "MiB", Better::Lower);
+        for mode in ["fast", "balanced", "thorough"] {
+            for q in ["p50", "p99"] {
+                let ms = m["modes"][mode][q].as_f64().unwrap();
+                figures.add(&format!("{key}.{mode}_{q}_ms"), ms, "ms", Better::Lower);
+            }
+        }
+        figures.add(&format!("{key}.commit_p50_ms"), figure("commit_p50_ms"), "ms", Better::Lower);
         // Where the source's memory goes (estimated by the index itself), below the table.
         eprintln!("  {n} ({place}, limit {limit}): MiB by part {}", m["parts_mib"]);
         eprintln!(
