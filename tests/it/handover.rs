@@ -172,21 +172,53 @@ fn page(vault: &Path, trial: usize, point: &str) {
     write(vault, &format!("trial-{trial}.md"), &text);
 }
 
-/// A one-shot search while the database changes hands: its answer's slugs, or the retryable
-/// error it said, within 2 s.
-fn ask_within_two_seconds(db: &Path, what: &str) {
-    let t0 = Instant::now();
-    let out = Command::new(cairn_bin())
-        .args(["search", "--json", "--db", db.to_str().unwrap(), "note about the", "--mode", "fast"])
-        .output()
-        .unwrap();
-    let took = t0.elapsed();
-    let stderr = String::from_utf8_lossy(&out.stderr);
+/// A one-shot search while the database changes hands, which must end in an answer or in the
+/// retryable error it says; and the same search of `baseline` (a copy of the vault no process
+/// owns, which the search reads itself) just before, for what a search costs on this machine now.
+struct Asked {
+    started: Instant,
+    ended: Instant,
+    /// The baseline search's time: a loaded machine starts a process and opens tables slowly.
+    cost: Duration,
+    stderr: String,
+}
+
+fn ask(db: &Path, baseline: &Path, what: &str) -> Asked {
+    let search = |db: &Path| {
+        let started = Instant::now();
+        let out = Command::new(cairn_bin())
+            .args(["search", "--json", "--db", db.to_str().unwrap(), "note about the", "--mode", "fast"])
+            .output()
+            .unwrap();
+        (out, started, Instant::now())
+    };
+    let (out, s, e) = search(baseline);
+    assert!(out.status.success(), "the baseline search: {}", String::from_utf8_lossy(&out.stderr));
+    let (out, started, ended) = search(db);
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(
         out.status.success() || stderr.contains("try again"),
         "{what}: neither an answer nor a retryable error: {stderr}"
     );
-    assert!(took < Duration::from_secs(2), "{what}: the client waited {took:?}: {stderr}");
+    Asked { started, ended, cost: e - s, stderr }
+}
+
+impl Asked {
+    /// The client was told within 2 s (beyond what a search costs now) of when someone could
+    /// tell it: its start, or when the next owner took over while it waited (a client waits for
+    /// an owner that holds the lock and has not bound its socket yet; how soon a standby takes
+    /// over is bounded on its own).
+    fn told_within_two_seconds(&self, what: &str, took_over: Option<Instant>) {
+        let from = took_over.filter(|t| *t > self.started && *t < self.ended).unwrap_or(self.started);
+        let waited = self.ended - from;
+        assert!(
+            waited < Duration::from_secs(2) + self.cost,
+            "{what}: the client waited {waited:?} ({:?} in all; the same search of a database no process owns: {:?}): {}",
+            self.ended - self.started,
+            self.cost,
+            self.stderr
+        );
+    }
 }
 
 /// The answer of a fresh process, by meaning and keyword (the resident index's int8 codes and
@@ -208,6 +240,13 @@ fn a_kill_at_any_of_twenty_one_points_of_a_handover_leaves_a_database_the_next_p
         );
     }
     let (cfg, db) = config(tmp.path(), "db", &vault);
+    let baseline = tmp.path().join("baseline");
+    let indexed = Command::new(cairn_bin())
+        .args(["index", "--db", baseline.to_str().unwrap(), "--source"])
+        .arg(format!("vault={}", vault.display()))
+        .output()
+        .unwrap();
+    assert!(indexed.status.success(), "{}", String::from_utf8_lossy(&indexed.stderr));
     let armed = tmp.path().join("armed");
     let mut owner = Watch::start(&cfg, None);
     owner.wait_line("cairn: up to date", Duration::from_secs(300));
@@ -229,14 +268,15 @@ fn a_kill_at_any_of_twenty_one_points_of_a_handover_leaves_a_database_the_next_p
         std::fs::write(&armed, "").unwrap();
         if point == "server.request" {
             // Killed with the client's request in flight: the client is told, within 2 s.
-            ask_within_two_seconds(&db, point);
+            ask(&db, &baseline, point).told_within_two_seconds(point, None);
         } else {
             armed_owner.signal("-TERM");
         }
         let gone = armed_owner.wait_killed_at(point);
         std::fs::remove_file(&armed).unwrap();
-        ask_within_two_seconds(&db, point);
+        let asked = ask(&db, &baseline, point);
         let owns = next.wait_line("this process writes", Duration::from_secs(60));
+        asked.told_within_two_seconds(point, Some(owns));
         let t = owns.saturating_duration_since(gone);
         assert!(t < Duration::from_secs(5), "{point}: the standby owned {t:?} after the owner died");
         next.wait_line("cairn: up to date", Duration::from_secs(300));
@@ -256,7 +296,7 @@ fn a_kill_at_any_of_twenty_one_points_of_a_handover_leaves_a_database_the_next_p
         owner.child.wait().unwrap();
         let gone = standby.wait_killed_at(point);
         std::fs::remove_file(&armed).unwrap();
-        ask_within_two_seconds(&db, point);
+        ask(&db, &baseline, point).told_within_two_seconds(point, None);
         let t0 = Instant::now();
         let mut next = Watch::start(&cfg, None);
         let owns = next.wait_line("cairn: watching", Duration::from_secs(60));

@@ -70,19 +70,36 @@ const FAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
 /// A `cairn watch` on one machine, its events appended to the history and its log to
 /// `logs/<machine>.log` (every run of that machine, one after another).
 fn watch(on: &dyn Fn(&str) -> Command, machine: &'static str, history: &History, logs: &Path) -> Reaped {
+    watch_said(on, machine, history, logs).0
+}
+
+/// [`watch`], and what tells when the process printed its first event (its signal handlers
+/// are installed by then: a SIGTERM before them ends a process outright, and a loaded machine
+/// starts one slowly).
+fn watch_said(
+    on: &dyn Fn(&str) -> Command,
+    machine: &'static str,
+    history: &History,
+    logs: &Path,
+) -> (Reaped, tokio::sync::oneshot::Receiver<()>) {
     let log = std::fs::OpenOptions::new().create(true).append(true).open(log_of(logs, machine)).unwrap();
     let mut child = Reaped(on(machine).stdout(Stdio::piped()).stderr(log).spawn().unwrap());
     let stdout = child.0.stdout.take().unwrap();
     let history = history.clone();
+    let (said, first) = tokio::sync::oneshot::channel();
     std::thread::spawn(move || {
         use std::io::BufRead;
+        let mut said = Some(said);
         for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
             if let Ok(event) = serde_json::from_str::<Value>(&line) {
                 history.lock().unwrap().push(Seen { at: Instant::now(), machine, event });
+                if let Some(said) = said.take() {
+                    let _ = said.send(());
+                }
             }
         }
     });
-    child
+    (child, first)
 }
 
 fn log_of(logs: &Path, machine: &str) -> std::path::PathBuf {
@@ -295,7 +312,13 @@ async fn edits_under_kills_and_pauses_are_all_answered_and_never_hidden_behind_n
     );
 
     if let Some(m) = dead.take() {
-        machines.insert(m, watch(&on, m, &history, tmp.path()));
+        let (child, first) = watch_said(&on, m, &history, tmp.path());
+        machines.insert(m, child);
+        // Stopped only once it is up to be stopped.
+        tokio::time::timeout(Duration::from_secs(120), first)
+            .await
+            .unwrap_or_else(|_| panic!("{m} printed no event within 120 s of its start"))
+            .unwrap_or_else(|_| panic!("{m} exited before its first event"));
     }
     // Every machine stops cleanly (the writer commits what is pending and gives the lease back),
     // then the next writer converges the tables: a one-shot index on another machine (what a
