@@ -73,33 +73,44 @@ fn watch(on: &dyn Fn(&str) -> Command, machine: &'static str, history: &History,
     watch_said(on, machine, history, logs).0
 }
 
-/// [`watch`], and what tells when the process printed its first event (its signal handlers
-/// are installed by then: a SIGTERM before them ends a process outright, and a loaded machine
-/// starts one slowly).
+/// [`watch`], and what tells when the process said it is up: that it watches (the writer) or
+/// stands by (a standby prints no events until it writes). Its signal handlers are installed
+/// by then: a SIGTERM before them ends a process outright, and a loaded machine starts one
+/// slowly. The log is copied line by line as the process writes it.
 fn watch_said(
     on: &dyn Fn(&str) -> Command,
     machine: &'static str,
     history: &History,
     logs: &Path,
 ) -> (Reaped, tokio::sync::oneshot::Receiver<()>) {
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(log_of(logs, machine)).unwrap();
-    let mut child = Reaped(on(machine).stdout(Stdio::piped()).stderr(log).spawn().unwrap());
+    let mut log = std::fs::OpenOptions::new().create(true).append(true).open(log_of(logs, machine)).unwrap();
+    let mut child = Reaped(on(machine).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap());
     let stdout = child.0.stdout.take().unwrap();
+    let stderr = child.0.stderr.take().unwrap();
     let history = history.clone();
-    let (said, first) = tokio::sync::oneshot::channel();
     std::thread::spawn(move || {
         use std::io::BufRead;
-        let mut said = Some(said);
         for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
             if let Ok(event) = serde_json::from_str::<Value>(&line) {
                 history.lock().unwrap().push(Seen { at: Instant::now(), machine, event });
-                if let Some(said) = said.take() {
-                    let _ = said.send(());
-                }
             }
         }
     });
-    (child, first)
+    let (up, said) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        use std::io::{BufRead, Write};
+        let mut up = Some(up);
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = writeln!(log, "{line}");
+            let is_up = ["cairn: watching", "stands by to take over", "standing by to take over"]
+                .iter()
+                .any(|t| line.contains(t));
+            if is_up && let Some(up) = up.take() {
+                let _ = up.send(());
+            }
+        }
+    });
+    (child, said)
 }
 
 fn log_of(logs: &Path, machine: &str) -> std::path::PathBuf {
@@ -317,8 +328,8 @@ async fn edits_under_kills_and_pauses_are_all_answered_and_never_hidden_behind_n
         // Stopped only once it is up to be stopped.
         tokio::time::timeout(Duration::from_secs(120), first)
             .await
-            .unwrap_or_else(|_| panic!("{m} printed no event within 120 s of its start"))
-            .unwrap_or_else(|_| panic!("{m} exited before its first event"));
+            .unwrap_or_else(|_| panic!("{m} did not say it watches or stands by within 120 s of its start"))
+            .unwrap_or_else(|_| panic!("{m} exited before it said it watches or stands by"));
     }
     // Every machine stops cleanly (the writer commits what is pending and gives the lease back),
     // then the next writer converges the tables: a one-shot index on another machine (what a
