@@ -278,7 +278,7 @@ impl Bench {
                     "ms",
                     Better::Lower,
                 );
-                if page_kind(kind.as_str()) {
+                if kind != "free_text" {
                     self.figures.add(
                         &format!("{key}.{mode}.{kind}.hit1"),
                         hit1 as f64 / n,
@@ -372,6 +372,18 @@ impl Bench {
         self.figures.add(&format!("{key}.edit.searchable_p50_ms"), pct(&indexed, 0.5), "ms", Better::Lower);
         self.figures.add(&format!("{key}.edit.searchable_p99_ms"), pct(&indexed, 0.99), "ms", Better::Lower);
         self.figures.add(&format!("{key}.edit.vectors_p99_ms"), pct(&embedded, 0.99), "ms", Better::Lower);
+    }
+
+    /// The owner's memory once the idle upkeep after `after` has run (the settled goal).
+    fn settled(&mut self, owner: &Proc, after: &str) {
+        self.idle_upkeep(owner);
+        let (now, peak) = owner.rss_mib();
+        println!(
+            "owner RSS settled after {after} and the idle upkeep {now:.0} MiB (goal <= {}; {}), peak {peak:.0} MiB",
+            self.goals.settled_mib,
+            self.rss_parts(owner)
+        );
+        self.figures.add("settled.rss_mib", now, "MiB", Better::Lower);
     }
 
     /// Wait for the upkeep the owner runs once its writer has been idle (12 s after the last
@@ -472,11 +484,6 @@ impl Bench {
     }
 }
 
-/// A kind of query that names a page (a hit can be counted).
-fn page_kind(kind: &str) -> bool {
-    kind != "free_text"
-}
-
 fn main() {
     let work = PathBuf::from(
         std::env::var("CAIRN_BENCH_DIR").expect("CAIRN_BENCH_DIR: the folder with vault/ (and db/)"),
@@ -535,14 +542,7 @@ fn main() {
     // Edits, and the last vector.
     if reopen_all {
         b.edit_pages(&owner, edits, "in steady state, reopened", "reopened");
-        b.idle_upkeep(&owner);
-        let (now, peak) = owner.rss_mib();
-        println!(
-            "owner RSS settled after the queries, the edits and the idle upkeep {now:.0} MiB (goal <= {}; {}), peak {peak:.0} MiB",
-            b.goals.settled_mib,
-            b.rss_parts(&owner)
-        );
-        b.figures.add("settled.rss_mib", now, "MiB", Better::Lower);
+        b.settled(&owner, "the queries, the edits");
     } else if last_vector {
         let up = owner.said("cairn: up to date", 4 * hour, None).expect("the last vector");
         let model_ms: f64 = owner
@@ -552,31 +552,20 @@ fn main() {
             .map(|(_, e)| e["embed_ms"].as_f64().unwrap_or(0.0))
             .sum();
         let took = up.duration_since(owner.started).as_secs_f64();
+        let over_model = took / (model_ms / 1000.0).max(1e-9);
         let (now, peak) = owner.rss_mib();
         println!(
             "last vector after {took:.0} s; the model's own time {:.0} s ({:.2} x it, goal <= 1.05); owner RSS at the last vector {now:.0} MiB ({}; the model gives its batches' memory back 2 s later), peak {peak:.0} MiB",
             model_ms / 1000.0,
-            took / (model_ms / 1000.0).max(1e-9),
+            over_model,
             b.rss_parts(&owner)
         );
-        b.figures.add(
-            "first.last_vector_over_model",
-            took / (model_ms / 1000.0).max(1e-9),
-            "×",
-            Better::Lower,
-        );
+        b.figures.add("first.last_vector_over_model", over_model, "×", Better::Lower);
         // At once, as a user goes on editing when the index is done: the first edits meet the
         // upkeep's first compaction after the backfill.
         b.edit_pages(&owner, edits, "in steady state, from the last vector on", "steady");
         b.ask_all(&owner, "in steady state", "steady");
-        b.idle_upkeep(&owner);
-        let (now, _) = owner.rss_mib();
-        println!(
-            "owner RSS settled after the edits, the queries and the idle upkeep {now:.0} MiB (goal <= {}; {})",
-            b.goals.settled_mib,
-            b.rss_parts(&owner)
-        );
-        b.figures.add("settled.rss_mib", now, "MiB", Better::Lower);
+        b.settled(&owner, "the edits, the queries");
     } else {
         b.edit_pages(&owner, edits, "while the owner embeds the first index", "embedding");
     }

@@ -158,12 +158,6 @@ impl Proc {
         let _ = Command::new("kill").arg(self.child.id().to_string()).status();
         let _ = self.child.wait();
     }
-
-    /// Kill it outright (a machine that dies).
-    pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// Copy a folder's files (the shared data is never written).
