@@ -396,7 +396,6 @@ fn first_index(work: &Path, fair: bool) {
     }
     let (mut small_edits, mut small_vectors, mut foldoc_edits, mut foldoc_vectors) =
         (vec![], vec![], vec![], vec![]);
-    let mut embed_ms = 0u64;
     if fair {
         // Edits while FOLDOC's vectors are being computed: alternately a small-source page and a
         // FOLDOC page, each timed from the write to its `page_indexed` and to its vectors.
@@ -423,9 +422,6 @@ fn first_index(work: &Path, fair: bool) {
             std::fs::write(root.join(&rel), text).unwrap();
             let (mut indexed, mut slug) = (None, String::new());
             watch.until("an event", Duration::from_secs(600), |at, e| {
-                if e["source"] == "foldoc" && e["event"] == "committed" {
-                    embed_ms += e["embed_ms"].as_u64().unwrap_or(0);
-                }
                 if e["source"] == source && e["event"] == "page_indexed" && e["path"] == rel.as_str() {
                     indexed = Some(at.duration_since(t).as_secs_f64());
                     slug = e["slug"].as_str().unwrap_or_default().to_string();
@@ -476,7 +472,6 @@ fn first_index(work: &Path, fair: bool) {
             _ => 0,
         })
         .sum();
-    let _ = embed_ms;
     watch.stop();
     println!("## A fresh vault: FOLDOC (11,829 pages) and a small source, from `cairn watch` start\n");
     println!(
