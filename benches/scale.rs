@@ -407,9 +407,10 @@ fn report(
         }
         figures.add(&format!("{key}.commit_p50_ms"), figure("commit_p50_ms"), "ms", Better::Lower);
         // Where the source's memory goes (estimated by the index itself), below the table.
-        eprintln!("  {n} ({place}, limit {limit}): MiB by part {}", m["parts_mib"]);
+        let held = if limit >= n { "exact vectors".to_string() } else { format!("int8 past {limit} chunks") };
+        eprintln!("  {n} ({place}, {held}): MiB by part {}", m["parts_mib"]);
         eprintln!(
-            "  {n} ({place}, limit {limit}): commits {} ms, of which the tables {} ms",
+            "  {n} ({place}, {held}): commits {} ms, of which the tables {} ms",
             m["commit_ms"], m["tables_ms"]
         );
     }
